@@ -1,3 +1,37 @@
-fn main() {
-    println!("Hello, world!");
+use clap::Parser;
+use idemwatch::cli::{self, Cli, Command};
+use std::process::ExitCode;
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(&cli.log_format);
+    let outcome = match cli.command {
+        Command::Serve(args) => cli::serve_command(args).await,
+        Command::Migrate(args) => cli::migrate_command(args).await,
+        Command::Key(args) => cli::key_command(args).map(|out| println!("{out}")),
+        Command::Fingerprint(args) => cli::fingerprint_command(args).map(|out| println!("{out}")),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line a person can act on, with its causes; never a backtrace.
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(format: &str) {
+    let filter =
+        EnvFilter::try_from_env("IDEMWATCH_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
 }

@@ -1,0 +1,136 @@
+//! The command line: every flag has an environment fallback (12-factor).
+
+mod inspect;
+mod serve;
+
+use clap::{Args, Parser, Subcommand};
+use std::fmt;
+use std::net::SocketAddr;
+
+pub use inspect::{fingerprint_command, key_command};
+pub use serve::{migrate_command, serve_command};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "idemwatch",
+    version,
+    about = "Makes retried side effects safe and visible."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+    /// Log format: `text` for people, `json` for log pipelines.
+    #[arg(long, env = "IDEMWATCH_LOG_FORMAT", default_value = "text", global = true, value_parser = ["text", "json"])]
+    pub log_format: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the UI, /metrics, /healthz and /readyz; applies migrations first.
+    Serve(ServeArgs),
+    /// Apply database migrations and exit.
+    Migrate(DatabaseArgs),
+    /// Print the idempotency key the guard derives for an intent.
+    Key(KeyArgs),
+    /// Print the fingerprint the guard derives for business arguments.
+    Fingerprint(FingerprintArgs),
+}
+
+#[derive(Clone, Args)]
+pub struct DatabaseArgs {
+    /// `sqlite://FILE?mode=rwc` (embedded, the default) or `postgres://USER:PASS@HOST/DB`.
+    #[arg(
+        long,
+        env = "DATABASE_URL",
+        default_value = "sqlite://idemwatch.db?mode=rwc"
+    )]
+    pub database_url: String,
+    /// Connection pool size.
+    #[arg(long, env = "IDEMWATCH_DB_MAX_CONNECTIONS", default_value_t = 16)]
+    pub db_max_connections: u32,
+}
+
+/// The URL may carry a password: never print it.
+impl fmt::Debug for DatabaseArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DatabaseArgs")
+            .field("database_url", &redact_url(&self.database_url))
+            .field("db_max_connections", &self.db_max_connections)
+            .finish()
+    }
+}
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let Some((userinfo, host)) = rest.split_once('@') else {
+        return url.to_string();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Address to listen on. Loopback by default: there is no authentication yet.
+    #[arg(long, env = "IDEMWATCH_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct KeyArgs {
+    #[arg(long, env = "IDEMWATCH_TENANT")]
+    pub tenant: String,
+    #[arg(long)]
+    pub tool: String,
+    #[arg(long)]
+    pub workflow_id: String,
+    #[arg(long)]
+    pub step_id: String,
+    #[arg(long)]
+    pub intent_id: String,
+    /// Also print the canonical JSON that was hashed.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct FingerprintArgs {
+    /// The business arguments, a JSON object.
+    #[arg(long)]
+    pub args: String,
+    /// A free-text field to leave out (repeat, or separate with commas).
+    #[arg(long, value_delimiter = ',')]
+    pub exclude: Vec<String>,
+    /// Also print the canonical JSON that was hashed.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_in_the_database_url_is_never_printed() {
+        assert_eq!(
+            redact_url("postgres://app:s3cret@db:5432/idem"),
+            "postgres://app:***@db:5432/idem"
+        );
+        assert_eq!(
+            redact_url("sqlite://idemwatch.db?mode=rwc"),
+            "sqlite://idemwatch.db?mode=rwc"
+        );
+        let args = DatabaseArgs {
+            database_url: "postgres://app:s3cret@db/idem".into(),
+            db_max_connections: 1,
+        };
+        assert!(!format!("{args:?}").contains("s3cret"));
+    }
+}

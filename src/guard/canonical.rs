@@ -1,0 +1,204 @@
+//! RFC 8785 (JSON Canonicalization Scheme) serialisation.
+//!
+//! Keys and fingerprints are SHA-256 over this form, so a guard written in another
+//! language must produce the same bytes. JCS gives us that: object members sorted by
+//! their UTF-16 code units, no insignificant whitespace, strings escaped exactly as
+//! ECMAScript's `JSON.stringify` does, and numbers printed as ECMAScript doubles
+//! (`4500.0` becomes `4500`, `1e21` becomes `1e+21`, `-0` becomes `0`).
+
+use serde_json::Value;
+use std::fmt::Write as _;
+
+/// Integers above 2^53 cannot be represented exactly as IEEE 754 doubles. JCS would
+/// silently round them, so two different amounts could share a fingerprint; for a
+/// guard that protects payments we refuse them instead.
+const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CanonicalError {
+    #[error(
+        "number {number} at {path} is not exactly representable as a JSON double (|n| > 2^53); send it as a string"
+    )]
+    UnsafeInteger { path: String, number: String },
+    #[error("number at {path} is not finite")]
+    NonFinite { path: String },
+}
+
+/// Serialises `value` in JCS form.
+pub fn canonical_json(value: &Value) -> Result<String, CanonicalError> {
+    let mut out = String::new();
+    write_value(&mut out, value, &mut String::from("$"))?;
+    Ok(out)
+}
+
+fn write_value(out: &mut String, value: &Value, path: &mut String) -> Result<(), CanonicalError> {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => write_number(out, n, path)?,
+        Value::String(s) => write_string(out, s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let len = path.len();
+                let _ = write!(path, "[{i}]");
+                write_value(out, item, path)?;
+                path.truncate(len);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            // JCS orders by UTF-16 code units, which differs from Rust's UTF-8 byte
+            // order for characters above U+FFFF against U+E000..U+FFFF.
+            members.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+            out.push('{');
+            for (i, (name, member)) in members.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(out, name);
+                out.push(':');
+                let len = path.len();
+                let _ = write!(path, ".{name}");
+                write_value(out, member, path)?;
+                path.truncate(len);
+            }
+            out.push('}');
+        }
+    }
+    Ok(())
+}
+
+fn write_number(
+    out: &mut String,
+    n: &serde_json::Number,
+    path: &str,
+) -> Result<(), CanonicalError> {
+    let unsafe_int = || CanonicalError::UnsafeInteger {
+        path: path.to_string(),
+        number: n.to_string(),
+    };
+    if let Some(i) = n.as_i64() {
+        if i.unsigned_abs() > MAX_SAFE_INTEGER {
+            return Err(unsafe_int());
+        }
+    } else if let Some(u) = n.as_u64()
+        && u > MAX_SAFE_INTEGER
+    {
+        return Err(unsafe_int());
+    }
+    let f = n.as_f64().ok_or_else(|| CanonicalError::NonFinite {
+        path: path.to_string(),
+    })?;
+    if !f.is_finite() {
+        return Err(CanonicalError::NonFinite {
+            path: path.to_string(),
+        });
+    }
+    if f == 0.0 {
+        // ECMAScript prints -0 as "0".
+        out.push('0');
+    } else {
+        let mut buf = ryu_js::Buffer::new();
+        out.push_str(buf.format_finite(f));
+    }
+    Ok(())
+}
+
+/// serde_json escapes exactly the characters `JSON.stringify` escapes (`"`, `\`,
+/// and controls below U+0020, with the short forms \b \f \n \r \t and lowercase
+/// `\u00xx` otherwise), and leaves everything else, including non-ASCII, as UTF-8.
+fn write_string(out: &mut String, s: &str) {
+    out.push_str(&serde_json::to_string(s).expect("serialising a str cannot fail"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn canon(text: &str) -> String {
+        canonical_json(&serde_json::from_str(text).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn member_order_and_whitespace_never_matter() {
+        assert_eq!(
+            canon(r#"{ "b": 1, "a": [ 1, 2 ] }"#),
+            r#"{"a":[1,2],"b":1}"#
+        );
+        assert_eq!(
+            canon(r#"{"a":[1,2],"b":1}"#),
+            canon("{\n\"b\" :1 ,\"a\":[1 ,2]}")
+        );
+    }
+
+    #[test]
+    fn numbers_follow_ecmascript_doubles() {
+        let table = [
+            ("4500", "4500"),
+            ("4500.0", "4500"),
+            ("45e2", "4500"),
+            ("-0", "0"),
+            ("-0.0", "0"),
+            ("1e21", "1e+21"),
+            ("1e20", "100000000000000000000"),
+            ("0.000001", "0.000001"),
+            ("0.0000001", "1e-7"),
+            ("1.5", "1.5"),
+            ("-12.25", "-12.25"),
+            ("9007199254740991", "9007199254740991"),
+            ("333333333.33333329", "333333333.3333333"),
+            ("1E400", ""),
+        ];
+        for (input, expected) in table {
+            let parsed: Result<Value, _> = serde_json::from_str(input);
+            match parsed {
+                Ok(v) => assert_eq!(canonical_json(&v).unwrap(), expected, "input {input}"),
+                // serde_json rejects out-of-range numbers at parse time.
+                Err(_) => assert_eq!(expected, "", "input {input}"),
+            }
+        }
+    }
+
+    #[test]
+    fn integers_beyond_two_to_the_53_are_refused_not_rounded() {
+        let err = canonical_json(&json!({"amount_p": 9007199254740993u64})).unwrap_err();
+        assert!(err.to_string().contains("$.amount_p"), "{err}");
+        assert!(canonical_json(&json!(-9007199254740993i64)).is_err());
+    }
+
+    #[test]
+    fn strings_are_escaped_like_json_stringify() {
+        assert_eq!(canon(r#""a\"b\\c\/d""#), r#""a\"b\\c/d""#);
+        assert_eq!(
+            canon(r#""\u0001\b\f\n\r\t\u001f""#),
+            r#""\u0001\b\f\n\r\t\u001f""#
+        );
+        assert_eq!(canon(r#""caf\u00e9 €""#), "\"café €\"");
+        assert_eq!(canon(r#""\ud83d\ude00""#), "\"😀\"");
+        assert_eq!(canon(r#""\u007f""#), "\"\u{7f}\"");
+    }
+
+    #[test]
+    fn members_sort_by_utf16_code_units() {
+        // U+1F600 is D83D DE00 in UTF-16 and sorts before U+FF21; in UTF-8 it sorts after.
+        let v = json!({"\u{FF21}": 1, "\u{1F600}": 2, "a": 3});
+        assert_eq!(
+            canonical_json(&v).unwrap(),
+            "{\"a\":3,\"\u{1F600}\":2,\"\u{FF21}\":1}"
+        );
+    }
+
+    #[test]
+    fn nested_objects_and_arrays_are_canonical_all_the_way_down() {
+        assert_eq!(
+            canon(r#"{"z":{"y":[{"b":2.0,"a":null}],"x":true},"a":"A"}"#),
+            r#"{"a":"A","z":{"x":true,"y":[{"a":null,"b":2}]}}"#
+        );
+    }
+}

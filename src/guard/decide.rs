@@ -1,0 +1,333 @@
+//! The guard's decisions as pure functions of the locked record. Each returns the
+//! attempt rows that describe what it did; the store writes the record change and the
+//! rows in one transaction.
+
+use super::key::BusinessArgs;
+use super::record::{AttemptDraft, Record};
+use super::status::{AttemptKind, Resolution, Status};
+use chrono::{DateTime, TimeDelta, Utc};
+use serde_json::{Value, json};
+
+/// What an admission to the guard found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Admission {
+    /// This caller claimed the key and must execute under `token`.
+    New { token: i64 },
+    /// DONE: the stored result, marked as a replay.
+    Replay { result: Value },
+    /// FAILED: the stored definitive error.
+    ReplayFailure { error: String },
+    /// IN_PROGRESS under a live lease: answer 409, never wait.
+    InFlight { lease_until: DateTime<Utc> },
+    /// Same key, other business arguments.
+    Mismatch { stored_fingerprint: String },
+    /// UNKNOWN, or a lease that expired: this caller won the compare-and-swap and must
+    /// reconcile under `token`. `before` is the record as it was found.
+    TakeOver { token: i64, before: Box<Record> },
+}
+
+/// Decides what a caller arriving at an existing key gets.
+pub fn admit_existing(
+    rec: &mut Record,
+    args: &BusinessArgs,
+    actor: &str,
+    now: DateTime<Utc>,
+    lease: TimeDelta,
+) -> (Vec<AttemptDraft>, Admission) {
+    rec.attempt_count += 1;
+    rec.updated_at = now;
+    let token = rec.fencing_token;
+    let draft = |kind| AttemptDraft::new(kind, token, actor, now);
+
+    if rec.fingerprint != args.fingerprint.0 {
+        // The record's business fields stay as they are; the attempt keeps what the
+        // retry sent, so a person can see what changed.
+        let attempt = draft(AttemptKind::PayloadMismatch).detail(json!({
+            "stored_fingerprint": rec.fingerprint,
+            "fingerprint": args.fingerprint.0,
+            "business_args": args.value,
+        }));
+        let stored_fingerprint = rec.fingerprint.clone();
+        return (vec![attempt], Admission::Mismatch { stored_fingerprint });
+    }
+    match rec.status {
+        Status::Done => {
+            let result = rec.result.clone().unwrap_or(Value::Null);
+            (
+                vec![draft(AttemptKind::Replayed)],
+                Admission::Replay { result },
+            )
+        }
+        Status::Failed => {
+            let error = rec.error.clone().unwrap_or_default();
+            (
+                vec![draft(AttemptKind::ReplayedFailure)],
+                Admission::ReplayFailure { error },
+            )
+        }
+        Status::InProgress if rec.lease_until > now => {
+            let attempt = draft(AttemptKind::InFlightRejected)
+                .detail(json!({ "lease_until": rec.lease_until }));
+            (
+                vec![attempt],
+                Admission::InFlight {
+                    lease_until: rec.lease_until,
+                },
+            )
+        }
+        Status::InProgress | Status::Unknown => {
+            let before = Box::new(rec.clone());
+            let lease_expired = rec.status == Status::InProgress;
+            rec.fencing_token += 1;
+            rec.status = Status::InProgress;
+            rec.lease_until = now + lease;
+            let attempt = AttemptDraft::new(AttemptKind::TakenOver, rec.fencing_token, actor, now)
+                .detail(json!({
+                    "from_status": before.status,
+                    "previous_token": before.fencing_token,
+                    "lease_expired": lease_expired,
+                }));
+            let token = rec.fencing_token;
+            (vec![attempt], Admission::TakeOver { token, before })
+        }
+    }
+}
+
+/// How a worker's call ended, to be written under its fencing token.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settlement {
+    Completed {
+        result: Value,
+        duration_ms: i64,
+    },
+    Failed {
+        error: String,
+        duration_ms: i64,
+    },
+    Unknown {
+        reason: String,
+        duration_ms: Option<i64>,
+    },
+    ReconciledFound {
+        result: Value,
+        duration_ms: i64,
+    },
+    /// About to resend with the same key: the row is written before the call.
+    Resent {
+        reason: &'static str,
+    },
+    Escalated {
+        reason: String,
+    },
+}
+
+/// The fenced write refused: the record has moved on to `current`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stale {
+    pub current: i64,
+}
+
+/// Applies `settlement` if `token` is still the record's token; otherwise records a
+/// `stale_write_rejected` attempt and changes nothing else.
+pub fn settle(
+    rec: &mut Record,
+    token: i64,
+    settlement: Settlement,
+    actor: &str,
+    now: DateTime<Utc>,
+) -> (Vec<AttemptDraft>, Result<(), Stale>) {
+    if rec.fencing_token != token || rec.status != Status::InProgress {
+        let attempt =
+            AttemptDraft::new(AttemptKind::StaleWriteRejected, token, actor, now).detail(json!({
+                "attempted": settlement_kind(&settlement).as_str(),
+                "current_token": rec.fencing_token,
+                "current_status": rec.status,
+            }));
+        return (
+            vec![attempt],
+            Err(Stale {
+                current: rec.fencing_token,
+            }),
+        );
+    }
+    rec.updated_at = now;
+    let draft = |kind| AttemptDraft::new(kind, token, actor, now);
+    let attempt = match settlement {
+        Settlement::Completed {
+            result,
+            duration_ms,
+        } => {
+            rec.status = Status::Done;
+            rec.result = Some(result);
+            draft(AttemptKind::Completed).duration_ms(duration_ms)
+        }
+        Settlement::ReconciledFound {
+            result,
+            duration_ms,
+        } => {
+            rec.status = Status::Done;
+            let attempt = draft(AttemptKind::ReconciledFound)
+                .duration_ms(duration_ms)
+                .detail(json!({ "evidence": result }));
+            rec.result = Some(result);
+            attempt
+        }
+        Settlement::Failed { error, duration_ms } => {
+            rec.status = Status::Failed;
+            let attempt = draft(AttemptKind::Failed)
+                .duration_ms(duration_ms)
+                .detail(json!({ "error": error }));
+            rec.error = Some(error);
+            attempt
+        }
+        Settlement::Unknown {
+            reason,
+            duration_ms,
+        } => {
+            rec.status = Status::Unknown;
+            rec.lease_until = now;
+            let attempt = draft(AttemptKind::MarkedUnknown).detail(json!({ "reason": reason }));
+            match duration_ms {
+                Some(ms) => attempt.duration_ms(ms),
+                None => attempt,
+            }
+        }
+        Settlement::Resent { reason } => {
+            rec.release_approved = false;
+            draft(AttemptKind::Resent).detail(json!({ "reason": reason }))
+        }
+        Settlement::Escalated { reason } => {
+            rec.status = Status::Unknown;
+            rec.lease_until = now;
+            draft(AttemptKind::Escalated).detail(json!({
+                "reason": reason,
+                "provider_retention_until": rec.provider_retention_until,
+            }))
+        }
+    };
+    (vec![attempt], Ok(()))
+}
+
+fn settlement_kind(s: &Settlement) -> AttemptKind {
+    match s {
+        Settlement::Completed { .. } => AttemptKind::Completed,
+        Settlement::Failed { .. } => AttemptKind::Failed,
+        Settlement::Unknown { .. } => AttemptKind::MarkedUnknown,
+        Settlement::ReconciledFound { .. } => AttemptKind::ReconciledFound,
+        Settlement::Resent { .. } => AttemptKind::Resent,
+        Settlement::Escalated { .. } => AttemptKind::Escalated,
+    }
+}
+
+/// A person's decision about an undecided key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolveRequest {
+    pub resolution: Resolution,
+    pub reason: String,
+    /// The provider's resource id or other proof (required for `done`).
+    pub evidence: Option<String>,
+    /// The result to store for `done`; replays return it.
+    pub result: Option<Value>,
+    pub actor: String,
+    /// The fencing token the person saw when deciding; a mismatch means someone else
+    /// acted since, and the resolution is refused.
+    pub expected_token: Option<i64>,
+}
+
+/// Why a resolution was refused.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refusal {
+    /// Someone else acted since the person looked.
+    Moved,
+    /// IN_PROGRESS under a live lease: it belongs to its worker.
+    InFlight {
+        lease_until: DateTime<Utc>,
+    },
+    NotResolvable {
+        why: String,
+    },
+}
+
+/// Takes the key over for a person (the same compare-and-swap as a worker's
+/// takeover) and writes the decision under the new token, or records the refusal.
+pub fn resolve(
+    rec: &mut Record,
+    req: &ResolveRequest,
+    now: DateTime<Utc>,
+) -> (Vec<AttemptDraft>, Result<(), Refusal>) {
+    let refusal = if req.expected_token.is_some_and(|t| t != rec.fencing_token) {
+        Some(Refusal::Moved)
+    } else if rec.status.is_terminal() {
+        Some(Refusal::NotResolvable {
+            why: format!(
+                "it is already {}; a decided key cannot be resolved again",
+                rec.status
+            ),
+        })
+    } else if rec.status == Status::InProgress && rec.lease_until > now {
+        Some(Refusal::InFlight {
+            lease_until: rec.lease_until,
+        })
+    } else if req.resolution == Resolution::Release && !rec.provider_remembers_key(now) {
+        Some(Refusal::NotResolvable {
+            why: format!(
+                "the provider forgot this key at {}, so a resend could perform the effect twice; \
+                 check the provider and mark the key done or failed instead",
+                rec.provider_retention_until.format("%Y-%m-%d %H:%M:%S UTC")
+            ),
+        })
+    } else {
+        None
+    };
+    if let Some(refusal) = refusal {
+        let attempt = AttemptDraft::new(
+            AttemptKind::StaleWriteRejected,
+            req.expected_token.unwrap_or(rec.fencing_token),
+            &req.actor,
+            now,
+        )
+        .detail(json!({
+            "attempted": "resolved",
+            "resolution": req.resolution,
+            "reason": req.reason,
+            "current_token": rec.fencing_token,
+            "current_status": rec.status,
+        }));
+        return (vec![attempt], Err(refusal));
+    }
+
+    let previous = (rec.status, rec.fencing_token);
+    rec.fencing_token += 1;
+    rec.updated_at = now;
+    rec.lease_until = now;
+    match req.resolution {
+        Resolution::Done => {
+            rec.status = Status::Done;
+            rec.result =
+                Some(req.result.clone().unwrap_or_else(
+                    || json!({ "resolved_manually": true, "evidence": req.evidence }),
+                ));
+        }
+        Resolution::Failed => {
+            rec.status = Status::Failed;
+            rec.error = Some(format!(
+                "resolved as failed by {}: {}",
+                req.actor, req.reason
+            ));
+        }
+        Resolution::Release => {
+            rec.status = Status::Unknown;
+            rec.release_approved = true;
+        }
+    }
+    let attempt = AttemptDraft::new(AttemptKind::Resolved, rec.fencing_token, &req.actor, now)
+        .detail(json!({
+            "resolution": req.resolution,
+            "reason": req.reason,
+            "evidence": req.evidence,
+            "result": req.result,
+            "previous_status": previous.0,
+            "previous_token": previous.1,
+        }));
+    (vec![attempt], Ok(()))
+}

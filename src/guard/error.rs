@@ -1,0 +1,97 @@
+use crate::store::StoreError;
+use chrono::{DateTime, Utc};
+use thiserror::Error;
+
+use super::key::KeyError;
+use super::status::Status;
+
+/// Everything the guard can answer other than a result. Each variant says what the
+/// caller should do; the web layer maps them to statuses in one place.
+#[derive(Debug, Error)]
+pub enum GuardError {
+    /// The call itself is malformed (an empty intent field, arguments that are not an
+    /// object, a number that is not exact). HTTP 400.
+    #[error("invalid tool call: {0}")]
+    InvalidCall(#[from] KeyError),
+
+    #[error("invalid {field}: {message}")]
+    Invalid {
+        field: &'static str,
+        message: String,
+    },
+
+    /// Same key, other business arguments: a client bug or an attack. Nothing was
+    /// executed and the stored record is unchanged. HTTP 422. A genuinely new action
+    /// needs a new intent id.
+    #[error(
+        "key {key} was first used with other business arguments (stored fingerprint {stored_fingerprint}, this call {fingerprint}); use a new intent id for a new action"
+    )]
+    PayloadMismatch {
+        key: String,
+        stored_fingerprint: String,
+        fingerprint: String,
+    },
+
+    /// The original is still running under a live lease. HTTP 409: retry later,
+    /// never wait on it.
+    #[error("key {key} is in flight until {lease_until}; retry later with the same key")]
+    InFlight {
+        key: String,
+        lease_until: DateTime<Utc>,
+    },
+
+    /// The provider refused definitively; stored as FAILED and returned on every retry.
+    #[error("key {key} failed: {error}")]
+    OperationFailed { key: String, error: String },
+
+    /// Nobody knows whether the effect happened (timeout, reset, 5xx, panic). Stored
+    /// as UNKNOWN; a retry with the same key reconciles with the provider first.
+    #[error("outcome of key {key} is unknown ({reason}); retry with the same key to reconcile")]
+    OutcomeUnknown { key: String, reason: String },
+
+    /// The provider has forgotten the key and has no record of the effect: a resend
+    /// could pay twice. A person must check and resolve the key.
+    #[error(
+        "key {key} needs human review: the provider forgot the key at {provider_retention_until} and shows no effect"
+    )]
+    NeedsHumanReview {
+        key: String,
+        provider_retention_until: DateTime<Utc>,
+    },
+
+    /// This worker's fencing token is stale: someone took the key over. Its write was
+    /// rejected and recorded; the new owner decides.
+    #[error(
+        "key {key}: fencing token {token} is stale (current {current}); the write was rejected"
+    )]
+    LeaseLost {
+        key: String,
+        token: i64,
+        current: i64,
+    },
+
+    #[error("key {0} not found")]
+    NotFound(String),
+
+    /// Someone else changed the key since the caller looked at it (a resolver's
+    /// expected token no longer matches). HTTP 409.
+    #[error(
+        "key {key} changed since you looked at it: it is now {status} with fencing token {token}"
+    )]
+    Conflict {
+        key: String,
+        status: Status,
+        token: i64,
+    },
+
+    /// The key is not in a state this operation applies to. HTTP 422.
+    #[error("key {key} cannot be resolved: {why}")]
+    NotResolvable {
+        key: String,
+        status: Status,
+        why: String,
+    },
+
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

@@ -1,0 +1,27 @@
+//! The guard: keys from intents, fingerprints of business arguments, an atomic claim,
+//! leases with fencing tokens, UNKNOWN for every ambiguous outcome, reconciliation
+//! before any resend, and a person when the provider has forgotten the key.
+//!
+//! No HTTP here, and no sqlx types in the API: the store is reached through
+//! [`crate::store::Store`], whose errors arrive as [`crate::store::StoreError`].
+
+pub mod canonical;
+pub mod clock;
+mod decide;
+mod engine;
+mod error;
+pub mod key;
+mod operation;
+mod record;
+mod status;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use decide::{Admission, ResolveRequest};
+pub use engine::{Guard, GuardSettings, Outcome, ToolCall};
+pub use error::GuardError;
+pub use key::{BusinessArgs, FencingToken, Fingerprint, IdempotencyKey, Intent, KeyError};
+pub use operation::{ErrorClass, Operation};
+pub use record::{
+    Attempt, AttemptDraft, ChainFields, GENESIS_HASH, Record, chain_hash, rfc3339, seal,
+};
+pub use status::{AttemptKind, Resolution, Status, UnknownName};

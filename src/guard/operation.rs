@@ -1,0 +1,52 @@
+//! The side effect the guard wraps. The caller implements this for each tool.
+
+use super::key::IdempotencyKey;
+use chrono::TimeDelta;
+use serde_json::Value;
+use std::future::Future;
+use std::time::Duration;
+
+/// How an operation's error bears on the effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The provider said no and did nothing (card declined, 400, 422): FAILED.
+    Definitive,
+    /// Nobody knows (timeout, reset, 502/503, 5xx): UNKNOWN, reconciled before any resend.
+    Ambiguous,
+}
+
+pub trait Operation: Send + Sync {
+    type Error: std::fmt::Display + Send;
+
+    /// Top-level argument fields the model may rephrase ("reason"). They are left out
+    /// of the fingerprint and never sent to the provider.
+    fn free_text_fields(&self) -> &[&str] {
+        &[]
+    }
+
+    /// How long the provider remembers an idempotency key (30 minutes to 30 days,
+    /// depending on the provider). Resending with the same key is safe only inside it.
+    fn key_retention(&self) -> TimeDelta;
+
+    /// The client deadline for one provider call. The lease is this plus a margin.
+    fn call_timeout(&self) -> Duration;
+
+    /// Anything not known to be definitive is ambiguous: a timeout is never a failure.
+    fn classify(&self, _error: &Self::Error) -> ErrorClass {
+        ErrorClass::Ambiguous
+    }
+
+    /// Performs the effect, passing `key` to the provider (an `Idempotency-Key`
+    /// header) and tagging what it creates with it.
+    fn execute(
+        &self,
+        key: &IdempotencyKey,
+        args: &Value,
+    ) -> impl Future<Output = Result<Value, Self::Error>> + Send;
+
+    /// Looks the effect up at the provider by key: the reconciliation query.
+    fn find_by_key(
+        &self,
+        key: &IdempotencyKey,
+    ) -> impl Future<Output = Result<Option<Value>, Self::Error>> + Send;
+}

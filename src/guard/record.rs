@@ -1,0 +1,280 @@
+//! The rows the guard reads and writes, as domain values (no sqlx types here), and the
+//! hash chain that makes each key's attempt log tamper-evident.
+
+use super::canonical::canonical_json;
+use super::key::sha256_hex;
+use super::status::{AttemptKind, Status};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// One row of `idempotency_records`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Record {
+    pub key: String,
+    pub tenant: String,
+    pub tool: String,
+    pub workflow_id: String,
+    pub step_id: String,
+    pub intent_id: String,
+    pub business_ref: Option<String>,
+    pub fingerprint: String,
+    pub business_args: Value,
+    pub status: Status,
+    pub fencing_token: i64,
+    pub lease_until: DateTime<Utc>,
+    pub attempt_count: i64,
+    pub result: Option<Value>,
+    pub error: Option<String>,
+    pub provider_retention_until: DateTime<Utc>,
+    /// A person confirmed at the provider that the effect did not happen and allowed
+    /// the next retry to resend even if the provider lookup fails.
+    pub release_approved: bool,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// `seq` and `hash` of the newest attempt row: the chain continues from here.
+    pub log_seq: i64,
+    pub log_hash: String,
+}
+
+impl Record {
+    /// IN_PROGRESS with a lease that ran out: the worker died or hung mid-call.
+    pub fn lease_expired(&self, now: DateTime<Utc>) -> bool {
+        self.status == Status::InProgress && self.lease_until <= now
+    }
+
+    /// Whether a person (or a takeover) may act on this key now.
+    pub fn is_undecided(&self, now: DateTime<Utc>) -> bool {
+        self.status == Status::Unknown || self.lease_expired(now)
+    }
+
+    pub fn provider_remembers_key(&self, now: DateTime<Utc>) -> bool {
+        now < self.provider_retention_until
+    }
+}
+
+/// An attempt row before it is sealed into the chain.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AttemptDraft {
+    pub kind: AttemptKind,
+    pub fencing_token: i64,
+    pub actor: String,
+    pub detail: Value,
+    pub duration_ms: Option<i64>,
+    pub occurred_at: DateTime<Utc>,
+}
+
+impl AttemptDraft {
+    pub fn new(
+        kind: AttemptKind,
+        fencing_token: i64,
+        actor: &str,
+        occurred_at: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            kind,
+            fencing_token,
+            actor: actor.to_string(),
+            detail: json!({}),
+            duration_ms: None,
+            occurred_at,
+        }
+    }
+    pub fn detail(mut self, detail: Value) -> Self {
+        self.detail = detail;
+        self
+    }
+    pub fn duration_ms(mut self, ms: i64) -> Self {
+        self.duration_ms = Some(ms);
+        self
+    }
+}
+
+/// One row of `idempotency_attempts`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Attempt {
+    pub id: i64,
+    pub key: String,
+    pub tenant: String,
+    pub tool: String,
+    pub seq: i64,
+    pub kind: AttemptKind,
+    pub fencing_token: i64,
+    pub actor: String,
+    pub detail: Value,
+    pub duration_ms: Option<i64>,
+    pub occurred_at: DateTime<Utc>,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+/// The `prev_hash` of a key's first attempt.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// The content of an attempt row that the chain covers, in a fixed shape.
+#[derive(Debug, Clone, Copy)]
+pub struct ChainFields<'a> {
+    pub key: &'a str,
+    pub tenant: &'a str,
+    pub tool: &'a str,
+    pub seq: i64,
+    pub kind: &'a str,
+    pub fencing_token: i64,
+    pub actor: &'a str,
+    pub detail: &'a Value,
+    pub duration_ms: Option<i64>,
+    pub occurred_at: DateTime<Utc>,
+}
+
+/// hash = lowercase hex SHA-256 of `prev_hash`, a newline, and the JCS form of the
+/// row's content (times as RFC 3339 UTC with microseconds). Documented in
+/// docs/GUARD.md so an auditor can recompute it without idemwatch.
+pub fn chain_hash(prev_hash: &str, fields: ChainFields<'_>) -> String {
+    let content = json!({
+        "key": fields.key,
+        "tenant": fields.tenant,
+        "tool": fields.tool,
+        "seq": fields.seq,
+        "kind": fields.kind,
+        "fencing_token": fields.fencing_token,
+        "actor": fields.actor,
+        "detail": fields.detail,
+        "duration_ms": fields.duration_ms,
+        "occurred_at": rfc3339(fields.occurred_at),
+    });
+    // Values written by the guard were canonicalisable when written; a detail that
+    // was edited into something that is not (a huge integer) must still hash, to a
+    // value that then fails verification.
+    let canonical = canonical_json(&content).unwrap_or_else(|_| content.to_string());
+    sha256_hex(format!("{prev_hash}\n{canonical}").as_bytes())
+}
+
+impl Attempt {
+    pub fn chain_fields(&self) -> ChainFields<'_> {
+        ChainFields {
+            key: &self.key,
+            tenant: &self.tenant,
+            tool: &self.tool,
+            seq: self.seq,
+            kind: self.kind.as_str(),
+            fencing_token: self.fencing_token,
+            actor: &self.actor,
+            detail: &self.detail,
+            duration_ms: self.duration_ms,
+            occurred_at: self.occurred_at,
+        }
+    }
+}
+
+/// Extends `record`'s chain with `draft`, returning the sealed row (id not yet known).
+pub fn seal(record: &mut Record, draft: AttemptDraft) -> Attempt {
+    let seq = record.log_seq + 1;
+    let prev_hash = record.log_hash.clone();
+    let hash = chain_hash(
+        &prev_hash,
+        ChainFields {
+            key: &record.key,
+            tenant: &record.tenant,
+            tool: &record.tool,
+            seq,
+            kind: draft.kind.as_str(),
+            fencing_token: draft.fencing_token,
+            actor: &draft.actor,
+            detail: &draft.detail,
+            duration_ms: draft.duration_ms,
+            occurred_at: draft.occurred_at,
+        },
+    );
+    record.log_seq = seq;
+    record.log_hash = hash.clone();
+    Attempt {
+        id: 0,
+        key: record.key.clone(),
+        tenant: record.tenant.clone(),
+        tool: record.tool.clone(),
+        seq,
+        kind: draft.kind,
+        fencing_token: draft.fencing_token,
+        actor: draft.actor,
+        detail: draft.detail,
+        duration_ms: draft.duration_ms,
+        occurred_at: draft.occurred_at,
+        prev_hash,
+        hash,
+    }
+}
+
+/// RFC 3339 UTC with microseconds and a `Z`, the one time format of exports and hashes.
+pub fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record() -> Record {
+        let t = DateTime::parse_from_rfc3339("2026-11-29T14:02:11.402Z")
+            .unwrap()
+            .to_utc();
+        Record {
+            key: "k".repeat(64),
+            tenant: "acme".into(),
+            tool: "issue_refund".into(),
+            workflow_id: "w".into(),
+            step_id: "4".into(),
+            intent_id: "i".into(),
+            business_ref: Some("order:A-88214".into()),
+            fingerprint: "f".into(),
+            business_args: json!({}),
+            status: Status::InProgress,
+            fencing_token: 1,
+            lease_until: t,
+            attempt_count: 1,
+            result: None,
+            error: None,
+            provider_retention_until: t,
+            release_approved: false,
+            created_at: t,
+            updated_at: t,
+            log_seq: 0,
+            log_hash: GENESIS_HASH.into(),
+        }
+    }
+
+    #[test]
+    fn sealing_numbers_rows_without_gaps_and_links_each_to_the_last() {
+        let mut r = record();
+        let t = r.created_at;
+        let a = seal(&mut r, AttemptDraft::new(AttemptKind::Claimed, 1, "w1", t));
+        let b = seal(
+            &mut r,
+            AttemptDraft::new(AttemptKind::Completed, 1, "w1", t).duration_ms(5),
+        );
+        assert_eq!((a.seq, b.seq), (1, 2));
+        assert_eq!(a.prev_hash, GENESIS_HASH);
+        assert_eq!(b.prev_hash, a.hash);
+        assert_eq!(r.log_hash, b.hash);
+        assert_eq!(chain_hash(&b.prev_hash, b.chain_fields()), b.hash);
+    }
+
+    #[test]
+    fn editing_any_field_changes_the_hash() {
+        let mut r = record();
+        let t = r.created_at;
+        let a = seal(&mut r, AttemptDraft::new(AttemptKind::Claimed, 1, "w1", t));
+        let mut edited = a.clone();
+        edited.actor = "someone-else".into();
+        assert_ne!(chain_hash(&a.prev_hash, edited.chain_fields()), a.hash);
+        let mut edited = a.clone();
+        edited.detail = json!({"x": 1});
+        assert_ne!(chain_hash(&a.prev_hash, edited.chain_fields()), a.hash);
+    }
+
+    #[test]
+    fn an_expired_lease_makes_an_in_progress_key_undecided() {
+        let r = record();
+        assert!(!r.is_undecided(r.lease_until - chrono::TimeDelta::seconds(1)));
+        assert!(r.is_undecided(r.lease_until));
+    }
+}

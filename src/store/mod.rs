@@ -1,0 +1,156 @@
+//! Storage: PostgreSQL (production) or an embedded SQLite file (the default), picked
+//! once from the URL scheme.
+//!
+//! Both backends run the same SQL text wherever the SQL can be the same (runtime
+//! `query_as` + `FromRow`, `$n` placeholders, which sqlx accepts for SQLite too); the
+//! few statements that must differ live side by side in [`sql`]. The `on_pool!`
+//! macro expands one body for each pool type, so each behaviour is written once.
+//! `sqlx::Error` stops here: callers see [`StoreError`].
+
+mod error;
+mod records;
+mod rows;
+pub mod sql;
+
+pub use error::StoreError;
+pub use records::Claim;
+
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+use std::str::FromStr;
+use std::time::Duration;
+
+static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
+
+#[derive(Debug, Clone)]
+pub enum Store {
+    Postgres(PgPool),
+    Sqlite(SqlitePool),
+}
+
+/// Expands `$body` once per backend with `$pool` bound to the concrete pool.
+macro_rules! on_pool {
+    ($store:expr, $pool:ident => $body:expr) => {
+        match $store {
+            $crate::store::Store::Postgres($pool) => $body,
+            $crate::store::Store::Sqlite($pool) => $body,
+        }
+    };
+}
+pub(crate) use on_pool;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+/// Connection settings beyond the URL.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Store {
+    /// Opens a pool for `url`: `postgres://…` / `postgresql://…` or `sqlite://…`.
+    pub async fn connect(url: &str, options: &StoreOptions) -> Result<Store, StoreError> {
+        match Self::backend_of(url)? {
+            Backend::Postgres => {
+                let pool = PgPoolOptions::new()
+                    .max_connections(options.max_connections)
+                    .acquire_timeout(options.acquire_timeout)
+                    .connect(url)
+                    .await?;
+                Ok(Store::Postgres(pool))
+            }
+            Backend::Sqlite => {
+                let connect = SqliteConnectOptions::from_str(url)?
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Normal)
+                    .foreign_keys(true)
+                    // Writers queue on SQLite's single write lock; every write
+                    // transaction starts with BEGIN IMMEDIATE, so waiting is safe.
+                    .busy_timeout(Duration::from_secs(30));
+                let pool = SqlitePoolOptions::new()
+                    .max_connections(options.max_connections)
+                    .acquire_timeout(options.acquire_timeout)
+                    .connect_with(connect)
+                    .await?;
+                Ok(Store::Sqlite(pool))
+            }
+        }
+    }
+
+    pub fn backend_of(url: &str) -> Result<Backend, StoreError> {
+        let scheme = url.split(':').next().unwrap_or_default();
+        match scheme {
+            "postgres" | "postgresql" => Ok(Backend::Postgres),
+            "sqlite" => Ok(Backend::Sqlite),
+            _ => Err(StoreError::Config(format!(
+                "database URL must start with postgres://, postgresql:// or sqlite:// (got scheme {scheme:?})"
+            ))),
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        match self {
+            Store::Postgres(_) => Backend::Postgres,
+            Store::Sqlite(_) => Backend::Sqlite,
+        }
+    }
+
+    fn migrator(&self) -> &'static sqlx::migrate::Migrator {
+        match self {
+            Store::Postgres(_) => &PG_MIGRATIONS,
+            Store::Sqlite(_) => &SQLITE_MIGRATIONS,
+        }
+    }
+
+    /// Applies pending migrations. Safe to run from several replicas at once: sqlx
+    /// takes an advisory lock on PostgreSQL.
+    #[tracing::instrument(skip_all)]
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        let migrator = self.migrator();
+        on_pool!(self, pool => migrator.run(pool).await)?;
+        Ok(())
+    }
+
+    /// `/readyz`: the database answers and every migration this binary knows is applied.
+    pub async fn ready(&self) -> Result<(), StoreError> {
+        let latest = self.migrator().iter().map(|m| m.version).max().unwrap_or(0);
+        let applied: Option<i64> = on_pool!(self, pool => {
+            sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations WHERE success")
+                .fetch_one(pool)
+                .await
+        })
+        .map_err(|e| match StoreError::from(e) {
+            StoreError::Other(_) => {
+                StoreError::Unavailable("migrations have not been applied".into())
+            }
+            other => other,
+        })?;
+        match applied {
+            Some(v) if v >= latest => Ok(()),
+            _ => Err(StoreError::Unavailable(format!(
+                "database schema is behind this binary (applied {applied:?}, need {latest}): run `idemwatch migrate`"
+            ))),
+        }
+    }
+
+    pub async fn close(&self) {
+        on_pool!(self, pool => pool.close().await)
+    }
+}

@@ -1,0 +1,179 @@
+//! The guard's transactions: claim a key, or lock its record and apply a decision.
+
+use super::rows::{AttemptRow, RecordRow};
+use super::{Store, StoreError, on_pool, sql};
+use crate::guard::{Attempt, AttemptDraft, Record, seal};
+use sqlx::types::Json;
+
+/// What the claim found.
+#[derive(Debug)]
+pub enum Claim {
+    /// This caller inserted the record and its `claimed` attempt.
+    Created,
+    /// The key already existed; nothing was written.
+    Exists,
+}
+
+/// Binds a record's columns in the order of [`sql::CLAIM`].
+macro_rules! bind_claim {
+    ($q:expr, $r:expr) => {
+        $q.bind(&$r.key)
+            .bind(&$r.tenant)
+            .bind(&$r.tool)
+            .bind(&$r.workflow_id)
+            .bind(&$r.step_id)
+            .bind(&$r.intent_id)
+            .bind(&$r.business_ref)
+            .bind(&$r.fingerprint)
+            .bind(Json(&$r.business_args))
+            .bind($r.status.as_str())
+            .bind($r.fencing_token)
+            .bind($r.lease_until)
+            .bind($r.attempt_count)
+            .bind($r.result.as_ref().map(Json))
+            .bind(&$r.error)
+            .bind($r.provider_retention_until)
+            .bind($r.release_approved)
+            .bind($r.created_at)
+            .bind($r.updated_at)
+            .bind($r.log_seq)
+            .bind(&$r.log_hash)
+    };
+}
+
+/// Inserts one sealed attempt row.
+macro_rules! insert_attempt {
+    ($tx:expr, $a:expr) => {
+        sqlx::query(sql::INSERT_ATTEMPT)
+            .bind(&$a.key)
+            .bind(&$a.tenant)
+            .bind(&$a.tool)
+            .bind($a.seq)
+            .bind($a.kind.as_str())
+            .bind($a.fencing_token)
+            .bind(&$a.actor)
+            .bind(Json(&$a.detail))
+            .bind($a.duration_ms)
+            .bind($a.occurred_at)
+            .bind(&$a.prev_hash)
+            .bind(&$a.hash)
+            .execute(&mut *$tx)
+            .await?
+    };
+}
+
+/// The body of [`Store::with_locked`], expanded once per backend.
+macro_rules! locked_transaction {
+    ($tx:ident, $lock_sql:expr, $key:expr, $decide:expr) => {{
+        let row: Option<RecordRow> = sqlx::query_as($lock_sql)
+            .bind($key)
+            .fetch_optional(&mut *$tx)
+            .await?;
+        let Some(row) = row else {
+            return Err(StoreError::NotFound);
+        };
+        let current = Record::try_from(row)?;
+        let mut next = current.clone();
+        let (drafts, value) = $decide(&mut next);
+        let attempts: Vec<Attempt> = drafts.into_iter().map(|d| seal(&mut next, d)).collect();
+        if next != current {
+            let updated = sqlx::query(sql::UPDATE_RECORD)
+                .bind(&next.key)
+                .bind(current.fencing_token)
+                .bind(next.status.as_str())
+                .bind(next.fencing_token)
+                .bind(next.lease_until)
+                .bind(next.attempt_count)
+                .bind(next.result.as_ref().map(Json))
+                .bind(&next.error)
+                .bind(next.release_approved)
+                .bind(next.updated_at)
+                .bind(next.log_seq)
+                .bind(&next.log_hash)
+                .execute(&mut *$tx)
+                .await?;
+            if updated.rows_affected() != 1 {
+                return Err(StoreError::Conflict(format!(
+                    "fenced write on {} matched no row",
+                    next.key
+                )));
+            }
+        }
+        for a in &attempts {
+            insert_attempt!($tx, a);
+        }
+        $tx.commit().await?;
+        Ok(value)
+    }};
+}
+
+impl Store {
+    /// Inserts `record` (status IN_PROGRESS, its first fencing token) and its first
+    /// attempt in one transaction, unless the key exists.
+    #[tracing::instrument(skip_all, fields(key = %record.key, tool = %record.tool))]
+    pub async fn claim(
+        &self,
+        mut record: Record,
+        draft: AttemptDraft,
+    ) -> Result<Claim, StoreError> {
+        let attempt = seal(&mut record, draft);
+        match self {
+            Store::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                let inserted: Option<String> = bind_claim!(sqlx::query_scalar(sql::CLAIM), record)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if inserted.is_none() {
+                    return Ok(Claim::Exists);
+                }
+                insert_attempt!(tx, attempt);
+                tx.commit().await?;
+            }
+            Store::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                let inserted: Option<String> = bind_claim!(sqlx::query_scalar(sql::CLAIM), record)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if inserted.is_none() {
+                    return Ok(Claim::Exists);
+                }
+                insert_attempt!(tx, attempt);
+                tx.commit().await?;
+            }
+        }
+        Ok(Claim::Created)
+    }
+
+    /// Locks the record of `key`, lets `decide` change it and name the attempts that
+    /// describe the change, then writes both and commits. `decide` is the guard's pure
+    /// decision; it runs while the row is held, so nothing can change between what it
+    /// read and what it writes (this is the compare-and-swap).
+    #[tracing::instrument(skip_all, fields(key = %key))]
+    pub async fn with_locked<T>(
+        &self,
+        key: &str,
+        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T),
+    ) -> Result<T, StoreError> {
+        match self {
+            Store::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                locked_transaction!(tx, sql::LOCK_RECORD_POSTGRES, key, decide)
+            }
+            Store::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                locked_transaction!(tx, sql::LOCK_RECORD_SQLITE, key, decide)
+            }
+        }
+    }
+
+    pub async fn record(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        let row: Option<RecordRow> = on_pool!(self, pool => sqlx::query_as(sql::GET_RECORD).bind(key).fetch_optional(pool).await)?;
+        row.map(Record::try_from).transpose()
+    }
+
+    /// Every attempt of `key`, in `seq` order.
+    pub async fn attempts(&self, key: &str) -> Result<Vec<Attempt>, StoreError> {
+        let rows: Vec<AttemptRow> = on_pool!(self, pool => sqlx::query_as(sql::ATTEMPTS_OF_KEY).bind(key).fetch_all(pool).await)?;
+        rows.into_iter().map(Attempt::try_from).collect()
+    }
+}

@@ -1,0 +1,63 @@
+//! SQL statements, each written once. Where PostgreSQL and SQLite must differ the two
+//! versions stand next to each other.
+
+pub const RECORD_COLUMNS: &str = "key, tenant, tool, workflow_id, step_id, intent_id, business_ref, \
+    fingerprint, business_args, status, fencing_token, lease_until, attempt_count, result, error, \
+    provider_retention_until, release_approved, created_at, updated_at, log_seq, log_hash";
+
+pub const ATTEMPT_COLUMNS: &str = "id, key, tenant, tool, seq, kind, fencing_token, actor, detail, \
+    duration_ms, occurred_at, prev_hash, hash";
+
+/// The claim: one atomic statement. A concurrent claimer of the same key waits for
+/// ours to commit and then inserts nothing, so exactly one caller gets a row back.
+pub const CLAIM: &str = "INSERT INTO idempotency_records (key, tenant, tool, workflow_id, step_id, \
+    intent_id, business_ref, fingerprint, business_args, status, fencing_token, lease_until, \
+    attempt_count, result, error, provider_retention_until, release_approved, created_at, \
+    updated_at, log_seq, log_hash) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) \
+    ON CONFLICT (key) DO NOTHING RETURNING key";
+
+/// Reads a record and holds it until commit. PostgreSQL locks the row; SQLite's
+/// transactions start with BEGIN IMMEDIATE, which already holds the one write lock.
+pub const LOCK_RECORD_POSTGRES: &str = "SELECT key, tenant, tool, workflow_id, step_id, intent_id, \
+    business_ref, fingerprint, business_args, status, fencing_token, lease_until, attempt_count, \
+    result, error, provider_retention_until, release_approved, created_at, updated_at, log_seq, \
+    log_hash FROM idempotency_records WHERE key = $1 FOR UPDATE";
+pub const LOCK_RECORD_SQLITE: &str = "SELECT key, tenant, tool, workflow_id, step_id, intent_id, \
+    business_ref, fingerprint, business_args, status, fencing_token, lease_until, attempt_count, \
+    result, error, provider_retention_until, release_approved, created_at, updated_at, log_seq, \
+    log_hash FROM idempotency_records WHERE key = $1";
+
+pub const GET_RECORD: &str = "SELECT key, tenant, tool, workflow_id, step_id, intent_id, \
+    business_ref, fingerprint, business_args, status, fencing_token, lease_until, attempt_count, \
+    result, error, provider_retention_until, release_approved, created_at, updated_at, log_seq, \
+    log_hash FROM idempotency_records WHERE key = $1";
+
+/// The fenced write: it names the token the writer holds. Inside a locked
+/// transaction the condition always holds; it is kept so that no code path can write
+/// a record without naming its token.
+pub const UPDATE_RECORD: &str = "UPDATE idempotency_records SET status = $3, fencing_token = $4, \
+    lease_until = $5, attempt_count = $6, result = $7, error = $8, release_approved = $9, \
+    updated_at = $10, log_seq = $11, log_hash = $12 \
+    WHERE key = $1 AND fencing_token = $2";
+
+pub const INSERT_ATTEMPT: &str = "INSERT INTO idempotency_attempts (key, tenant, tool, seq, kind, \
+    fencing_token, actor, detail, duration_ms, occurred_at, prev_hash, hash) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+
+pub const ATTEMPTS_OF_KEY: &str = "SELECT id, key, tenant, tool, seq, kind, fencing_token, actor, \
+    detail, duration_ms, occurred_at, prev_hash, hash FROM idempotency_attempts \
+    WHERE key = $1 ORDER BY seq";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_statements_name_every_column_in_the_shared_lists() {
+        for sql in [LOCK_RECORD_POSTGRES, LOCK_RECORD_SQLITE, GET_RECORD] {
+            assert!(sql.contains(RECORD_COLUMNS), "{sql}");
+        }
+        assert!(ATTEMPTS_OF_KEY.contains(ATTEMPT_COLUMNS));
+    }
+}
