@@ -1,0 +1,6 @@
+//! Integration tests, compiled as one binary. Every store and guard test runs on both
+//! SQLite and a real PostgreSQL (see `support`).
+
+mod support;
+
+mod guard_faults;
