@@ -2,6 +2,7 @@
 //! makes the guard visible (metrics, pages, exports).
 
 pub mod cli;
+pub mod demo;
 pub mod guard;
 pub mod store;
 pub mod web;

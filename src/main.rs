@@ -12,6 +12,7 @@ async fn main() -> ExitCode {
         Command::Migrate(args) => cli::migrate_command(args).await,
         Command::Key(args) => cli::key_command(args).map(|out| println!("{out}")),
         Command::Fingerprint(args) => cli::fingerprint_command(args).map(|out| println!("{out}")),
+        Command::Demo(args) => cli::demo_command(args).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
 //! The command line: every flag has an environment fallback (12-factor).
 
+mod demo;
 mod inspect;
 mod serve;
 
@@ -7,8 +8,9 @@ use clap::{Args, Parser, Subcommand};
 use std::fmt;
 use std::net::SocketAddr;
 
+pub use demo::{DemoArgs, demo_command};
 pub use inspect::{fingerprint_command, key_command};
-pub use serve::{migrate_command, serve_command};
+pub use serve::{migrate_command, run_server, serve_command};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -34,6 +36,8 @@ pub enum Command {
     Key(KeyArgs),
     /// Print the fingerprint the guard derives for business arguments.
     Fingerprint(FingerprintArgs),
+    /// Serve the app with synthetic traffic through the real guard (a first look).
+    Demo(DemoArgs),
 }
 
 #[derive(Clone, Args)]

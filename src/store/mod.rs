@@ -7,6 +7,7 @@
 //! macro expands one body for each pool type, so each behaviour is written once.
 //! `sqlx::Error` stops here: callers see [`StoreError`].
 
+mod demo;
 mod error;
 mod records;
 mod rows;

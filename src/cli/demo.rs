@@ -1,0 +1,338 @@
+//! `idemwatch demo`: the service as `serve` runs it, on a throwaway database, with
+//! synthetic traffic through the real guard next to it.
+
+use super::serve::{bind, open_store, run_server, shutdown_signal};
+use super::{DatabaseArgs, redact_url};
+use crate::demo::{
+    CLIENT_DEADLINE, Demo, DemoConfig, IncidentSchedule, LatencyModel, PROVIDER_RETENTION,
+    PROVIDER_TIMEOUT, clock,
+};
+use anyhow::Context;
+use clap::Args;
+use futures::FutureExt;
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Address to listen on. Loopback by default: there is no authentication yet.
+    #[arg(long, env = "IDEMWATCH_DEMO_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Database for the demo's keys: `sqlite://FILE` or `postgres://…`. Default: a new
+    /// SQLite file in a temporary directory, removed on exit. Deliberately not read
+    /// from DATABASE_URL, so that a demo never writes into a real database by accident.
+    #[arg(long, env = "IDEMWATCH_DEMO_DATABASE_URL")]
+    pub database_url: Option<String>,
+    /// New tool calls per second; transport retries and redeliveries come on top.
+    #[arg(long, env = "IDEMWATCH_DEMO_RATE", default_value_t = 10.0, value_parser = parse_rate)]
+    pub rate: f64,
+    /// Run this long, then stop as on Ctrl-C (e.g. `30s`, `5m`). Default: until Ctrl-C.
+    #[arg(long, env = "IDEMWATCH_DEMO_DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Start with the incident: the provider's p99 above the client deadline.
+    #[arg(long, env = "IDEMWATCH_DEMO_INCIDENT")]
+    pub incident: bool,
+    /// Schedule an incident this often, the first 2 minutes in (`off` for none).
+    #[arg(long, env = "IDEMWATCH_DEMO_INCIDENT_EVERY", default_value = "15m", value_parser = parse_every)]
+    pub incident_every: Every,
+    /// How long each incident lasts. 5 minutes lets IdempotencyReplaySpike fire.
+    #[arg(long, env = "IDEMWATCH_DEMO_INCIDENT_LENGTH", default_value = "5m", value_parser = parse_duration)]
+    pub incident_length: Duration,
+    /// How much faster than the clock the simulation runs: at 10, the 10 s client
+    /// deadline is 1 s. Database times stay real.
+    #[arg(long, env = "IDEMWATCH_DEMO_SPEED", default_value_t = 10.0, value_parser = parse_speed)]
+    pub speed: f64,
+}
+
+/// `--incident-every`: a period, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Every(pub Option<Duration>);
+
+/// When the first scheduled incident starts: late enough that the normal baseline
+/// shows first, early enough for a first look.
+const FIRST_INCIDENT: Duration = Duration::from_secs(120);
+
+pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
+    let (url, temp_dir) = demo_database(args.database_url.as_deref())?;
+    let database = DatabaseArgs {
+        database_url: url.clone(),
+        db_max_connections: 16,
+    };
+    let store = open_store(&database).await?;
+    let listener = bind(args.listen).await?;
+    let base = format!("http://{}", listener.local_addr()?);
+
+    let mut config = DemoConfig::new(args.rate, args.speed);
+    config.incident = IncidentSchedule {
+        start_now: args.incident,
+        first_at: FIRST_INCIDENT,
+        every: args.incident_every.0,
+        length: args.incident_length,
+    };
+    let demo = Demo::new(store.clone(), config);
+    print_banner(&base, &url, temp_dir.is_some(), &args);
+
+    let duration = args.duration;
+    let stop = async move {
+        match duration {
+            Some(d) => tokio::select! {
+                () = shutdown_signal() => {},
+                () = tokio::time::sleep(d) => tracing::info!("demo: --duration reached"),
+            },
+            None => shutdown_signal().await,
+        }
+    }
+    .boxed()
+    .shared();
+
+    let tty = std::io::stdout().is_terminal();
+    let (served, (), ()) = tokio::join!(
+        run_server(
+            store.clone(),
+            listener,
+            crate::demo::router(demo.clone()),
+            stop.clone()
+        ),
+        demo.run(stop.clone()),
+        print_status(&demo, stop.clone(), tty),
+    );
+    let summary = demo.snapshot().await;
+    store.close().await;
+    if let Some(dir) = temp_dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    served?;
+    let provider = demo.provider();
+    if let Ok(s) = &summary {
+        let ratio = s.replay_ratio.map_or("-".into(), |r| format!("{:.2}%", r * 100.0));
+        println!(
+            "requests: {}, replays: {} ({ratio}), UNKNOWN backlog: {}",
+            s.requests, s.replays, s.unknown_backlog
+        );
+    }
+    println!(
+        "effects: {}, duplicates: {}",
+        provider.effect_count(),
+        provider.duplicates()
+    );
+    if provider.duplicates() > 0 {
+        anyhow::bail!("the provider performed an effect twice: the guard failed");
+    }
+    Ok(())
+}
+
+/// The database URL, and the temporary directory to remove afterwards, if any. A
+/// given SQLite file is created when missing.
+fn demo_database(given: Option<&str>) -> anyhow::Result<(String, Option<PathBuf>)> {
+    if let Some(url) = given {
+        if url.starts_with("sqlite:") && !url.contains("mode=") {
+            let sep = if url.contains('?') { '&' } else { '?' };
+            return Ok((format!("{url}{sep}mode=rwc"), None));
+        }
+        return Ok((url.to_string(), None));
+    }
+    let dir = std::env::temp_dir().join(format!(
+        "idemwatch-demo-{}-{}",
+        std::process::id(),
+        chrono::Utc::now().timestamp()
+    ));
+    std::fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create a temporary directory {}", dir.display()))?;
+    let url = format!("sqlite://{}?mode=rwc", dir.join("idemwatch.db").display());
+    Ok((url, Some(dir)))
+}
+
+fn print_banner(base: &str, url: &str, temporary: bool, args: &DemoArgs) {
+    let speed = args.speed;
+    let deadline = CLIENT_DEADLINE.div_f64(speed);
+    let retention = PROVIDER_RETENTION.div_f64(speed);
+    let normal = LatencyModel::NORMAL;
+    let incident = LatencyModel::INCIDENT;
+    let db_note = if temporary {
+        " (temporary, removed on exit)"
+    } else {
+        ""
+    };
+    println!("idemwatch demo: refunds through the real guard against a simulated payments provider");
+    println!("  UI           {base}/");
+    println!("  metrics      {base}/metrics");
+    println!("  demo stats   {base}/demo/stats");
+    println!("  database     {}{db_note}", redact_url(url));
+    println!(
+        "  traffic      {} tool calls/s, with transport retries, redeliveries, re-issued calls, worker crashes,",
+        args.rate
+    );
+    println!("               a payload-mismatch bug, lost keys and genuine repeat refunds");
+    println!(
+        "  time         {speed}x: the {}s client deadline is {}, the guard's {}s provider timeout is {};",
+        CLIENT_DEADLINE.as_secs(),
+        secs(deadline),
+        PROVIDER_TIMEOUT.as_secs(),
+        secs(PROVIDER_TIMEOUT.div_f64(speed)),
+    );
+    println!(
+        "               the provider forgets keys after {} (its 24 h, compressed)",
+        secs(retention)
+    );
+    println!(
+        "  provider     normal p99 {:.1}s; incident p99 {:.0}s, over the {}s deadline",
+        normal.p99().as_secs_f64(),
+        incident.p99().as_secs_f64(),
+        CLIENT_DEADLINE.as_secs()
+    );
+    let length = clock(args.incident_length);
+    match (args.incident, args.incident_every.0) {
+        (true, Some(every)) => println!(
+            "  incident     now for {length}, then every {} from {}",
+            clock(every),
+            clock(FIRST_INCIDENT)
+        ),
+        (true, None) => println!("  incident     now, for {length}"),
+        (false, Some(every)) => println!(
+            "  incident     at {} for {length}, then every {} (--incident starts one now)",
+            clock(FIRST_INCIDENT),
+            clock(every)
+        ),
+        (false, None) => println!("  incident     none scheduled (--incident starts one now)"),
+    }
+    println!("Ctrl-C to stop.");
+}
+
+fn secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 10.0 {
+        format!("{s:.1}s")
+    } else {
+        format!("{s:.0}s")
+    }
+}
+
+/// One live line: rewritten in place on a terminal, a new line every 5 s otherwise.
+async fn print_status(demo: &Demo, stop: impl std::future::Future<Output = ()>, tty: bool) {
+    let every = Duration::from_secs(if tty { 1 } else { 5 });
+    tokio::pin!(stop);
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            () = tokio::time::sleep(every) => {}
+        }
+        match demo.status().await {
+            Ok(line) if tty => {
+                let mut out = std::io::stdout().lock();
+                let _ = write!(out, "\r\x1b[2K{line}");
+                let _ = out.flush();
+            }
+            Ok(line) => println!("{line}"),
+            Err(e) => tracing::warn!(error = %e, "demo: status unavailable"),
+        }
+    }
+    if tty {
+        println!();
+    }
+    println!("stopping: letting calls in flight finish...");
+}
+
+/// `500ms`, `30s`, `5m`, `1h`, or a sum like `1m30s`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let bad = || format!("{text:?} is not a duration: write e.g. 30s, 5m, 1h or 1m30s");
+    let mut total = Duration::ZERO;
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit() && c != '.')
+            .ok_or_else(bad)?;
+        let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ms" => number / 1000.0,
+            "s" => number,
+            "m" => number * 60.0,
+            "h" => number * 3600.0,
+            _ => return Err(bad()),
+        };
+        rest = &rest[unit_len..];
+        total += Duration::try_from_secs_f64(seconds).map_err(|_| bad())?;
+    }
+    Ok(total)
+}
+
+fn parse_every(text: &str) -> Result<Every, String> {
+    match text {
+        "off" | "0" | "none" => Ok(Every(None)),
+        _ => match parse_duration(text)? {
+            d if d.is_zero() => Ok(Every(None)),
+            d => Ok(Every(Some(d))),
+        },
+    }
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(r) if r > 0.0 && r <= 10_000.0 => Ok(r),
+        _ => Err(format!("{text:?}: the rate must be a number of calls per second above 0 and at most 10000")),
+    }
+}
+
+fn parse_speed(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if (1.0..=1000.0).contains(&s) => Ok(s),
+        _ => Err(format!("{text:?}: the speed must be between 1 (real time) and 1000")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_like_people_write_them() {
+        let table = [
+            ("30s", 30_000),
+            ("5m", 300_000),
+            ("1h", 3_600_000),
+            ("500ms", 500),
+            ("1m30s", 90_000),
+            ("1.5s", 1_500),
+        ];
+        for (text, ms) in table {
+            assert_eq!(parse_duration(text), Ok(Duration::from_millis(ms)), "{text}");
+        }
+        for bad in ["", "30", "s", "5 minutes", "-1s", "1d"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_every("off"), Ok(Every(None)));
+        assert_eq!(parse_every("10m"), Ok(Every(Some(Duration::from_secs(600)))));
+    }
+
+    #[test]
+    fn a_given_sqlite_file_is_created_when_missing_and_other_urls_are_kept() {
+        assert_eq!(
+            demo_database(Some("sqlite:///tmp/x.db")).unwrap(),
+            ("sqlite:///tmp/x.db?mode=rwc".to_string(), None)
+        );
+        assert_eq!(
+            demo_database(Some("sqlite://x.db?mode=ro")).unwrap().0,
+            "sqlite://x.db?mode=ro"
+        );
+        assert_eq!(
+            demo_database(Some("postgres://u@h/db")).unwrap().0,
+            "postgres://u@h/db"
+        );
+    }
+
+    #[test]
+    fn rates_and_speeds_out_of_range_are_refused_by_name() {
+        assert!(parse_rate("0").unwrap_err().contains("rate"));
+        assert!(parse_rate("abc").is_err());
+        assert_eq!(parse_rate("2.5"), Ok(2.5));
+        assert!(parse_speed("0.5").unwrap_err().contains("speed"));
+    }
+}

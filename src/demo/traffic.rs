@@ -1,0 +1,550 @@
+//! The traffic: agents calling refund tools through the real guard, and every way a
+//! side effect gets requested twice (background/002 and /003).
+//!
+//! Each intent is one flow. The agent sends a request to the tool server, which runs
+//! `Guard::run` in its own task; the agent waits at most its client deadline and then
+//! retries with the same intent, while the server carries on, as servers do when a
+//! client hangs up. Waits between deliveries end early when the demo stops.
+
+use super::latency::{CLIENT_DEADLINE, LEASE_MARGIN, PROVIDER_TIMEOUT};
+use super::provider::{Fault, ProviderClient};
+use super::stats::{CallResult, Counters};
+use super::{DemoConfig, Shared};
+use crate::guard::{GuardError, Intent, Outcome, ToolCall};
+use rand::RngExt;
+use rand::seq::IndexedRandom;
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::{AbortHandle, JoinHandle};
+
+/// What happens to one intent, on top of the provider's latency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scenario {
+    /// One delivery. If the provider is slower than the client deadline, the agent's
+    /// transport retries meet the call in flight (409) and then replay it.
+    Plain,
+    /// The provider answers after 15 s against a 10 s deadline (the seed trace).
+    SlowResponse,
+    /// The provider answers after 40 s: past the guard's own 30 s timeout, so the key
+    /// goes UNKNOWN, and a retry takes it over and finds the refund at the provider.
+    ProviderTimeout,
+    /// The queue redelivers the trigger: while the first delivery runs, or after.
+    Redelivery,
+    /// The model re-issues the call after losing the observation, rephrasing `reason`.
+    ModelReissue,
+    /// The refund happens, the connection drops; the retry reconciles.
+    DroppedResponse,
+    /// A 503 before anything happened; the retry finds nothing and resends.
+    Unavailable,
+    /// The worker dies after the refund; the redelivery waits out the lease, takes over.
+    WorkerCrash,
+    /// A client bug retries with another amount under the same intent: refused (422).
+    PayloadMismatchBug,
+    /// The card is declined; the resumed run replays the stored failure.
+    Declined,
+    /// The response is lost and the message parked; it is retried well inside the
+    /// provider's retention, so the guard reconciles.
+    LateRetry,
+    /// The response is lost and the message only comes back after the provider
+    /// forgot the key: the guard cannot know and asks a person (NeedsHumanReview).
+    ForgottenKey,
+    /// A genuine second refund on the same order, weeks later: a new intent, a new
+    /// key, a second real effect.
+    RepeatRefund,
+}
+
+/// The opening: every scenario once, in the first seconds, so that a new user (and
+/// the tests) see every kind of event without waiting for chance.
+pub const SHOWCASE: [Scenario; 12] = [
+    Scenario::RepeatRefund,
+    Scenario::SlowResponse,
+    Scenario::ProviderTimeout,
+    Scenario::DroppedResponse,
+    Scenario::Unavailable,
+    Scenario::WorkerCrash,
+    Scenario::Redelivery,
+    Scenario::ModelReissue,
+    Scenario::PayloadMismatchBug,
+    Scenario::Declined,
+    Scenario::LateRetry,
+    Scenario::ForgottenKey,
+];
+
+/// The normal mix, per 10,000 intents; the rest are `Plain`.
+const MIX: [(Scenario, u32); 10] = [
+    (Scenario::Redelivery, 10),
+    (Scenario::ModelReissue, 5),
+    (Scenario::DroppedResponse, 10),
+    (Scenario::Unavailable, 10),
+    (Scenario::WorkerCrash, 5),
+    (Scenario::PayloadMismatchBug, 2),
+    (Scenario::Declined, 10),
+    (Scenario::LateRetry, 5),
+    (Scenario::ForgottenKey, 3),
+    (Scenario::RepeatRefund, 5),
+];
+
+/// The order of the seed trace: refunded twice, genuinely, in the showcase.
+pub const REPEAT_ORDER: &str = "A-88214";
+
+/// The agents' retry policy: 0.5 s after the first failure, then 2 s, 4 s, 8 s, 8 s…
+/// (a 409 means "later", not "now").
+const MAX_TRIES: u32 = 8;
+
+pub fn pick_scenario(n: u64, showcase: bool) -> Scenario {
+    if showcase && let Some(s) = SHOWCASE.get(n as usize) {
+        return *s;
+    }
+    let mut roll = rand::rng().random_range(0..10_000u32);
+    for (scenario, weight) in MIX {
+        if roll < weight {
+            return scenario;
+        }
+        roll -= weight;
+    }
+    Scenario::Plain
+}
+
+const REASONS: [&str; 6] = [
+    "The parcel never arrived.",
+    "Customer reports the item arrived damaged.",
+    "Charged twice at checkout, refunding one charge.",
+    "Delivery was four days late; goodwill refund.",
+    "Wrong size sent, customer returned it.",
+    "Subscription cancelled within the cooling-off period.",
+];
+
+const REPHRASED: [&str; 4] = [
+    "As discussed, refunding the customer because their order did not arrive",
+    "Issuing a refund: the customer says the order is missing",
+    "Refund for the order (customer complaint, see ticket)",
+    "The customer's parcel was lost in transit so we refund it",
+];
+
+/// One agent's recorded intent and the arguments it sends.
+#[derive(Debug, Clone)]
+struct Plan {
+    tool: &'static str,
+    tenant: &'static str,
+    order: String,
+    ticket: u32,
+    amount_p: i64,
+    reason: &'static str,
+    workflow: u64,
+}
+
+impl Shared {
+    fn plan(&self, n: u64, scenario: Scenario) -> Plan {
+        let mut rng = rand::rng();
+        let voucher = scenario == Scenario::Plain && rng.random_bool(0.2);
+        let order = if scenario == Scenario::RepeatRefund && n < SHOWCASE.len() as u64 {
+            REPEAT_ORDER.to_string()
+        } else {
+            format!("A-{:05}", rng.random_range(10_000..100_000))
+        };
+        Plan {
+            tool: if voucher { "send_voucher" } else { "issue_refund" },
+            tenant: ["acme", "acme", "globex", "initech"]
+                .choose(&mut rng)
+                .copied()
+                .unwrap_or("acme"),
+            order,
+            ticket: rng.random_range(1000..10_000),
+            amount_p: if voucher {
+                500
+            } else {
+                *[1299, 2500, 4500, 4500, 8999].choose(&mut rng).unwrap_or(&4500)
+            },
+            reason: REASONS.choose(&mut rng).copied().unwrap_or(REASONS[0]),
+            workflow: n,
+        }
+    }
+
+    fn call(&self, plan: &Plan) -> ToolCall {
+        let (verb, step) = match plan.tool {
+            "send_voucher" => ("voucher", "5"),
+            _ => ("refund", "4"),
+        };
+        ToolCall {
+            intent: Intent {
+                tenant: plan.tenant.to_string(),
+                tool: plan.tool.to_string(),
+                workflow_id: format!("run-{}-{:06}", self.run_id, plan.workflow),
+                step_id: step.to_string(),
+                intent_id: format!("{verb}:order-{}:ticket-{}", plan.order, plan.ticket),
+            },
+            business_ref: Some(format!("order:{}", plan.order)),
+            args: json!({
+                "order": plan.order,
+                "amount_p": plan.amount_p,
+                "currency": "GBP",
+                "reason": plan.reason,
+            }),
+            actor: worker(),
+        }
+    }
+}
+
+fn worker() -> String {
+    format!("worker-{}", rand::rng().random_range(1..=8))
+}
+
+/// The same call from another worker (a redelivery lands anywhere).
+fn redelivered(call: &ToolCall) -> ToolCall {
+    let mut c = call.clone();
+    c.actor = worker();
+    c
+}
+
+/// The model regenerates the call: same intent (the orchestrator recorded it), same
+/// business arguments but written differently, and new free text.
+fn rephrased(call: &ToolCall) -> ToolCall {
+    let mut c = redelivered(call);
+    let amount = call.args["amount_p"].as_i64().unwrap_or(0) as f64;
+    let reason = REPHRASED
+        .choose(&mut rand::rng())
+        .copied()
+        .unwrap_or(REPHRASED[0]);
+    c.args = json!({
+        "reason": reason,
+        "currency": call.args["currency"],
+        "amount_p": amount,
+        "order": call.args["order"],
+    });
+    c
+}
+
+/// The payload-mismatch bug: a retry that converts pence to pounds.
+fn buggy(call: &ToolCall) -> ToolCall {
+    let mut c = redelivered(call);
+    c.args["amount_p"] = json!(call.args["amount_p"].as_i64().unwrap_or(0) / 100);
+    c
+}
+
+/// What the agent saw for one request.
+enum Seen {
+    Answer(Result<Outcome, GuardError>),
+    /// The client deadline passed first.
+    Timeout,
+}
+
+impl Seen {
+    /// Timeouts, unknown outcomes, 409s and an unavailable database are retried with
+    /// the same intent; everything else is an answer.
+    fn retryable(&self) -> bool {
+        match self {
+            Seen::Timeout => true,
+            Seen::Answer(Err(GuardError::OutcomeUnknown { .. } | GuardError::InFlight { .. })) => {
+                true
+            }
+            Seen::Answer(Err(GuardError::Store(e))) => e.is_unavailable(),
+            Seen::Answer(_) => false,
+        }
+    }
+}
+
+/// The tasks one flow started. Dropping the flow (the demo stopped and gave up
+/// waiting) aborts them; a finished flow has awaited them all.
+#[derive(Default)]
+struct Flow {
+    started: Vec<AbortHandle>,
+    detached: Vec<JoinHandle<Result<Outcome, GuardError>>>,
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        for task in &self.started {
+            task.abort();
+        }
+    }
+}
+
+impl Flow {
+    async fn finish(mut self) {
+        for task in std::mem::take(&mut self.detached) {
+            let _ = task.await;
+        }
+    }
+}
+
+impl DemoConfig {
+    pub fn story(&self, d: Duration) -> Duration {
+        d.div_f64(self.speed)
+    }
+    pub fn client_deadline(&self) -> Duration {
+        self.story(CLIENT_DEADLINE)
+    }
+    pub fn provider_timeout(&self) -> Duration {
+        self.story(PROVIDER_TIMEOUT)
+    }
+    pub fn lease_margin(&self) -> Duration {
+        self.story(LEASE_MARGIN)
+    }
+}
+
+pub async fn run_intent(shared: Arc<Shared>, n: u64, scenario: Scenario) {
+    Counters::bump(&shared.counters.intents);
+    let plan = shared.plan(n, scenario);
+    let call = shared.call(&plan);
+    let mut flow = Flow::default();
+    shared.play(&mut flow, scenario, &plan, &call).await;
+    flow.finish().await;
+}
+
+impl Shared {
+    async fn play(self: &Arc<Self>, flow: &mut Flow, scenario: Scenario, plan: &Plan, call: &ToolCall) {
+        let story = |secs: f64| self.config.story(Duration::from_secs_f64(secs));
+        let retention = self.provider.retention();
+        let between = |lo: f64, hi: f64| rand::rng().random_range(lo..hi);
+        match scenario {
+            Scenario::Plain => self.deliver(flow, call, Fault::None).await,
+            Scenario::SlowResponse => {
+                self.deliver(flow, call, Fault::Latency(Duration::from_secs(15)))
+                    .await;
+            }
+            Scenario::ProviderTimeout => {
+                self.deliver(flow, call, Fault::Latency(Duration::from_secs(40)))
+                    .await;
+            }
+            Scenario::Redelivery => {
+                if n_is_showcase(plan) || rand::rng().random_bool(0.5) {
+                    // After the first delivery was acknowledged too late.
+                    self.deliver(flow, call, Fault::None).await;
+                    if self.wait(story(between(3.0, 20.0))).await {
+                        self.deliver(flow, &redelivered(call), Fault::None).await;
+                    }
+                } else {
+                    // The visibility timeout passed while the first still runs.
+                    let second = async {
+                        let mut flow2 = Flow::default();
+                        if self.wait(story(between(0.3, 2.0))).await {
+                            self.deliver(&mut flow2, &redelivered(call), Fault::None)
+                                .await;
+                        }
+                        flow2.finish().await;
+                    };
+                    tokio::join!(self.deliver(flow, call, Fault::None), second);
+                }
+            }
+            Scenario::ModelReissue => {
+                self.deliver(flow, call, Fault::None).await;
+                if self.wait(story(between(2.0, 10.0))).await {
+                    self.deliver(flow, &rephrased(call), Fault::None).await;
+                }
+            }
+            Scenario::DroppedResponse => self.deliver(flow, call, Fault::DropResponse).await,
+            Scenario::Unavailable => self.deliver(flow, call, Fault::Unavailable).await,
+            Scenario::WorkerCrash => {
+                self.crash(flow, call).await;
+                // The queue redelivers after its visibility timeout (45 s), before the
+                // lease (60 s) runs out: 409 until then, a takeover after.
+                if self.wait(story(45.0)).await {
+                    self.deliver(flow, &redelivered(call), Fault::None).await;
+                }
+            }
+            Scenario::PayloadMismatchBug => {
+                self.deliver(flow, call, Fault::None).await;
+                if self.wait(story(between(1.0, 5.0))).await {
+                    self.deliver(flow, &buggy(call), Fault::None).await;
+                }
+            }
+            Scenario::Declined => {
+                self.deliver(flow, call, Fault::Decline).await;
+                if self.wait(story(between(5.0, 20.0))).await {
+                    self.deliver(flow, &redelivered(call), Fault::None).await;
+                }
+            }
+            Scenario::LateRetry => {
+                self.request(flow, call, Fault::DropResponse).await;
+                if self.wait(retention.mul_f64(between(0.3, 0.6))).await {
+                    self.deliver(flow, &redelivered(call), Fault::None).await;
+                }
+            }
+            Scenario::ForgottenKey => {
+                let fault = if rand::rng().random_bool(0.5) {
+                    Fault::DropResponse
+                } else {
+                    Fault::Unavailable
+                };
+                self.request(flow, call, fault).await;
+                if self.wait(retention.mul_f64(between(1.2, 1.5))).await {
+                    self.deliver(flow, &redelivered(call), Fault::None).await;
+                }
+            }
+            Scenario::RepeatRefund => {
+                self.deliver(flow, call, Fault::None).await;
+                if self.wait(story(between(20.0, 30.0))).await {
+                    // The customer writes back about a second problem: a new run of
+                    // the agent, a new ticket, the same order and amount.
+                    let mut again = plan.clone();
+                    again.ticket += 1;
+                    again.workflow += 1_000_000;
+                    again.reason = "Second problem with the same order: refund again.";
+                    self.deliver(flow, &self.call(&again), Fault::None).await;
+                }
+            }
+        }
+    }
+
+    /// One delivery: a request, then transport retries with the same intent while the
+    /// answer is a timeout, an unknown outcome or a 409.
+    async fn deliver(self: &Arc<Self>, flow: &mut Flow, call: &ToolCall, fault: Fault) {
+        let mut fault = fault;
+        for attempt in 0..MAX_TRIES {
+            let seen = self
+                .request(flow, call, std::mem::replace(&mut fault, Fault::None))
+                .await;
+            if !seen.retryable() || attempt + 1 == MAX_TRIES {
+                return;
+            }
+            let backoff = if attempt == 0 {
+                Duration::from_millis(500)
+            } else {
+                Duration::from_millis(1000 << attempt.min(3))
+            };
+            let jitter = rand::rng().random_range(0.8..1.2);
+            if !self.wait(self.config.story(backoff.mul_f64(jitter))).await {
+                return;
+            }
+        }
+    }
+
+    /// One request to the tool server, which guards the call in its own task.
+    async fn request(self: &Arc<Self>, flow: &mut Flow, call: &ToolCall, fault: Fault) -> Seen {
+        let client = self.client(call, fault);
+        let mut task = self.spawn_guarded(flow, call, client);
+        match tokio::time::timeout(self.config.client_deadline(), &mut task).await {
+            Ok(Ok(answer)) => Seen::Answer(answer),
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "demo: a guarded call panicked");
+                Seen::Timeout
+            }
+            Err(_deadline) => {
+                Counters::bump(&self.counters.client_timeouts);
+                flow.detached.push(task);
+                Seen::Timeout
+            }
+        }
+    }
+
+    /// The worker performs the refund and dies before it hears back: its task is
+    /// aborted mid-call, its lease left to run out.
+    async fn crash(self: &Arc<Self>, flow: &mut Flow, call: &ToolCall) {
+        let client = self.client(call, Fault::CrashAfterEffect);
+        let crashed = client.crashed.clone();
+        let mut task = self.spawn_guarded(flow, call, client);
+        tokio::select! {
+            () = crashed.notified() => {
+                task.abort();
+                Counters::bump(&self.counters.worker_crashes);
+            }
+            _ = &mut task => {}
+        }
+    }
+
+    fn client(&self, call: &ToolCall, fault: Fault) -> ProviderClient {
+        ProviderClient::new(
+            &self.provider,
+            &call.intent.tool,
+            self.config.provider_timeout(),
+            fault,
+        )
+    }
+
+    fn spawn_guarded(
+        self: &Arc<Self>,
+        flow: &mut Flow,
+        call: &ToolCall,
+        client: ProviderClient,
+    ) -> JoinHandle<Result<Outcome, GuardError>> {
+        let me = Arc::clone(self);
+        let call = call.clone();
+        let task = tokio::spawn(async move {
+            Counters::bump(&me.counters.guard_calls);
+            let answer = me.guard.run(&call, &client).await;
+            let result = CallResult::of(&answer);
+            me.counters.record(result);
+            match &answer {
+                Err(e @ (GuardError::Store(_) | GuardError::InvalidCall(_) | GuardError::Invalid { .. })) => {
+                    tracing::warn!(error = %e, "demo: guarded call failed");
+                }
+                Err(e) => tracing::debug!(error = %e, "demo: guarded call"),
+                Ok(_) => {}
+            }
+            answer
+        });
+        flow.started.push(task.abort_handle());
+        task
+    }
+
+    /// Sleeps `d`; false if the demo stopped meanwhile.
+    pub async fn wait(&self, d: Duration) -> bool {
+        let mut stop = self.stop.clone();
+        tokio::select! {
+            () = tokio::time::sleep(d) => true,
+            _ = stop.wait_for(|stopped| *stopped) => false,
+        }
+    }
+}
+
+/// Showcase flows take the deterministic path of their scenario.
+fn n_is_showcase(plan: &Plan) -> bool {
+    plan.workflow < SHOWCASE.len() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guard::BusinessArgs;
+
+    fn call() -> ToolCall {
+        ToolCall {
+            intent: Intent {
+                tenant: "acme".into(),
+                tool: "issue_refund".into(),
+                workflow_id: "run-x-000001".into(),
+                step_id: "4".into(),
+                intent_id: "refund:order-A-1:ticket-1".into(),
+            },
+            business_ref: Some("order:A-1".into()),
+            args: json!({"order": "A-1", "amount_p": 4500, "currency": "GBP", "reason": "late"}),
+            actor: "worker-1".into(),
+        }
+    }
+
+    fn fingerprint(c: &ToolCall) -> String {
+        BusinessArgs::new(&c.args, &["reason"]).unwrap().fingerprint.0
+    }
+
+    #[test]
+    fn a_rephrased_call_has_the_same_key_and_fingerprint() {
+        let c = call();
+        let r = rephrased(&c);
+        assert_ne!(r.args["reason"], c.args["reason"]);
+        assert_eq!(r.intent.key().unwrap(), c.intent.key().unwrap());
+        assert_eq!(fingerprint(&r), fingerprint(&c));
+    }
+
+    #[test]
+    fn the_buggy_retry_has_the_same_key_and_another_fingerprint() {
+        let c = call();
+        let b = buggy(&c);
+        assert_eq!(b.args["amount_p"], 45);
+        assert_eq!(b.intent.key().unwrap(), c.intent.key().unwrap());
+        assert_ne!(fingerprint(&b), fingerprint(&c));
+    }
+
+    #[test]
+    fn the_showcase_comes_first_then_mostly_plain_traffic() {
+        for (n, s) in SHOWCASE.iter().enumerate() {
+            assert_eq!(pick_scenario(n as u64, true), *s);
+        }
+        let plain = (0..10_000)
+            .filter(|n| pick_scenario(100 + n, true) == Scenario::Plain)
+            .count();
+        assert!(plain > 9_800, "{plain}");
+        let total: u32 = MIX.iter().map(|(_, w)| w).sum();
+        assert!(total < 100, "the mix leaves most traffic plain");
+    }
+}
