@@ -128,13 +128,19 @@ impl Demo {
         tasks.spawn(schedule_incidents(Arc::clone(shared)));
         tokio::pin!(stop);
         let mut n: u64 = 0;
+        let mut next = tokio::time::Instant::now();
         loop {
-            // Poisson arrivals at `rate`.
+            // Poisson arrivals at `rate`, on a timeline of their own, so that a busy
+            // machine delays calls but does not lower the rate.
             let u: f64 = 1.0 - rand::rng().random::<f64>();
-            let gap = Duration::from_secs_f64((-u.ln() / shared.config.rate.max(0.01)).min(60.0));
+            next += Duration::from_secs_f64((-u.ln() / shared.config.rate.max(0.01)).min(60.0));
+            // After a long stall (a suspended laptop) start afresh rather than burst.
+            if let Some(floor) = tokio::time::Instant::now().checked_sub(Duration::from_secs(1)) {
+                next = next.max(floor);
+            }
             tokio::select! {
                 () = &mut stop => break,
-                () = tokio::time::sleep(gap) => {}
+                () = tokio::time::sleep_until(next) => {}
             }
             let scenario = traffic::pick_scenario(n, shared.config.showcase);
             tasks.spawn(traffic::run_intent(Arc::clone(shared), n, scenario));
