@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-#[derive(Debug, Clone, Args)]
+#[derive(Clone, Args)]
 pub struct DemoArgs {
     /// Address to listen on. Loopback by default: there is no authentication yet.
     #[arg(long, env = "IDEMWATCH_DEMO_LISTEN", default_value = "127.0.0.1:8080")]
@@ -46,6 +46,25 @@ pub struct DemoArgs {
     pub speed: f64,
 }
 
+/// The URL may carry a password: never print it.
+impl std::fmt::Debug for DemoArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DemoArgs")
+            .field("listen", &self.listen)
+            .field(
+                "database_url",
+                &self.database_url.as_deref().map(redact_url),
+            )
+            .field("rate", &self.rate)
+            .field("duration", &self.duration)
+            .field("incident", &self.incident)
+            .field("incident_every", &self.incident_every)
+            .field("incident_length", &self.incident_length)
+            .field("speed", &self.speed)
+            .finish()
+    }
+}
+
 /// `--incident-every`: a period, or `off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Every(pub Option<Duration>);
@@ -67,7 +86,11 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
     let mut config = DemoConfig::new(args.rate, args.speed);
     config.incident = IncidentSchedule {
         start_now: args.incident,
-        first_at: FIRST_INCIDENT,
+        // After `--incident`, the schedule resumes one period later.
+        first_at: match (args.incident, args.incident_every.0) {
+            (true, Some(every)) => every,
+            _ => FIRST_INCIDENT,
+        },
         every: args.incident_every.0,
         length: args.incident_length,
     };
@@ -79,7 +102,7 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
         match duration {
             Some(d) => tokio::select! {
                 () = shutdown_signal() => {},
-                () = tokio::time::sleep(d) => tracing::info!("demo: --duration reached"),
+                () = tokio::time::sleep(d) => {},
             },
             None => shutdown_signal().await,
         }
@@ -106,7 +129,9 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
     served?;
     let provider = demo.provider();
     if let Ok(s) = &summary {
-        let ratio = s.replay_ratio.map_or("-".into(), |r| format!("{:.2}%", r * 100.0));
+        let ratio = s
+            .replay_ratio
+            .map_or("-".into(), |r| format!("{:.2}%", r * 100.0));
         println!(
             "requests: {}, replays: {} ({ratio}), UNKNOWN backlog: {}",
             s.requests, s.replays, s.unknown_backlog
@@ -155,7 +180,9 @@ fn print_banner(base: &str, url: &str, temporary: bool, args: &DemoArgs) {
     } else {
         ""
     };
-    println!("idemwatch demo: refunds through the real guard against a simulated payments provider");
+    println!(
+        "idemwatch demo: refunds through the real guard against a simulated payments provider"
+    );
     println!("  UI           {base}/");
     println!("  metrics      {base}/metrics");
     println!("  demo stats   {base}/demo/stats");
@@ -185,9 +212,8 @@ fn print_banner(base: &str, url: &str, temporary: bool, args: &DemoArgs) {
     let length = clock(args.incident_length);
     match (args.incident, args.incident_every.0) {
         (true, Some(every)) => println!(
-            "  incident     now for {length}, then every {} from {}",
-            clock(every),
-            clock(FIRST_INCIDENT)
+            "  incident     now for {length}, then every {}",
+            clock(every)
         ),
         (true, None) => println!("  incident     now, for {length}"),
         (false, Some(every)) => println!(
@@ -212,12 +238,26 @@ fn secs(d: Duration) -> String {
 /// One live line: rewritten in place on a terminal, a new line every 5 s otherwise.
 async fn print_status(demo: &Demo, stop: impl std::future::Future<Output = ()>, tty: bool) {
     let every = Duration::from_secs(if tty { 1 } else { 5 });
+    let tick = Duration::from_millis(250);
+    let mut since_print = Duration::ZERO;
+    let mut incident = false;
     tokio::pin!(stop);
     loop {
         tokio::select! {
             () = &mut stop => break,
-            () = tokio::time::sleep(every) => {}
+            () = tokio::time::sleep(tick) => since_print += tick,
         }
+        let now = demo.provider().incident();
+        if now != incident {
+            incident = now;
+            let clear = if tty { "\r\x1b[2K" } else { "" };
+            println!("{clear}{}", incident_news(now));
+            since_print = every;
+        }
+        if since_print < every {
+            continue;
+        }
+        since_print = Duration::ZERO;
         match demo.status().await {
             Ok(line) if tty => {
                 let mut out = std::io::stdout().lock();
@@ -232,6 +272,18 @@ async fn print_status(demo: &Demo, stop: impl std::future::Future<Output = ()>, 
         println!();
     }
     println!("stopping: letting calls in flight finish...");
+}
+
+fn incident_news(active: bool) -> String {
+    if active {
+        let p99 = LatencyModel::INCIDENT.p99().as_secs_f64();
+        format!(
+            "INCIDENT: the provider's p99 is now {p99:.0}s, over the clients' {}s deadline: watch the replay ratio climb",
+            CLIENT_DEADLINE.as_secs()
+        )
+    } else {
+        "incident over: the provider is back to normal".to_string()
+    }
 }
 
 /// `500ms`, `30s`, `5m`, `1h`, or a sum like `1m30s`.
@@ -277,14 +329,18 @@ fn parse_every(text: &str) -> Result<Every, String> {
 fn parse_rate(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(r) if r > 0.0 && r <= 10_000.0 => Ok(r),
-        _ => Err(format!("{text:?}: the rate must be a number of calls per second above 0 and at most 10000")),
+        _ => Err(format!(
+            "{text:?}: the rate must be a number of calls per second above 0 and at most 10000"
+        )),
     }
 }
 
 fn parse_speed(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(s) if (1.0..=1000.0).contains(&s) => Ok(s),
-        _ => Err(format!("{text:?}: the speed must be between 1 (real time) and 1000")),
+        _ => Err(format!(
+            "{text:?}: the speed must be between 1 (real time) and 1000"
+        )),
     }
 }
 
@@ -303,13 +359,20 @@ mod tests {
             ("1.5s", 1_500),
         ];
         for (text, ms) in table {
-            assert_eq!(parse_duration(text), Ok(Duration::from_millis(ms)), "{text}");
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_millis(ms)),
+                "{text}"
+            );
         }
         for bad in ["", "30", "s", "5 minutes", "-1s", "1d"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
         assert_eq!(parse_every("off"), Ok(Every(None)));
-        assert_eq!(parse_every("10m"), Ok(Every(Some(Duration::from_secs(600)))));
+        assert_eq!(
+            parse_every("10m"),
+            Ok(Every(Some(Duration::from_secs(600))))
+        );
     }
 
     #[test]
@@ -326,6 +389,19 @@ mod tests {
             demo_database(Some("postgres://u@h/db")).unwrap().0,
             "postgres://u@h/db"
         );
+    }
+
+    #[test]
+    fn a_password_in_the_demo_database_url_is_never_printed() {
+        use clap::Parser;
+        let cli = crate::cli::Cli::try_parse_from([
+            "idemwatch",
+            "demo",
+            "--database-url",
+            "postgres://app:s3cret@db/idem",
+        ])
+        .unwrap();
+        assert!(!format!("{cli:?}").contains("s3cret"));
     }
 
     #[test]

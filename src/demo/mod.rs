@@ -6,6 +6,7 @@
 //! `speed` times faster than the clock (a 10 s client deadline is 1 s at the default
 //! 10x). Times written to the database stay real wall-clock times.
 
+mod calls;
 mod latency;
 mod provider;
 mod stats;
@@ -226,16 +227,8 @@ async fn schedule_incidents(shared: Arc<Shared>) {
         let active = schedule.active_at(shared.started.elapsed());
         if active != shared.provider.incident() {
             shared.provider.set_incident(active);
-            let model = shared.provider.latency();
-            if active {
-                tracing::info!(
-                    p99_s = model.p99().as_secs_f64(),
-                    deadline_s = CLIENT_DEADLINE.as_secs_f64(),
-                    "demo: incident: the provider's p99 is now above the client deadline (story time)"
-                );
-            } else {
-                tracing::info!("demo: incident over: the provider is back to normal");
-            }
+            // The console announces it (`StatusLine::incident`); this is for log files.
+            tracing::debug!(active, "demo: provider incident switched");
         }
         if !shared.wait(Duration::from_millis(100)).await {
             return;

@@ -160,12 +160,15 @@ impl Provider {
         *count += 1;
         if *count > 1 {
             books.duplicates += 1;
-            tracing::error!(key, "DUPLICATE EFFECT: the provider performed this key twice");
+            tracing::error!(
+                key,
+                "DUPLICATE EFFECT: the provider performed this key twice"
+            );
         }
         books
             .remembered
             .insert(key.to_string(), (i, Instant::now()));
-        if books.remembered.len() > 4096 && books.effects.len() % 1024 == 0 {
+        if books.remembered.len() > 4096 && books.effects.len().is_multiple_of(1024) {
             let retention = self.retention;
             books
                 .remembered
@@ -325,7 +328,7 @@ mod tests {
         IdempotencyKey::parse(&format!("{n:02x}").repeat(32)).unwrap()
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn a_remembered_key_is_answered_from_the_books_not_performed_again() {
         let p = Provider::new(Duration::from_secs(60), 1000.0);
         let client = ProviderClient::new(&p, "issue_refund", Duration::from_secs(1), Fault::None);
@@ -351,10 +354,11 @@ mod tests {
         assert_eq!(p.effects_for_order("A-1").len(), 2);
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn only_the_first_call_meets_the_fault() {
         let p = Provider::new(Duration::from_secs(60), 1000.0);
-        let client = ProviderClient::new(&p, "issue_refund", Duration::from_secs(1), Fault::Decline);
+        let client =
+            ProviderClient::new(&p, "issue_refund", Duration::from_secs(1), Fault::Decline);
         let args = json!({"order": "A-1", "amount_p": 4500});
         let err = client.execute(&key(1), &args).await.unwrap_err();
         assert_eq!(client.classify(&err), ErrorClass::Definitive);

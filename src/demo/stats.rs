@@ -192,7 +192,11 @@ impl fmt::Display for StatusLine {
             self.duplicates
         )?;
         match (self.incident, self.next_change) {
-            (true, Some(d)) => write!(f, " | INCIDENT: provider p99 over the deadline, {} left", clock(d)),
+            (true, Some(d)) => write!(
+                f,
+                " | INCIDENT: provider p99 over the deadline, {} left",
+                clock(d)
+            ),
             (true, None) => write!(f, " | INCIDENT: provider p99 over the deadline"),
             (false, Some(d)) => write!(f, " | provider normal, incident in {}", clock(d)),
             (false, None) => write!(f, " | provider normal"),
@@ -226,7 +230,10 @@ mod tests {
         ]);
         assert_eq!((a.requests, a.replays), (1000, 4));
         assert_eq!(a.replay_ratio(), Some(0.004));
-        assert_eq!(a.by_outcome["conflict"], 0, "every outcome is listed, 0 included");
+        assert_eq!(
+            a.by_outcome["conflict"], 0,
+            "every outcome is listed, 0 included"
+        );
         assert_eq!(Admissions::from_kinds(&[]).replay_ratio(), None);
     }
 

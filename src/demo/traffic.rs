@@ -6,14 +6,13 @@
 //! retries with the same intent, while the server carries on, as servers do when a
 //! client hangs up. Waits between deliveries end early when the demo stops.
 
+use super::calls::{Plan, buggy, redelivered, rephrased};
 use super::latency::{CLIENT_DEADLINE, LEASE_MARGIN, PROVIDER_TIMEOUT};
 use super::provider::{Fault, ProviderClient};
 use super::stats::{CallResult, Counters};
 use super::{DemoConfig, Shared};
-use crate::guard::{GuardError, Intent, Outcome, ToolCall};
+use crate::guard::{GuardError, Outcome, ToolCall};
 use rand::RngExt;
-use rand::seq::IndexedRandom;
-use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::{AbortHandle, JoinHandle};
@@ -106,122 +105,6 @@ pub fn pick_scenario(n: u64, showcase: bool) -> Scenario {
     Scenario::Plain
 }
 
-const REASONS: [&str; 6] = [
-    "The parcel never arrived.",
-    "Customer reports the item arrived damaged.",
-    "Charged twice at checkout, refunding one charge.",
-    "Delivery was four days late; goodwill refund.",
-    "Wrong size sent, customer returned it.",
-    "Subscription cancelled within the cooling-off period.",
-];
-
-const REPHRASED: [&str; 4] = [
-    "As discussed, refunding the customer because their order did not arrive",
-    "Issuing a refund: the customer says the order is missing",
-    "Refund for the order (customer complaint, see ticket)",
-    "The customer's parcel was lost in transit so we refund it",
-];
-
-/// One agent's recorded intent and the arguments it sends.
-#[derive(Debug, Clone)]
-struct Plan {
-    tool: &'static str,
-    tenant: &'static str,
-    order: String,
-    ticket: u32,
-    amount_p: i64,
-    reason: &'static str,
-    workflow: u64,
-}
-
-impl Shared {
-    fn plan(&self, n: u64, scenario: Scenario) -> Plan {
-        let mut rng = rand::rng();
-        let voucher = scenario == Scenario::Plain && rng.random_bool(0.2);
-        let order = if scenario == Scenario::RepeatRefund && n < SHOWCASE.len() as u64 {
-            REPEAT_ORDER.to_string()
-        } else {
-            format!("A-{:05}", rng.random_range(10_000..100_000))
-        };
-        Plan {
-            tool: if voucher { "send_voucher" } else { "issue_refund" },
-            tenant: ["acme", "acme", "globex", "initech"]
-                .choose(&mut rng)
-                .copied()
-                .unwrap_or("acme"),
-            order,
-            ticket: rng.random_range(1000..10_000),
-            amount_p: if voucher {
-                500
-            } else {
-                *[1299, 2500, 4500, 4500, 8999].choose(&mut rng).unwrap_or(&4500)
-            },
-            reason: REASONS.choose(&mut rng).copied().unwrap_or(REASONS[0]),
-            workflow: n,
-        }
-    }
-
-    fn call(&self, plan: &Plan) -> ToolCall {
-        let (verb, step) = match plan.tool {
-            "send_voucher" => ("voucher", "5"),
-            _ => ("refund", "4"),
-        };
-        ToolCall {
-            intent: Intent {
-                tenant: plan.tenant.to_string(),
-                tool: plan.tool.to_string(),
-                workflow_id: format!("run-{}-{:06}", self.run_id, plan.workflow),
-                step_id: step.to_string(),
-                intent_id: format!("{verb}:order-{}:ticket-{}", plan.order, plan.ticket),
-            },
-            business_ref: Some(format!("order:{}", plan.order)),
-            args: json!({
-                "order": plan.order,
-                "amount_p": plan.amount_p,
-                "currency": "GBP",
-                "reason": plan.reason,
-            }),
-            actor: worker(),
-        }
-    }
-}
-
-fn worker() -> String {
-    format!("worker-{}", rand::rng().random_range(1..=8))
-}
-
-/// The same call from another worker (a redelivery lands anywhere).
-fn redelivered(call: &ToolCall) -> ToolCall {
-    let mut c = call.clone();
-    c.actor = worker();
-    c
-}
-
-/// The model regenerates the call: same intent (the orchestrator recorded it), same
-/// business arguments but written differently, and new free text.
-fn rephrased(call: &ToolCall) -> ToolCall {
-    let mut c = redelivered(call);
-    let amount = call.args["amount_p"].as_i64().unwrap_or(0) as f64;
-    let reason = REPHRASED
-        .choose(&mut rand::rng())
-        .copied()
-        .unwrap_or(REPHRASED[0]);
-    c.args = json!({
-        "reason": reason,
-        "currency": call.args["currency"],
-        "amount_p": amount,
-        "order": call.args["order"],
-    });
-    c
-}
-
-/// The payload-mismatch bug: a retry that converts pence to pounds.
-fn buggy(call: &ToolCall) -> ToolCall {
-    let mut c = redelivered(call);
-    c.args["amount_p"] = json!(call.args["amount_p"].as_i64().unwrap_or(0) / 100);
-    c
-}
-
 /// What the agent saw for one request.
 enum Seen {
     Answer(Result<Outcome, GuardError>),
@@ -293,7 +176,13 @@ pub async fn run_intent(shared: Arc<Shared>, n: u64, scenario: Scenario) {
 }
 
 impl Shared {
-    async fn play(self: &Arc<Self>, flow: &mut Flow, scenario: Scenario, plan: &Plan, call: &ToolCall) {
+    async fn play(
+        self: &Arc<Self>,
+        flow: &mut Flow,
+        scenario: Scenario,
+        plan: &Plan,
+        call: &ToolCall,
+    ) {
         let story = |secs: f64| self.config.story(Duration::from_secs_f64(secs));
         let retention = self.provider.retention();
         let between = |lo: f64, hi: f64| rand::rng().random_range(lo..hi);
@@ -466,7 +355,11 @@ impl Shared {
             let result = CallResult::of(&answer);
             me.counters.record(result);
             match &answer {
-                Err(e @ (GuardError::Store(_) | GuardError::InvalidCall(_) | GuardError::Invalid { .. })) => {
+                Err(
+                    e @ (GuardError::Store(_)
+                    | GuardError::InvalidCall(_)
+                    | GuardError::Invalid { .. }),
+                ) => {
                     tracing::warn!(error = %e, "demo: guarded call failed");
                 }
                 Err(e) => tracing::debug!(error = %e, "demo: guarded call"),
@@ -496,44 +389,6 @@ fn n_is_showcase(plan: &Plan) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::guard::BusinessArgs;
-
-    fn call() -> ToolCall {
-        ToolCall {
-            intent: Intent {
-                tenant: "acme".into(),
-                tool: "issue_refund".into(),
-                workflow_id: "run-x-000001".into(),
-                step_id: "4".into(),
-                intent_id: "refund:order-A-1:ticket-1".into(),
-            },
-            business_ref: Some("order:A-1".into()),
-            args: json!({"order": "A-1", "amount_p": 4500, "currency": "GBP", "reason": "late"}),
-            actor: "worker-1".into(),
-        }
-    }
-
-    fn fingerprint(c: &ToolCall) -> String {
-        BusinessArgs::new(&c.args, &["reason"]).unwrap().fingerprint.0
-    }
-
-    #[test]
-    fn a_rephrased_call_has_the_same_key_and_fingerprint() {
-        let c = call();
-        let r = rephrased(&c);
-        assert_ne!(r.args["reason"], c.args["reason"]);
-        assert_eq!(r.intent.key().unwrap(), c.intent.key().unwrap());
-        assert_eq!(fingerprint(&r), fingerprint(&c));
-    }
-
-    #[test]
-    fn the_buggy_retry_has_the_same_key_and_another_fingerprint() {
-        let c = call();
-        let b = buggy(&c);
-        assert_eq!(b.args["amount_p"], 45);
-        assert_eq!(b.intent.key().unwrap(), c.intent.key().unwrap());
-        assert_ne!(fingerprint(&b), fingerprint(&c));
-    }
 
     #[test]
     fn the_showcase_comes_first_then_mostly_plain_traffic() {

@@ -58,12 +58,21 @@ both_backends!(
         for (key, status, _, _) in &records {
             *statuses.entry(status.clone()).or_default() += 1;
             match status.parse::<Status>().unwrap() {
-                Status::Done => assert!(effect_keys.contains(key.as_str()), "DONE without effect: {key}"),
-                Status::Failed => assert!(!effect_keys.contains(key.as_str()), "FAILED with effect: {key}"),
+                Status::Done => assert!(
+                    effect_keys.contains(key.as_str()),
+                    "DONE without effect: {key}"
+                ),
+                Status::Failed => assert!(
+                    !effect_keys.contains(key.as_str()),
+                    "FAILED with effect: {key}"
+                ),
                 Status::Unknown | Status::InProgress => {}
             }
         }
-        assert!(statuses["UNKNOWN"] >= 1, "the forgotten key waits for a person: {statuses:?}");
+        assert!(
+            statuses["UNKNOWN"] >= 1,
+            "the forgotten key waits for a person: {statuses:?}"
+        );
 
         // Every kind of event the guard writes on its own appeared in the log.
         let kinds = kinds(&db.store).await;
@@ -81,7 +90,10 @@ both_backends!(
             AttemptKind::Resent,
             AttemptKind::Escalated,
         ] {
-            assert!(kinds.get(&kind).copied().unwrap_or(0) > 0, "no {kind} in {kinds:?}");
+            assert!(
+                kinds.get(&kind).copied().unwrap_or(0) > 0,
+                "no {kind} in {kinds:?}"
+            );
         }
 
         // Two genuine refunds on one order: two intents, two keys, two effects.
@@ -92,9 +104,14 @@ both_backends!(
         let business_ref = format!("order:{REPEAT_ORDER}");
         let mut intents = HashSet::new();
         for e in &repeat {
-            let (_, status, bref, intent) =
-                records.iter().find(|r| r.0 == e.key).expect("a record per effect");
-            assert_eq!((status.as_str(), bref.as_deref()), ("DONE", Some(business_ref.as_str())));
+            let (_, status, bref, intent) = records
+                .iter()
+                .find(|r| r.0 == e.key)
+                .expect("a record per effect");
+            assert_eq!(
+                (status.as_str(), bref.as_deref()),
+                ("DONE", Some(business_ref.as_str()))
+            );
             intents.insert(intent.clone());
         }
         assert_eq!(intents.len(), 2);
@@ -113,12 +130,12 @@ both_backends!(
 
         // /demo/stats tells the same story.
         let snapshot = demo.snapshot().await.unwrap();
-        assert_eq!((snapshot.effects, snapshot.duplicates), (effects.len() as u64, 0));
-        assert!(snapshot.by_outcome["conflict"] >= 1);
         assert_eq!(
-            snapshot.requests,
-            snapshot.by_outcome.values().sum::<i64>()
+            (snapshot.effects, snapshot.duplicates),
+            (effects.len() as u64, 0)
         );
+        assert!(snapshot.by_outcome["conflict"] >= 1);
+        assert_eq!(snapshot.requests, snapshot.by_outcome.values().sum::<i64>());
     }
 );
 
@@ -199,7 +216,14 @@ mod binary {
         let file = dir.path().join("demo.db");
         let addr = format!("127.0.0.1:{}", free_port());
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemwatch"))
-            .args(["demo", "--duration", "5s", "--listen", &addr, "--database-url"])
+            .args([
+                "demo",
+                "--duration",
+                "5s",
+                "--listen",
+                &addr,
+                "--database-url",
+            ])
             .arg(format!("sqlite://{}", file.display()))
             .env_remove("IDEMWATCH_DEMO_DATABASE_URL")
             .stdout(Stdio::piped())
@@ -212,7 +236,9 @@ mod binary {
         loop {
             match get(&addr, "/healthz").await {
                 Ok((200, _)) => break,
-                _ if started.elapsed() > Duration::from_secs(4) => panic!("/healthz never answered"),
+                _ if started.elapsed() > Duration::from_secs(4) => {
+                    panic!("/healthz never answered")
+                }
                 _ => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
@@ -230,8 +256,15 @@ mod binary {
             .expect("the demo stops after --duration")
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-        assert!(stdout.contains(&format!("http://{addr}/metrics")), "{stdout}");
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains(&format!("http://{addr}/metrics")),
+            "{stdout}"
+        );
         let last = stdout.lines().last().unwrap_or_default();
         let (effects, duplicates) = last
             .strip_prefix("effects: ")
@@ -373,6 +406,9 @@ mod documented_examples {
             ..fields
         };
         let hash2 = chain_hash(&hash, second);
-        assert!(doc.contains(&hash2), "docs/GUARD.md should show hash {hash2}");
+        assert!(
+            doc.contains(&hash2),
+            "docs/GUARD.md should show hash {hash2}"
+        );
     }
 }

@@ -3,5 +3,5 @@
 
 mod support;
 
-mod guard_faults;
 mod demo;
+mod guard_faults;
