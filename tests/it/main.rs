@@ -3,4 +3,6 @@
 
 mod support;
 
+mod cli;
 mod guard_faults;
+mod guard_random;
