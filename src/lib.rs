@@ -2,6 +2,8 @@
 //! makes the guard visible (metrics, pages, exports).
 
 pub mod cli;
+pub mod export;
 pub mod guard;
+pub mod retention;
 pub mod store;
 pub mod web;
