@@ -3,4 +3,5 @@
 
 mod support;
 
+mod export;
 mod guard_faults;
