@@ -3,8 +3,7 @@
 
 use super::{DatabaseArgs, redact_url};
 use crate::export::{
-    self, ExportFilter, FilterError, Format, Manifest, Report, sha256_of, verify_csv,
-    verify_ndjson,
+    self, ExportFilter, FilterError, Format, Manifest, Report, sha256_of, verify_csv, verify_ndjson,
 };
 use crate::store::{Store, StoreOptions};
 use anyhow::{Context, bail};
@@ -268,7 +267,11 @@ async fn verify_file(
     let mut extra = Vec::new();
     let sums = sidecar(path, "sha256");
     if let Ok(text) = tokio::fs::read_to_string(&sums).await {
-        let expected = text.split_whitespace().next().unwrap_or_default().to_string();
+        let expected = text
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string();
         let actual = file_sha256(path).await?;
         if expected != actual {
             extra.push(format!(

@@ -22,7 +22,11 @@ pub struct RetentionArgs {
     #[arg(long, env = "IDEMWATCH_MAX_WORKFLOW_DURATION", default_value = "7d")]
     pub max_workflow_duration: HumanDuration,
     /// The longest key retention of any tool's provider (it is per tool: give the longest); start-up refuses a shorter retention.
-    #[arg(long, env = "IDEMWATCH_MAX_PROVIDER_KEY_RETENTION", default_value = "30d")]
+    #[arg(
+        long,
+        env = "IDEMWATCH_MAX_PROVIDER_KEY_RETENTION",
+        default_value = "30d"
+    )]
     pub max_provider_key_retention: HumanDuration,
     /// Write pruned rows here as NDJSON files (with a manifest) before deleting them.
     #[arg(long, env = "IDEMWATCH_ARCHIVE_DIR")]

@@ -1,10 +1,10 @@
 //! `idemwatch serve` and `idemwatch migrate`.
 
 use super::{DatabaseArgs, ServeArgs, redact_url};
-use crate::store::{Store, StoreOptions};
-use crate::web::{self, AppState};
 use crate::guard::SystemClock;
 use crate::retention::{Pruner, RetentionSettings};
+use crate::store::{Store, StoreOptions};
+use crate::web::{self, AppState};
 use anyhow::Context;
 use std::sync::Arc;
 use tokio::sync::watch;

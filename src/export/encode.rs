@@ -86,8 +86,14 @@ impl Encoder {
             self.keys += 1;
             self.last_key = Some(row.key.clone());
         }
-        self.first_at = Some(self.first_at.map_or(row.occurred_at, |t| t.min(row.occurred_at)));
-        self.last_at = Some(self.last_at.map_or(row.occurred_at, |t| t.max(row.occurred_at)));
+        self.first_at = Some(
+            self.first_at
+                .map_or(row.occurred_at, |t| t.min(row.occurred_at)),
+        );
+        self.last_at = Some(
+            self.last_at
+                .map_or(row.occurred_at, |t| t.max(row.occurred_at)),
+        );
     }
 
     /// Ends the file. For NDJSON the manifest line is appended to `out` (and is not
@@ -161,15 +167,26 @@ mod tests {
     #[test]
     fn csv_is_rfc4180_with_a_header_and_crlf() {
         let mut out = Vec::new();
-        let mut e = Encoder::start(Format::Csv, Source::Export, ExportFilter::default(), &mut out);
+        let mut e = Encoder::start(
+            Format::Csv,
+            Source::Export,
+            ExportFilter::default(),
+            &mut out,
+        );
         e.row(&sample(), &mut out);
         let manifest = e.finish(&mut out);
         let text = String::from_utf8(out.clone()).unwrap();
-        assert!(text.starts_with("attempt_id,key,seq,occurred_at,tenant,"), "{text}");
+        assert!(
+            text.starts_with("attempt_id,key,seq,occurred_at,tenant,"),
+            "{text}"
+        );
         assert!(text.ends_with("\r\n"));
         // A comma and quotes: quoted, quotes doubled; CRLF inside a field is kept.
         assert!(text.contains(",\"acme, \"\"ltd\"\"\","), "{text}");
-        assert!(text.contains("line one,\\r\\nline \\\"\"two\\\"\" — €"), "{text}");
+        assert!(
+            text.contains("line one,\\r\\nline \\\"\"two\\\"\" — €"),
+            "{text}"
+        );
         assert_eq!(manifest.row_count, 1);
         assert_eq!(manifest.sha256, hex::encode(Sha256::digest(&out)));
     }
@@ -177,8 +194,12 @@ mod tests {
     #[test]
     fn ndjson_ends_with_a_manifest_that_hashes_the_lines_before_it() {
         let mut out = Vec::new();
-        let mut e =
-            Encoder::start(Format::Ndjson, Source::Export, ExportFilter::default(), &mut out);
+        let mut e = Encoder::start(
+            Format::Ndjson,
+            Source::Export,
+            ExportFilter::default(),
+            &mut out,
+        );
         let mut row = sample();
         e.row(&row, &mut out);
         row.seq = 2;
@@ -200,13 +221,31 @@ mod tests {
     #[test]
     fn an_empty_export_is_a_header_or_a_lone_manifest() {
         let mut out = Vec::new();
-        let e = Encoder::start(Format::Csv, Source::Export, ExportFilter::default(), &mut out);
+        let e = Encoder::start(
+            Format::Csv,
+            Source::Export,
+            ExportFilter::default(),
+            &mut out,
+        );
         let m = e.finish(&mut out);
-        assert_eq!(out, COLUMNS.join(",").into_bytes().into_iter().chain(*b"\r\n").collect::<Vec<_>>());
+        assert_eq!(
+            out,
+            COLUMNS
+                .join(",")
+                .into_bytes()
+                .into_iter()
+                .chain(*b"\r\n")
+                .collect::<Vec<_>>()
+        );
         assert_eq!((m.row_count, m.first_occurred_at), (0, None));
 
         let mut out = Vec::new();
-        let e = Encoder::start(Format::Ndjson, Source::Export, ExportFilter::default(), &mut out);
+        let e = Encoder::start(
+            Format::Ndjson,
+            Source::Export,
+            ExportFilter::default(),
+            &mut out,
+        );
         let m = e.finish(&mut out);
         assert_eq!(String::from_utf8(out).unwrap().lines().count(), 1);
         assert_eq!(m.sha256, hex::encode(Sha256::digest(b"")));

@@ -128,11 +128,17 @@ mod tests {
 
     #[test]
     fn a_backwards_range_and_a_malformed_key_name_their_field() {
-        let err = ExportFilter::parse(Some("2026-12-01"), Some("2026-11-01"), None, None, None, None)
-            .unwrap_err();
+        let err = ExportFilter::parse(
+            Some("2026-12-01"),
+            Some("2026-11-01"),
+            None,
+            None,
+            None,
+            None,
+        )
+        .unwrap_err();
         assert_eq!(err.field, "until");
-        let err =
-            ExportFilter::parse(None, None, None, None, Some("order:A-1"), None).unwrap_err();
+        let err = ExportFilter::parse(None, None, None, None, Some("order:A-1"), None).unwrap_err();
         assert_eq!(err.field, "key");
     }
 }

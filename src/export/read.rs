@@ -50,7 +50,9 @@ pub fn verify_ndjson<R: BufRead>(mut reader: R) -> io::Result<Report> {
             }
         }
     }
-    let since = manifest.as_ref().is_some_and(|(m, _)| m.time_filtered_start());
+    let since = manifest
+        .as_ref()
+        .is_some_and(|(m, _)| m.time_filtered_start());
     match &manifest {
         None => check.file_problem(None, Problem::ManifestMissing),
         Some((m, line)) => compare(
@@ -120,7 +122,15 @@ pub fn verify_csv<R: Read>(reader: R, manifest: &Manifest) -> io::Result<Report>
     // Read what the CSV reader left (nothing, normally) so the digest covers the file.
     io::copy(&mut hashing, &mut io::sink())?;
     let digest = hex::encode(hashing.digest.finalize());
-    compare(&mut check, manifest, None, Format::Csv, rows, keys.count, &digest);
+    compare(
+        &mut check,
+        manifest,
+        None,
+        Format::Csv,
+        rows,
+        keys.count,
+        &digest,
+    );
     Ok(check.finish(manifest.time_filtered_start()))
 }
 
@@ -135,9 +145,12 @@ fn compare(
 ) {
     let mismatches = [
         (m.format != format).then(|| format!("format {} but the file is {format}", m.format)),
-        (m.row_count != rows).then(|| format!("row_count {} but the file has {rows} rows", m.row_count)),
-        (m.key_count != keys).then(|| format!("key_count {} but the file has {keys} keys", m.key_count)),
-        (m.sha256 != digest).then(|| format!("sha256 {} but the content hashes to {digest}", m.sha256)),
+        (m.row_count != rows)
+            .then(|| format!("row_count {} but the file has {rows} rows", m.row_count)),
+        (m.key_count != keys)
+            .then(|| format!("key_count {} but the file has {keys} keys", m.key_count)),
+        (m.sha256 != digest)
+            .then(|| format!("sha256 {} but the content hashes to {digest}", m.sha256)),
     ];
     for why in mismatches.into_iter().flatten() {
         check.file_problem(line, Problem::ManifestMismatch(why));
@@ -234,6 +247,9 @@ mod tests {
         let mut other = manifest.clone();
         other.row_count = 3;
         let report = verify_csv(&bytes[..], &other).unwrap();
-        assert!(matches!(report.breaks[0].problem, Problem::ManifestMismatch(_)));
+        assert!(matches!(
+            report.breaks[0].problem,
+            Problem::ManifestMismatch(_)
+        ));
     }
 }

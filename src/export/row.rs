@@ -257,7 +257,12 @@ pub(crate) mod tests {
     #[test]
     fn the_columns_and_the_json_members_agree() {
         let value = serde_json::to_value(sample()).unwrap();
-        let names: Vec<&str> = value.as_object().unwrap().keys().map(String::as_str).collect();
+        let names: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
         let mut columns = COLUMNS.to_vec();
         columns.sort_unstable();
         assert_eq!(names, columns);

@@ -56,7 +56,10 @@ impl fmt::Display for Problem {
                 f,
                 "the row does not hash to its stored hash {stored} (computed {computed}): the row was edited"
             ),
-            Problem::BrokenLink { prev_hash, expected } => write!(
+            Problem::BrokenLink {
+                prev_hash,
+                expected,
+            } => write!(
                 f,
                 "prev_hash {prev_hash} is not the hash of the previous row ({expected}): a row was deleted, inserted or moved"
             ),
@@ -95,7 +98,9 @@ impl fmt::Display for Problem {
                 "no manifest line at the end of the file: it was truncated or the manifest removed",
             ),
             Problem::AfterManifest => f.write_str("lines follow the manifest"),
-            Problem::ManifestMismatch(why) => write!(f, "the manifest does not match the file: {why}"),
+            Problem::ManifestMismatch(why) => {
+                write!(f, "the manifest does not match the file: {why}")
+            }
         }
     }
 }
@@ -213,7 +218,12 @@ impl ChainCheck {
                 late: false,
             };
             if let Some(prev) = previous.filter(|p| p.key > row.key) {
-                self.fail(&mut state, row, line, Problem::KeyOutOfOrder { previous: prev.key });
+                self.fail(
+                    &mut state,
+                    row,
+                    line,
+                    Problem::KeyOutOfOrder { previous: prev.key },
+                );
             } else if row.seq == 1 {
                 if row.prev_hash != GENESIS_HASH {
                     let problem = Problem::BadGenesis {
@@ -224,10 +234,19 @@ impl ChainCheck {
             } else if row.seq > 1 {
                 state.late = true;
                 if self.first_late_start.is_none() {
-                    self.first_late_start = Some(self.at(row, line, Problem::MissingStart { found: row.seq }));
+                    self.first_late_start =
+                        Some(self.at(row, line, Problem::MissingStart { found: row.seq }));
                 }
             } else {
-                self.fail(&mut state, row, line, Problem::SeqNotIncreasing { previous: 0, found: row.seq });
+                self.fail(
+                    &mut state,
+                    row,
+                    line,
+                    Problem::SeqNotIncreasing {
+                        previous: 0,
+                        found: row.seq,
+                    },
+                );
             }
             self.check_hash(&mut state, row, line);
             self.current = Some(state);
@@ -433,7 +452,13 @@ mod tests {
         let mut rows = chain();
         rows.remove(1);
         let b = check(&rows, true).breaks[0].clone();
-        assert_eq!(b.problem, Problem::SeqGap { expected: 2, found: 3 });
+        assert_eq!(
+            b.problem,
+            Problem::SeqGap {
+                expected: 2,
+                found: 3
+            }
+        );
     }
 
     #[test]
@@ -441,11 +466,20 @@ mod tests {
         let mut rows = chain();
         rows.swap(1, 2);
         let b = check(&rows, false).breaks[0].clone();
-        assert_eq!(b.problem, Problem::SeqGap { expected: 2, found: 3 });
+        assert_eq!(
+            b.problem,
+            Problem::SeqGap {
+                expected: 2,
+                found: 3
+            }
+        );
         let mut rows = chain();
         rows.swap(0, 1);
         let b = check(&rows, false).breaks[0].clone();
-        assert!(matches!(b.problem, Problem::MissingStart { found: 2 }), "{b}");
+        assert!(
+            matches!(b.problem, Problem::MissingStart { found: 2 }),
+            "{b}"
+        );
     }
 
     #[test]
@@ -470,7 +504,17 @@ mod tests {
             c.push(r, Some(&head), None);
         }
         let b = c.finish(false).breaks[0].clone();
-        assert!(matches!(b.problem, Problem::HeadMismatch { head_seq: 3, last_seq: 2, .. }), "{b}");
+        assert!(
+            matches!(
+                b.problem,
+                Problem::HeadMismatch {
+                    head_seq: 3,
+                    last_seq: 2,
+                    ..
+                }
+            ),
+            "{b}"
+        );
     }
 
     #[test]

@@ -107,7 +107,12 @@ mod tests {
 
     #[test]
     fn durations_print_in_their_largest_exact_unit() {
-        for (text, shown) in [("30d", "30d"), ("1d12h", "36h"), ("2w", "14d"), ("90s", "90s")] {
+        for (text, shown) in [
+            ("30d", "30d"),
+            ("1d12h", "36h"),
+            ("2w", "14d"),
+            ("90s", "90s"),
+        ] {
             assert_eq!(text.parse::<HumanDuration>().unwrap().to_string(), shown);
         }
     }

@@ -55,10 +55,7 @@ pub enum RetentionError {
         why: &'static str,
     },
     #[error("invalid {flag}: {message}")]
-    Invalid {
-        flag: &'static str,
-        message: String,
-    },
+    Invalid { flag: &'static str, message: String },
 }
 
 const WORKFLOW_WHY: &str = "a workflow may retry a step until it ends, and a retry that finds no \
@@ -81,7 +78,11 @@ impl RetentionSettings {
                 });
             }
             for (limit_flag, limit, why) in [
-                ("--max-workflow-duration", self.max_workflow_duration, WORKFLOW_WHY),
+                (
+                    "--max-workflow-duration",
+                    self.max_workflow_duration,
+                    WORKFLOW_WHY,
+                ),
                 (
                     "--max-provider-key-retention",
                     self.max_provider_key_retention,
@@ -139,7 +140,10 @@ mod tests {
             ..RetentionSettings::default()
         };
         let err = s.check().unwrap_err().to_string();
-        assert!(err.starts_with("--retain-done 3d is shorter than --max-workflow-duration 7d"), "{err}");
+        assert!(
+            err.starts_with("--retain-done 3d is shorter than --max-workflow-duration 7d"),
+            "{err}"
+        );
         assert!(err.contains("performs the effect again"), "{err}");
     }
 
@@ -169,6 +173,11 @@ mod tests {
             batch_size: 0,
             ..RetentionSettings::default()
         };
-        assert!(s.check().unwrap_err().to_string().contains("--prune-batch-size"));
+        assert!(
+            s.check()
+                .unwrap_err()
+                .to_string()
+                .contains("--prune-batch-size")
+        );
     }
 }

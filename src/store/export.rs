@@ -78,7 +78,8 @@ pub(crate) struct ExportRowDb {
 impl TryFrom<ExportRowDb> for (ExportRow, ChainHead) {
     type Error = StoreError;
     fn try_from(r: ExportRowDb) -> Result<Self, StoreError> {
-        let corrupt = |e: crate::guard::UnknownName| StoreError::Corrupt(format!("attempt {}: {e}", r.id));
+        let corrupt =
+            |e: crate::guard::UnknownName| StoreError::Corrupt(format!("attempt {}: {e}", r.id));
         let row = ExportRow {
             current_status: r.status.parse().map_err(corrupt)?,
             kind: r.kind.parse().map_err(corrupt)?,
@@ -139,6 +140,8 @@ impl Store {
 
     /// Up to 100 keys whose record has no attempt rows left.
     pub async fn records_without_attempts(&self) -> Result<Vec<String>, StoreError> {
-        Ok(on_pool!(self, pool => sqlx::query_scalar(RECORDS_WITHOUT_ATTEMPTS).fetch_all(pool).await)?)
+        Ok(
+            on_pool!(self, pool => sqlx::query_scalar(RECORDS_WITHOUT_ATTEMPTS).fetch_all(pool).await)?,
+        )
     }
 }

@@ -32,8 +32,10 @@ pub const PICK_SQLITE: &str = "SELECT key FROM idempotency_records \
 /// the batch; the next run tries again.
 pub const LOCK_TIMEOUT_POSTGRES: &str = "SET LOCAL lock_timeout = '5s'";
 
-pub const ROWS_POSTGRES: &str =
-    concat!(export_select!(), "WHERE a.key = ANY($1) ORDER BY a.key, a.seq");
+pub const ROWS_POSTGRES: &str = concat!(
+    export_select!(),
+    "WHERE a.key = ANY($1) ORDER BY a.key, a.seq"
+);
 pub const ROWS_SQLITE: &str = concat!(
     export_select!(),
     "WHERE a.key IN (SELECT value FROM json_each($1)) ORDER BY a.key, a.seq"

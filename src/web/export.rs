@@ -12,9 +12,7 @@
 //! request selects the same rows.
 
 use super::AppState;
-use crate::export::{
-    CHUNK, Encoder, ExportFilter, FilterError, Format, Source,
-};
+use crate::export::{CHUNK, Encoder, ExportFilter, FilterError, Format, Source};
 use crate::guard::{Clock, SystemClock, rfc3339};
 use crate::store::{Store, StoreError};
 use axum::Router;
@@ -107,7 +105,11 @@ impl IntoResponse for ExportError {
             ExportError::BadFormat(_) => Some("format"),
             _ => None,
         };
-        (status, axum::Json(json!({ "error": self.to_string(), "field": field }))).into_response()
+        (
+            status,
+            axum::Json(json!({ "error": self.to_string(), "field": field })),
+        )
+            .into_response()
     }
 }
 
@@ -144,10 +146,19 @@ async fn download(
     let body = Body::from_stream(futures::stream::once(async { Ok(first) }).chain(rest));
     let mut response = Response::new(body);
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(format.content_type()));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    let disposition = format!("attachment; filename=\"{}\"", file_name(&filter, format, now));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    let disposition = format!(
+        "attachment; filename=\"{}\"",
+        file_name(&filter, format, now)
+    );
     if let Ok(v) = HeaderValue::from_str(&disposition) {
         headers.insert(header::CONTENT_DISPOSITION, v);
     }
@@ -176,10 +187,8 @@ async fn produce(
             Ok((row, _head)) => {
                 encoder.row(&row, &mut buf);
                 if buf.len() >= CHUNK {
-                    let chunk = Bytes::from(std::mem::replace(
-                        &mut buf,
-                        Vec::with_capacity(CHUNK * 2),
-                    ));
+                    let chunk =
+                        Bytes::from(std::mem::replace(&mut buf, Vec::with_capacity(CHUNK * 2)));
                     if tx.send(Ok(chunk)).await.is_err() {
                         return; // the client went away
                     }
@@ -238,7 +247,13 @@ pub fn file_name(filter: &ExportFilter, format: Format, now: DateTime<Utc>) -> S
         let clean: String = value
             .chars()
             .take(40)
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
         parts.push(format!("{label}-{clean}"));
     };
@@ -303,10 +318,16 @@ mod tests {
 
     #[test]
     fn file_names_carry_the_filters_and_only_safe_characters() {
-        let now = DateTime::parse_from_rfc3339("2026-12-01T09:30:00Z").unwrap().to_utc();
+        let now = DateTime::parse_from_rfc3339("2026-12-01T09:30:00Z")
+            .unwrap()
+            .to_utc();
         let filter = ExportFilter {
             tenant: Some("acme \"ltd\"/eu".into()),
-            since: Some(DateTime::parse_from_rfc3339("2026-11-01T00:00:00Z").unwrap().to_utc()),
+            since: Some(
+                DateTime::parse_from_rfc3339("2026-11-01T00:00:00Z")
+                    .unwrap()
+                    .to_utc(),
+            ),
             ..ExportFilter::default()
         };
         assert_eq!(
@@ -319,7 +340,11 @@ mod tests {
     fn the_manifest_url_repeats_every_filter_encoded() {
         let filter = ExportFilter {
             business_ref: Some("order:A-1 & co".into()),
-            until: Some(DateTime::parse_from_rfc3339("2026-12-01T09:30:00Z").unwrap().to_utc()),
+            until: Some(
+                DateTime::parse_from_rfc3339("2026-12-01T09:30:00Z")
+                    .unwrap()
+                    .to_utc(),
+            ),
             ..ExportFilter::default()
         };
         assert_eq!(

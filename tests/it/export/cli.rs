@@ -32,11 +32,24 @@ both_backends!(
         let url = db.url.as_str();
 
         let csv = dir.path().join("attempts.csv");
-        let (code, _, err) = idemwatch(&["export", "--database-url", url, "--format", "csv", "--output", path(&csv)]).await;
+        let (code, _, err) = idemwatch(&[
+            "export",
+            "--database-url",
+            url,
+            "--format",
+            "csv",
+            "--output",
+            path(&csv),
+        ])
+        .await;
         assert_eq!(code, 0, "{err}");
         let bytes = std::fs::read(&csv).unwrap();
         let sums = std::fs::read_to_string(dir.path().join("attempts.csv.sha256")).unwrap();
-        assert_eq!(sums, format!("{}  attempts.csv\n", sha256_hex(&bytes)), "sha256sum -c format");
+        assert_eq!(
+            sums,
+            format!("{}  attempts.csv\n", sha256_hex(&bytes)),
+            "sha256sum -c format"
+        );
         let manifest: Value = serde_json::from_str(
             &std::fs::read_to_string(dir.path().join("attempts.csv.manifest.json")).unwrap(),
         )
@@ -50,7 +63,16 @@ both_backends!(
         assert_eq!(code, 0, "{out}{err}");
 
         let nd = dir.path().join("attempts.ndjson");
-        let (code, _, err) = idemwatch(&["export", "--database-url", url, "--format", "ndjson", "-o", path(&nd)]).await;
+        let (code, _, err) = idemwatch(&[
+            "export",
+            "--database-url",
+            url,
+            "--format",
+            "ndjson",
+            "-o",
+            path(&nd),
+        ])
+        .await;
         assert_eq!(code, 0, "{err}");
         let (code, out, err) = idemwatch(&["verify", "--file", path(&nd)]).await;
         assert_eq!(code, 0, "{out}{err}");
@@ -61,28 +83,64 @@ both_backends!(
         let mut row: Value = serde_json::from_str(&lines[1]).unwrap();
         row["actor"] = json!("mallory");
         lines[1] = row.to_string();
-        std::fs::write(&nd, lines.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+        std::fs::write(
+            &nd,
+            lines.iter().map(|l| format!("{l}\n")).collect::<String>(),
+        )
+        .unwrap();
         let (code, out, _) = idemwatch(&["verify", "--file", path(&nd)]).await;
         assert_eq!(code, 1, "{out}");
         let key = row["key"].as_str().unwrap();
-        assert!(out.starts_with(&format!("BROKEN: {}: first break at key {key}, seq 2", path(&nd))), "{out}");
+        assert!(
+            out.starts_with(&format!(
+                "BROKEN: {}: first break at key {key}, seq 2",
+                path(&nd)
+            )),
+            "{out}"
+        );
         assert!(out.contains("line 2"), "{out}");
-        assert!(out.contains("attempts.ndjson.sha256 says sha256"), "the sidecar disagrees too: {out}");
+        assert!(
+            out.contains("attempts.ndjson.sha256 says sha256"),
+            "the sidecar disagrees too: {out}"
+        );
 
         // Nothing to verify: exit 2.
-        let (code, _, err) = idemwatch(&["verify", "--file", path(&dir.path().join("missing.ndjson"))]).await;
+        let (code, _, err) =
+            idemwatch(&["verify", "--file", path(&dir.path().join("missing.ndjson"))]).await;
         assert_eq!(code, 2, "{err}");
         // A bad flag names itself.
-        let (code, _, err) = idemwatch(&["export", "--database-url", url, "--format", "csv", "--since", "yesterday"]).await;
+        let (code, _, err) = idemwatch(&[
+            "export",
+            "--database-url",
+            url,
+            "--format",
+            "csv",
+            "--since",
+            "yesterday",
+        ])
+        .await;
         assert_eq!(code, 1);
         assert!(err.contains("invalid --since"), "{err}");
 
         // A DBA edits the database: exit 1, the key and row named.
         drop_append_only_trigger(&f.store).await;
-        dba(&f.store, &format!("UPDATE idempotency_attempts SET detail = '{{}}' WHERE key = '{}' AND seq = 1", s.failed)).await;
+        dba(
+            &f.store,
+            &format!(
+                "UPDATE idempotency_attempts SET detail = '{{}}' WHERE key = '{}' AND seq = 1",
+                s.failed
+            ),
+        )
+        .await;
         let (code, out, _) = idemwatch(&["verify", "--database-url", url]).await;
         assert_eq!(code, 1, "{out}");
-        assert!(out.contains(&format!("first break at key {}, seq 1, attempt id", s.failed)), "{out}");
+        assert!(
+            out.contains(&format!(
+                "first break at key {}, seq 1, attempt id",
+                s.failed
+            )),
+            "{out}"
+        );
     }
 );
 
@@ -90,8 +148,17 @@ both_backends!(
     async fn prune_and_serve_refuse_a_retention_shorter_than_a_workflow(db: TestDb) {
         let url = db.url.as_str();
         for command in ["prune", "serve"] {
-            let (code, _, err) = idemwatch(&[command, "--database-url", url, "--retain-done", "1d", "--listen", "127.0.0.1:0"]
-                [..if command == "serve" { 7 } else { 5 }])
+            let (code, _, err) = idemwatch(
+                &[
+                    command,
+                    "--database-url",
+                    url,
+                    "--retain-done",
+                    "1d",
+                    "--listen",
+                    "127.0.0.1:0",
+                ][..if command == "serve" { 7 } else { 5 }],
+            )
             .await;
             assert_eq!(code, 1, "{command}: {err}");
             assert!(

@@ -47,7 +47,10 @@ both_backends!(
         let text = String::from_utf8(bytes).unwrap();
         assert!(text.ends_with("\r\n"));
         assert!(text.contains("\"søren\r\n@support\""), "actor with CR LF");
-        assert!(text.contains("\"acme, \"\"eu\"\"\nß\""), "tenant with comma, quotes, LF");
+        assert!(
+            text.contains("\"acme, \"\"eu\"\"\nß\""),
+            "tenant with comma, quotes, LF"
+        );
         let resolved = records
             .iter()
             .find(|r| r[1] == s.nasty && r[11] == "resolved")
@@ -71,32 +74,51 @@ both_backends!(
         let cases: Vec<(&str, ExportFilter, Pred)> = vec![
             (
                 "since",
-                ExportFilter { since: Some(t_unknown), ..Default::default() },
+                ExportFilter {
+                    since: Some(t_unknown),
+                    ..Default::default()
+                },
                 Box::new(move |r| at(r) >= t_unknown),
             ),
             (
                 "until",
-                ExportFilter { until: Some(t_nasty), ..Default::default() },
+                ExportFilter {
+                    until: Some(t_nasty),
+                    ..Default::default()
+                },
                 Box::new(move |r| at(r) < t_nasty),
             ),
             (
                 "since and until",
-                ExportFilter { since: Some(t_unknown), until: Some(t_nasty), ..Default::default() },
+                ExportFilter {
+                    since: Some(t_unknown),
+                    until: Some(t_nasty),
+                    ..Default::default()
+                },
                 Box::new(move |r| at(r) >= t_unknown && at(r) < t_nasty),
             ),
             (
                 "tenant",
-                ExportFilter { tenant: Some(NASTY_TENANT.into()), ..Default::default() },
+                ExportFilter {
+                    tenant: Some(NASTY_TENANT.into()),
+                    ..Default::default()
+                },
                 Box::new(|r| r["tenant"] == NASTY_TENANT),
             ),
             (
                 "tool",
-                ExportFilter { tool: Some("send_message".into()), ..Default::default() },
+                ExportFilter {
+                    tool: Some("send_message".into()),
+                    ..Default::default()
+                },
                 Box::new(|r| r["tool"] == "send_message"),
             ),
             (
                 "key",
-                ExportFilter { key: Some(s.failed.clone()), ..Default::default() },
+                ExportFilter {
+                    key: Some(s.failed.clone()),
+                    ..Default::default()
+                },
                 {
                     let k = s.failed.clone();
                     Box::new(move |r| r["key"] == k.as_str())
@@ -104,7 +126,10 @@ both_backends!(
             ),
             (
                 "business_ref",
-                ExportFilter { business_ref: Some(NASTY_REF.into()), ..Default::default() },
+                ExportFilter {
+                    business_ref: Some(NASTY_REF.into()),
+                    ..Default::default()
+                },
                 Box::new(|r| r["business_ref"] == NASTY_REF),
             ),
             (
@@ -122,15 +147,27 @@ both_backends!(
         ];
         for (name, filter, keep) in cases {
             let want: Vec<Value> = all.iter().filter(|r| keep(r)).cloned().collect();
-            assert!(!want.is_empty() && want.len() < all.len(), "{name}: a filter that selects something, not everything");
+            assert!(
+                !want.is_empty() && want.len() < all.len(),
+                "{name}: a filter that selects something, not everything"
+            );
             let (bytes, manifest) = export(&f.store, &filter, Format::Ndjson).await;
             assert_eq!(ndjson_lines(&bytes).0, want, "{name} (ndjson)");
-            assert_eq!(manifest.filters, filter, "{name}: the manifest repeats the filters");
-            assert!(verify_ndjson(&bytes[..]).unwrap().is_intact(), "{name}: verifies");
+            assert_eq!(
+                manifest.filters, filter,
+                "{name}: the manifest repeats the filters"
+            );
+            assert!(
+                verify_ndjson(&bytes[..]).unwrap().is_intact(),
+                "{name}: verifies"
+            );
             let (bytes, manifest) = export(&f.store, &filter, Format::Csv).await;
             let want_csv: Vec<Vec<String>> = want.iter().map(csv_fields).collect();
             assert_eq!(csv_records(&bytes)[1..], want_csv[..], "{name} (csv)");
-            assert!(verify_csv(&bytes[..], &manifest).unwrap().is_intact(), "{name}: verifies");
+            assert!(
+                verify_csv(&bytes[..], &manifest).unwrap().is_intact(),
+                "{name}: verifies"
+            );
         }
     }
 );
@@ -139,7 +176,10 @@ both_backends!(
     async fn an_empty_result_is_a_header_or_a_lone_manifest(db: TestDb) {
         let f = Fixture::new(&db);
         seed(&f, Utc::now() - TimeDelta::days(10)).await;
-        let nobody = ExportFilter { tenant: Some("nobody".into()), ..Default::default() };
+        let nobody = ExportFilter {
+            tenant: Some("nobody".into()),
+            ..Default::default()
+        };
         let (bytes, manifest) = export(&f.store, &nobody, Format::Csv).await;
         assert_eq!(bytes, format!("{}\r\n", COLUMNS.join(",")).into_bytes());
         assert_eq!((manifest.row_count, manifest.first_occurred_at), (0, None));
@@ -168,7 +208,10 @@ both_backends!(
         // `since` after the first key's first rows: its chain starts at its replay,
         // which is fine because the manifest says the export was filtered.
         let late = s.created.last().unwrap().1 + TimeDelta::minutes(30);
-        let filter = ExportFilter { since: Some(late), ..Default::default() };
+        let filter = ExportFilter {
+            since: Some(late),
+            ..Default::default()
+        };
         let (bytes, _) = export(&f.store, &filter, Format::Ndjson).await;
         let report = verify_ndjson(&bytes[..]).unwrap();
         assert!(report.is_intact(), "{:?}", report.breaks);

@@ -28,22 +28,42 @@ both_backends!(
         let f = Fixture::new(&db);
         let s = seed(&f, Utc::now() - TimeDelta::days(10)).await;
         let until = Utc::now() - TimeDelta::days(1);
-        let filter = ExportFilter { until: Some(until), ..Default::default() };
+        let filter = ExportFilter {
+            until: Some(until),
+            ..Default::default()
+        };
         let query = format!("until={}", rfc3339(until));
 
         let (status, headers, body) = get(&f.store, &format!("/export/attempts.csv?{query}")).await;
         assert_eq!(status, StatusCode::OK);
-        assert_eq!(text(&headers, header::CONTENT_TYPE), "text/csv; charset=utf-8; header=present");
+        assert_eq!(
+            text(&headers, header::CONTENT_TYPE),
+            "text/csv; charset=utf-8; header=present"
+        );
         let disposition = text(&headers, header::CONTENT_DISPOSITION);
-        assert!(disposition.starts_with("attachment; filename=\"idemwatch-attempts_to-"), "{disposition}");
+        assert!(
+            disposition.starts_with("attachment; filename=\"idemwatch-attempts_to-"),
+            "{disposition}"
+        );
         assert!(disposition.ends_with(".csv\""), "{disposition}");
         let (want, manifest) = export(&f.store, &filter, Format::Csv).await;
-        assert_eq!(body, want, "the download is the CLI's export, byte for byte");
+        assert_eq!(
+            body, want,
+            "the download is the CLI's export, byte for byte"
+        );
 
         // The manifest the CSV links to describes exactly these bytes.
         let link = text(&headers, header::LINK);
-        let url = link.trim_start_matches('<').split('>').next().unwrap().to_string();
-        assert!(link.ends_with("rel=\"describedby\"; type=\"application/json\""), "{link}");
+        let url = link
+            .trim_start_matches('<')
+            .split('>')
+            .next()
+            .unwrap()
+            .to_string();
+        assert!(
+            link.ends_with("rel=\"describedby\"; type=\"application/json\""),
+            "{link}"
+        );
         let (status, _, m) = get(&f.store, &url).await;
         assert_eq!(status, StatusCode::OK);
         let m: Value = serde_json::from_slice(&m).unwrap();
@@ -51,7 +71,11 @@ both_backends!(
         assert_eq!(m["row_count"], manifest.row_count);
         assert_eq!(m["format"], "csv");
 
-        let (status, headers, body) = get(&f.store, &format!("/export/attempts.ndjson?{query}&tool=issue_refund")).await;
+        let (status, headers, body) = get(
+            &f.store,
+            &format!("/export/attempts.ndjson?{query}&tool=issue_refund"),
+        )
+        .await;
         assert_eq!(status, StatusCode::OK);
         assert!(text(&headers, header::CONTENT_DISPOSITION).contains("_tool-issue_refund_to-"));
         let (rows, m) = ndjson_lines(&body);
@@ -70,7 +94,12 @@ both_backends!(
         assert_eq!(status, StatusCode::OK);
         let link = text(&headers, header::LINK);
         assert!(link.contains("&until="), "{link}");
-        let url = link.trim_start_matches('<').split('>').next().unwrap().to_string();
+        let url = link
+            .trim_start_matches('<')
+            .split('>')
+            .next()
+            .unwrap()
+            .to_string();
         let (_, _, m) = get(&f.store, &url).await;
         let m: Value = serde_json::from_slice(&m).unwrap();
         assert_eq!(m["sha256"], sha256_hex(&body));
@@ -85,7 +114,10 @@ both_backends!(
         assert_eq!(error["field"], "since");
         let (status, _, body) = get(&db.store, "/export/attempts.ndjson?key=order:A-1").await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
-        assert_eq!(serde_json::from_slice::<Value>(&body).unwrap()["field"], "key");
+        assert_eq!(
+            serde_json::from_slice::<Value>(&body).unwrap()["field"],
+            "key"
+        );
         let (status, _, _) = get(&db.store, "/export/attempts.manifest?format=xml").await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
     }

@@ -75,12 +75,18 @@ pub async fn seed(f: &Fixture, start: DateTime<Utc>) -> Seeded {
     let call = refund("A-2", 999, "2");
     let failed = call.intent.key().unwrap().to_string();
     next(&failed, f);
-    f.guard.run(&call, &f.client([Fault::Decline])).await.unwrap_err();
+    f.guard
+        .run(&call, &f.client([Fault::Decline]))
+        .await
+        .unwrap_err();
 
     let call = refund("A-3", 300, "3");
     let unknown = call.intent.key().unwrap().to_string();
     next(&unknown, f);
-    f.guard.run(&call, &f.client([Fault::Unavailable])).await.unwrap_err();
+    f.guard
+        .run(&call, &f.client([Fault::Unavailable]))
+        .await
+        .unwrap_err();
 
     let mut call = refund("A-4", 4200, "4");
     call.intent.tenant = NASTY_TENANT.into();
@@ -89,7 +95,10 @@ pub async fn seed(f: &Fixture, start: DateTime<Utc>) -> Seeded {
     let key = call.intent.key().unwrap();
     let nasty = key.to_string();
     next(&nasty, f);
-    f.guard.run(&call, &f.client([Fault::Unavailable])).await.unwrap_err();
+    f.guard
+        .run(&call, &f.client([Fault::Unavailable]))
+        .await
+        .unwrap_err();
     let request = ResolveRequest {
         resolution: Resolution::Done,
         reason: NASTY.into(),
@@ -207,7 +216,10 @@ pub async fn export(store: &Store, filter: &ExportFilter, format: Format) -> (Ve
 /// The attempt lines of an NDJSON export as JSON, and its manifest line.
 pub fn ndjson_lines(bytes: &[u8]) -> (Vec<Value>, Value) {
     let text = std::str::from_utf8(bytes).unwrap();
-    let mut values: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mut values: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let manifest = values.pop().unwrap();
     assert_eq!(manifest["type"], "manifest");
     (values, manifest)
@@ -240,7 +252,11 @@ pub async fn dba(store: &Store, sql: &str) {
 pub async fn drop_append_only_trigger(store: &Store) {
     match store {
         Store::Postgres(_) => {
-            dba(store, "DROP TRIGGER idempotency_attempts_no_update ON idempotency_attempts").await
+            dba(
+                store,
+                "DROP TRIGGER idempotency_attempts_no_update ON idempotency_attempts",
+            )
+            .await
         }
         Store::Sqlite(_) => dba(store, "DROP TRIGGER idempotency_attempts_no_update").await,
     }

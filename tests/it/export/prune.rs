@@ -21,11 +21,17 @@ fn settings(batch_size: u32, archive: Option<&Path>) -> RetentionSettings {
 /// Attempt rows of every archive file in `dir`, each file verified on its own.
 fn archived_rows(dir: &Path) -> Vec<ExportRow> {
     let mut rows = Vec::new();
-    let mut names: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     names.sort();
     for path in names {
         let name = path.file_name().unwrap().to_string_lossy().to_string();
-        assert!(name.starts_with("pruned-") && name.ends_with(".ndjson"), "no partial files left: {name}");
+        assert!(
+            name.starts_with("pruned-") && name.ends_with(".ndjson"),
+            "no partial files left: {name}"
+        );
         let bytes = std::fs::read(&path).unwrap();
         let report = verify_ndjson(&bytes[..]).unwrap();
         assert!(report.is_intact(), "{name}: {:?}", report.breaks);
@@ -53,7 +59,10 @@ both_backends!(
         let done_mid = refund("M-1", 100, "1");
         f.guard.run(&done_mid, &f.client([])).await.unwrap();
         let failed_mid = refund("M-2", 100, "2");
-        f.guard.run(&failed_mid, &f.client([Fault::Decline])).await.unwrap_err();
+        f.guard
+            .run(&failed_mid, &f.client([Fault::Decline]))
+            .await
+            .unwrap_err();
         // At t0 + 100 d: a recent DONE key. Now is t0 + 100 d + 1 h.
         f.clock.set(t0 + TimeDelta::days(100));
         let recent = refund("R-1", 100, "1");
@@ -64,16 +73,42 @@ both_backends!(
 
         // DONE keys go after 30 days, FAILED after 90: the old DONE/FAILED keys and
         // done_mid go; failed_mid (40 days) stays; UNKNOWN and IN_PROGRESS always stay.
-        let gone = vec![old.done.clone(), old.failed.clone(), old.nasty.clone(), old.other.clone(), done_mid.clone()];
-        let kept = vec![old.unknown.clone(), old.in_progress.clone(), failed_mid.clone(), recent.clone()];
+        let gone = vec![
+            old.done.clone(),
+            old.failed.clone(),
+            old.nasty.clone(),
+            old.other.clone(),
+            done_mid.clone(),
+        ];
+        let kept = vec![
+            old.unknown.clone(),
+            old.in_progress.clone(),
+            failed_mid.clone(),
+            recent.clone(),
+        ];
         let before = expected(&f.store, &gone).await;
-        assert_eq!(f.store.record(&old.unknown).await.unwrap().unwrap().status, Status::Unknown);
-        assert_eq!(f.store.record(&old.in_progress).await.unwrap().unwrap().status, Status::InProgress);
+        assert_eq!(
+            f.store.record(&old.unknown).await.unwrap().unwrap().status,
+            Status::Unknown
+        );
+        assert_eq!(
+            f.store
+                .record(&old.in_progress)
+                .await
+                .unwrap()
+                .unwrap()
+                .status,
+            Status::InProgress
+        );
 
         let dir = tempfile::tempdir().unwrap();
         let registry = prometheus::Registry::new();
-        let pruner = Pruner::new(f.store.clone(), settings(2, Some(dir.path())), Arc::new(f.clock.clone()))
-            .with_metrics(PruneMetrics::register(&registry).unwrap());
+        let pruner = Pruner::new(
+            f.store.clone(),
+            settings(2, Some(dir.path())),
+            Arc::new(f.clock.clone()),
+        )
+        .with_metrics(PruneMetrics::register(&registry).unwrap());
         let summary = pruner.run_once().await.unwrap();
         assert_eq!((summary.counts.done, summary.counts.failed), (4, 1));
         assert_eq!(summary.counts.attempts as usize, before.len());
@@ -82,7 +117,10 @@ both_backends!(
 
         for k in &gone {
             assert!(f.store.record(k).await.unwrap().is_none(), "{k} pruned");
-            assert!(f.store.attempts(k).await.unwrap().is_empty(), "{k}'s attempts pruned with it");
+            assert!(
+                f.store.attempts(k).await.unwrap().is_empty(),
+                "{k}'s attempts pruned with it"
+            );
         }
         for k in &kept {
             assert!(f.store.record(k).await.unwrap().is_some(), "{k} kept");
@@ -102,12 +140,21 @@ both_backends!(
             })
             .collect();
         let mut archived_sorted = archived.clone();
-        archived_sorted.sort_by_key(|v| (v["key"].as_str().unwrap().to_string(), v["seq"].as_i64()));
+        archived_sorted
+            .sort_by_key(|v| (v["key"].as_str().unwrap().to_string(), v["seq"].as_i64()));
         assert_eq!(archived_sorted, before);
 
-        let text = prometheus::TextEncoder::new().encode_to_string(&registry.gather()).unwrap();
-        assert!(text.contains("idemwatch_pruned_total{status=\"DONE\"} 4"), "{text}");
-        assert!(text.contains("idemwatch_pruned_total{status=\"FAILED\"} 1"), "{text}");
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        assert!(
+            text.contains("idemwatch_pruned_total{status=\"DONE\"} 4"),
+            "{text}"
+        );
+        assert!(
+            text.contains("idemwatch_pruned_total{status=\"FAILED\"} 1"),
+            "{text}"
+        );
 
         // Nothing more has expired.
         let again = pruner.run_once().await.unwrap();
@@ -128,7 +175,11 @@ both_backends!(
         }
         f.clock.set(Utc::now());
         let dir = tempfile::tempdir().unwrap();
-        let a = Pruner::new(f.store.clone(), settings(3, Some(dir.path())), Arc::new(f.clock.clone()));
+        let a = Pruner::new(
+            f.store.clone(),
+            settings(3, Some(dir.path())),
+            Arc::new(f.clock.clone()),
+        );
         let b = a.clone();
         let (ra, rb) = tokio::join!(a.run_once(), b.run_once());
         let (ra, rb) = (ra.unwrap(), rb.unwrap());
