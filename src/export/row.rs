@@ -3,7 +3,7 @@
 //! NDJSON member order (docs/EXPORT.md).
 
 use crate::guard::canonical::canonical_json;
-use crate::guard::{AttemptKind, ChainFields, Status, chain_hash, rfc3339};
+use crate::guard::{AttemptKind, ChainFields, Intent, Status, chain_hash, rfc3339};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -79,6 +79,19 @@ impl ExportRow {
             duration_ms: self.duration_ms,
             occurred_at: self.occurred_at,
         }
+    }
+
+    /// The key the guard derives from this row's intent; an empty or over-long field
+    /// derives nothing (and so never matches).
+    pub fn derived_key(&self) -> String {
+        let intent = Intent {
+            tenant: self.tenant.clone(),
+            tool: self.tool.clone(),
+            workflow_id: self.workflow_id.clone(),
+            step_id: self.step_id.clone(),
+            intent_id: self.intent_id.clone(),
+        };
+        intent.key().map(|k| k.to_string()).unwrap_or_default()
     }
 
     /// The hash this row's content and `prev_hash` must have.
@@ -215,7 +228,7 @@ pub(crate) mod tests {
     pub fn sample() -> ExportRow {
         let mut row = ExportRow {
             attempt_id: 7,
-            key: "a".repeat(64),
+            key: String::new(),
             seq: 1,
             occurred_at: DateTime::parse_from_rfc3339("2026-11-29T14:02:11.402Z")
                 .unwrap()
@@ -235,6 +248,7 @@ pub(crate) mod tests {
             prev_hash: GENESIS_HASH.into(),
             hash: String::new(),
         };
+        row.key = row.derived_key();
         row.hash = row.computed_hash();
         row
     }

@@ -18,6 +18,9 @@ use std::fmt;
 pub enum Problem {
     /// The row's content or `prev_hash` was changed after it was written.
     HashMismatch { stored: String, computed: String },
+    /// The key is not derived from the row's intent (tenant, tool, workflow_id,
+    /// step_id, intent_id): the record's context was edited.
+    ContextMismatch { derived: String },
     /// `prev_hash` is not the hash of the row before.
     BrokenLink { prev_hash: String, expected: String },
     /// Rows between `expected` and `found` are missing.
@@ -55,6 +58,10 @@ impl fmt::Display for Problem {
             Problem::HashMismatch { stored, computed } => write!(
                 f,
                 "the row does not hash to its stored hash {stored} (computed {computed}): the row was edited"
+            ),
+            Problem::ContextMismatch { derived } => write!(
+                f,
+                "the key is not the one derived from the row's tenant, tool, workflow_id, step_id and intent_id ({derived}): the context was edited"
             ),
             Problem::BrokenLink {
                 prev_hash,
@@ -359,8 +366,14 @@ impl ChainCheck {
         }
     }
 
+    /// The row's own checks: its hash, and its key against its intent.
     fn check_hash(&mut self, state: &mut KeyState, row: &ExportRow, line: Option<u64>) {
         if state.broken {
+            return;
+        }
+        let derived = row.derived_key();
+        if derived != row.key {
+            self.fail(state, row, line, Problem::ContextMismatch { derived });
             return;
         }
         let computed = row.computed_hash();
@@ -520,23 +533,34 @@ mod tests {
     #[test]
     fn keys_must_come_in_order() {
         let mut other = chain();
-        for r in &mut other {
-            r.key = "b".repeat(64);
-            r.hash = String::new();
-        }
-        // Re-chain the second key.
         let mut prev = GENESIS_HASH.to_string();
         for r in &mut other {
+            r.intent_id = "refund:order-B-2".into();
+            r.key = r.derived_key();
             r.prev_hash = prev.clone();
             r.hash = r.computed_hash();
             prev = r.hash.clone();
         }
-        let mut rows = other.clone();
-        rows.extend(chain());
+        let (low, high) = if other[0].key < chain()[0].key {
+            (other, chain())
+        } else {
+            (chain(), other)
+        };
+        let mut rows = high.clone();
+        rows.extend(low.clone());
         let b = check(&rows, false).breaks[0].clone();
         assert!(matches!(b.problem, Problem::KeyOutOfOrder { .. }), "{b}");
-        let mut rows = chain();
-        rows.extend(other);
+        let mut rows = low;
+        rows.extend(high);
         assert!(check(&rows, false).is_intact());
+    }
+
+    #[test]
+    fn edited_context_no_longer_derives_the_key() {
+        let mut rows = chain();
+        rows[2].workflow_id = "run-other".into();
+        let b = check(&rows, false).breaks[0].clone();
+        assert_eq!(b.seq, Some(3));
+        assert!(matches!(b.problem, Problem::ContextMismatch { .. }), "{b}");
     }
 }

@@ -34,6 +34,33 @@ both_backends!(
         assert_eq!(m["first_occurred_at"], rfc3339(first));
         assert_eq!(m["last_occurred_at"], rfc3339(last));
 
+        // The hash as docs/EXPORT.md defines it, recomputed without idemwatch's code:
+        // sorted members, no whitespace (serde_json's map is sorted; this data has no
+        // floats outside `detail.result.ratio`, which prints the same either way).
+        for row in &rows {
+            let content: serde_json::Map<String, Value> = [
+                "key",
+                "tenant",
+                "tool",
+                "seq",
+                "kind",
+                "fencing_token",
+                "actor",
+                "detail",
+                "duration_ms",
+                "occurred_at",
+            ]
+            .iter()
+            .map(|n| (n.to_string(), row[*n].clone()))
+            .collect();
+            let material = format!(
+                "{}\n{}",
+                row["prev_hash"].as_str().unwrap(),
+                serde_json::to_string(&content).unwrap()
+            );
+            assert_eq!(row["hash"], sha256_hex(material.as_bytes()), "{row}");
+        }
+
         let (bytes, manifest) = export(&f.store, &ExportFilter::default(), Format::Csv).await;
         let records = csv_records(&bytes);
         assert_eq!(records[0], COLUMNS);

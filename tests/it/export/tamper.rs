@@ -76,7 +76,7 @@ async fn insert_forged_row(store: &Store, key: &str) {
 both_backends!(
     async fn verify_catches_every_kind_of_tampering_in_the_database(db: TestDb) {
         let f = Fixture::new(&db);
-        let keys = three_row_keys(&f, 7).await;
+        let keys = three_row_keys(&f, 8).await;
         assert!(verify_database(&f.store).await.unwrap().is_intact());
         let [
             edited,
@@ -85,8 +85,9 @@ both_backends!(
             reordered,
             truncated,
             emptied,
+            context,
             untouched,
-        ] = <[String; 7]>::try_from(keys.clone()).unwrap();
+        ] = <[String; 8]>::try_from(keys.clone()).unwrap();
 
         drop_append_only_trigger(&f.store).await;
         dba(&f.store, &format!("UPDATE idempotency_attempts SET actor = 'mallory' WHERE key = '{edited}' AND seq = 2")).await;
@@ -111,9 +112,19 @@ both_backends!(
         )
         .await;
 
+        // The record table has no trigger: its context can be edited, but the key is
+        // derived from it.
+        dba(
+            &f.store,
+            &format!(
+                "UPDATE idempotency_records SET workflow_id = 'run-other' WHERE key = '{context}'"
+            ),
+        )
+        .await;
+
         let report = verify_database(&f.store).await.unwrap();
         assert!(!report.is_intact());
-        assert_eq!(report.broken_keys, 6, "{:#?}", report.breaks);
+        assert_eq!(report.broken_keys, 7, "{:#?}", report.breaks);
         let found = by_key(&report);
         assert!(
             matches!(&found[&edited], (Some(2), Problem::HashMismatch { .. })),
@@ -166,6 +177,11 @@ both_backends!(
             found[&truncated]
         );
         assert_eq!(found[&emptied], (None, Problem::NoAttempts));
+        assert!(
+            matches!(&found[&context], (Some(1), Problem::ContextMismatch { .. })),
+            "{:?}",
+            found[&context]
+        );
         assert!(!found.contains_key(&untouched));
         // The first break reported is the first broken key in (key, seq) order.
         let first = report.first_break().unwrap();
@@ -286,7 +302,7 @@ both_backends!(
                 .any(|b| b.problem == Problem::ManifestMissing)
         );
 
-        // CSV: one field edited (a tenant) fails that row's hash.
+        // CSV: one field edited (an actor) fails that row's hash.
         let (csv_bytes, csv_manifest) =
             export(&f.store, &ExportFilter::default(), Format::Csv).await;
         assert!(
@@ -295,7 +311,7 @@ both_backends!(
                 .is_intact()
         );
         let text = String::from_utf8(csv_bytes).unwrap();
-        let edited = text.replacen(",acme,", ",acme-eu,", 1);
+        let edited = text.replacen(",worker-1,", ",worker-9,", 1);
         let report = verify_csv(edited.as_bytes(), &csv_manifest).unwrap();
         let b = report.first_break().unwrap();
         assert_eq!(b.line, Some(2));
