@@ -10,6 +10,7 @@
 mod encode;
 mod filter;
 mod manifest;
+mod problem;
 mod read;
 mod row;
 mod verify;
