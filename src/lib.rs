@@ -3,6 +3,8 @@
 
 pub mod auth;
 pub mod cli;
+pub mod export;
 pub mod guard;
+pub mod retention;
 pub mod store;
 pub mod web;

@@ -1,13 +1,17 @@
 //! The command line: every flag has an environment fallback (12-factor).
 
+mod export;
 mod inspect;
+mod retention;
 mod serve;
 
 use clap::{Args, Parser, Subcommand};
 use std::fmt;
 use std::net::SocketAddr;
 
+pub use export::{ExportArgs, VerifyArgs, export_command, verify_command};
 pub use inspect::{fingerprint_command, key_command};
+pub use retention::{PruneArgs, RetentionArgs, prune_command};
 pub use serve::{migrate_command, serve_command};
 
 #[derive(Debug, Parser)]
@@ -34,6 +38,12 @@ pub enum Command {
     Key(KeyArgs),
     /// Print the fingerprint the guard derives for business arguments.
     Fingerprint(FingerprintArgs),
+    /// Export attempt rows with their key's context as CSV or NDJSON, with a manifest.
+    Export(ExportArgs),
+    /// Check every hash chain in the database or an export file (exit 0 intact, 1 broken, 2 error).
+    Verify(VerifyArgs),
+    /// Delete expired DONE / FAILED keys now (the pruner of `serve`, once).
+    Prune(PruneArgs),
 }
 
 #[derive(Clone, Args)]
@@ -81,6 +91,8 @@ pub struct ServeArgs {
     /// Address to listen on. Loopback by default: there is no authentication yet.
     #[arg(long, env = "IDEMWATCH_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -8,11 +8,14 @@
 //! `sqlx::Error` stops here: callers see [`StoreError`].
 
 mod error;
+mod export;
+mod prune;
 mod records;
 mod rows;
 pub mod sql;
 
 pub use error::StoreError;
+pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use records::Claim;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};

@@ -1,5 +1,6 @@
 //! HTTP: one [`AppState`], one router per page family, one error type.
 
+mod export;
 mod health;
 
 use crate::store::Store;
@@ -20,6 +21,7 @@ impl AppState {
 pub fn app(state: AppState) -> Router {
     Router::new()
         .merge(health::router())
+        .merge(export::router())
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -4,5 +4,6 @@
 mod support;
 
 mod cli;
+mod export;
 mod guard_faults;
 mod guard_random;
