@@ -3,5 +3,7 @@
 
 pub mod cli;
 pub mod guard;
+pub mod metrics;
 pub mod store;
+pub mod tail;
 pub mod web;

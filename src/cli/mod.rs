@@ -1,6 +1,7 @@
 //! The command line: every flag has an environment fallback (12-factor).
 
 mod inspect;
+mod metrics;
 mod serve;
 
 use clap::{Args, Parser, Subcommand};
@@ -8,6 +9,7 @@ use std::fmt;
 use std::net::SocketAddr;
 
 pub use inspect::{fingerprint_command, key_command};
+pub use metrics::{MetricsArgs, parse_duration};
 pub use serve::{migrate_command, serve_command};
 
 #[derive(Debug, Parser)]
@@ -81,6 +83,8 @@ pub struct ServeArgs {
     /// Address to listen on. Loopback by default: there is no authentication yet.
     #[arg(long, env = "IDEMWATCH_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -11,9 +11,11 @@ mod error;
 mod records;
 mod rows;
 pub mod sql;
+mod tail;
 
 pub use error::StoreError;
 pub use records::Claim;
+pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{

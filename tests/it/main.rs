@@ -4,3 +4,4 @@
 mod support;
 
 mod guard_faults;
+mod metrics;
