@@ -89,14 +89,16 @@ pub const TAIL_HEAD_POSTGRES: &str = "SELECT s.xmin::text::bigint AS xmin, \
 pub const TAIL_HEAD_SQLITE: &str = "SELECT COALESCE(max(id), 0) FROM idempotency_attempts";
 
 /// The next batch in commit order. PostgreSQL: only transactions older than every
-/// running one (see the module comment); an index range scan on (txid, id).
+/// running one (see the module comment); an index range scan on (txid, id). The
+/// ORDER BY names the table's columns: a bare `txid` would be the bigint output
+/// column, which no index serves.
 pub const TAIL_BATCH_POSTGRES: &str = "SELECT id, txid::text::bigint AS txid, tool, tenant, kind, \
     detail->>'resolution' AS resolution, detail->>'previous_status' AS previous_status, \
     duration_ms, occurred_at \
-    FROM idempotency_attempts \
-    WHERE (txid, id) > ($1::bigint::text::xid8, $2) \
-      AND txid < pg_snapshot_xmin(pg_current_snapshot()) \
-    ORDER BY txid, id LIMIT $3";
+    FROM idempotency_attempts a \
+    WHERE (a.txid, a.id) > ($1::bigint::text::xid8, $2) \
+      AND a.txid < pg_snapshot_xmin(pg_current_snapshot()) \
+    ORDER BY a.txid, a.id LIMIT $3";
 /// SQLite: one writer at a time, so id order is commit order; a primary-key range.
 pub const TAIL_BATCH_SQLITE: &str = "SELECT id, 0 AS txid, tool, tenant, kind, \
     detail->>'resolution' AS resolution, detail->>'previous_status' AS previous_status, \

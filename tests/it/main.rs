@@ -5,3 +5,4 @@ mod support;
 
 mod guard_faults;
 mod metrics;
+mod prometheus_e2e;
