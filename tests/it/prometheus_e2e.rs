@@ -271,7 +271,7 @@ async fn a_replay_spike_fires_the_alert_in_a_real_prometheus() {
 
     let idemwatch = free_addr();
     let listen = idemwatch.to_string();
-    let _serve = start(
+    let mut serve = start(
         "idemwatch",
         env!("CARGO_BIN_EXE_idemwatch"),
         &[
@@ -418,6 +418,28 @@ async fn a_replay_spike_fires_the_alert_in_a_real_prometheus() {
     for expr in &exprs {
         query(prometheus, expr).await;
     }
+    // SIGTERM: the server, the tailer and the refresher stop, and the process exits 0.
+    let pid = serve.0.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = serve.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "idemwatch serve did not stop on SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "idemwatch serve exited with {status}");
+
     eprintln!(
         "end-to-end: {ALERT} fired and {} expressions evaluated in {:?}",
         exprs.len(),
