@@ -5,6 +5,8 @@ pub mod auth;
 pub mod cli;
 pub mod export;
 pub mod guard;
+pub mod metrics;
 pub mod retention;
 pub mod store;
+pub mod tail;
 pub mod web;

@@ -2,6 +2,7 @@
 
 mod export;
 mod inspect;
+mod metrics;
 mod retention;
 mod serve;
 
@@ -11,6 +12,7 @@ use std::net::SocketAddr;
 
 pub use export::{ExportArgs, VerifyArgs, export_command, verify_command};
 pub use inspect::{fingerprint_command, key_command};
+pub use metrics::{MetricsArgs, parse_duration};
 pub use retention::{PruneArgs, RetentionArgs, prune_command};
 pub use serve::{migrate_command, serve_command};
 
@@ -93,6 +95,8 @@ pub struct ServeArgs {
     pub listen: SocketAddr,
     #[command(flatten)]
     pub retention: RetentionArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -2,12 +2,16 @@
 
 use super::{DatabaseArgs, ServeArgs, redact_url};
 use crate::guard::SystemClock;
-use crate::retention::{Pruner, RetentionSettings};
+use crate::metrics::{Metrics, backlog};
+use crate::retention::{PruneMetrics, Pruner, RetentionSettings};
 use crate::store::{Store, StoreOptions};
+use crate::tail::Tailer;
 use crate::web::{self, AppState};
 use anyhow::Context;
+use futures::FutureExt;
 use std::sync::Arc;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 pub async fn open_store(args: &DatabaseArgs) -> anyhow::Result<Store> {
     let options = StoreOptions {
@@ -36,40 +40,102 @@ pub async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
     // Refuse a retention that could prune a key a retry may still reach, before anything runs.
     let retention = args.retention.checked().await?;
     let store = open_store(&args.database).await?;
-    let state = AppState::new(store.clone());
-    let (stop_pruner, pruner) = start_pruner(&store, retention);
+    let metrics =
+        Arc::new(Metrics::new(args.metrics.metrics_options()).context("cannot register metrics")?);
+    let state = AppState::with_metrics(store.clone(), metrics.clone());
+    // The tailer and the backlog refresher get a small pool of their own: a guard or
+    // UI burst cannot starve them of connections, nor they the guard.
+    let tail_options = StoreOptions {
+        max_connections: 2,
+        ..StoreOptions::default()
+    };
+    let tail_store = Store::connect(&args.database.database_url, &tail_options)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open database {} for the tailer",
+                redact_url(&args.database.database_url)
+            )
+        })?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     tracing::info!(listen = %listener.local_addr()?, database = %redact_url(&args.database.database_url), "idemwatch serving");
-    axum::serve(listener, web::app(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("server failed")?;
-    stop_pruner.send_replace(true);
-    if let Some(task) = pruner {
-        // A batch in flight finishes or rolls back; never wait long.
-        let _ = tokio::time::timeout(std::time::Duration::from_secs(10), task).await;
+
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks: JoinSet<(&'static str, anyhow::Result<()>)> = JoinSet::new();
+    let tailer = Tailer::new(metrics.clone(), args.metrics.tail_settings());
+    tasks.spawn(
+        tailer
+            .run(tail_store.clone(), stopped.clone())
+            .map(|()| ("tailer", Ok(()))),
+    );
+    tasks.spawn(
+        backlog::run(
+            tail_store.clone(),
+            metrics.clone(),
+            args.metrics.backlog_refresh_interval,
+            stopped.clone(),
+        )
+        .map(|()| ("backlog refresher", Ok(()))),
+    );
+    if let Some(pruner) = pruner(&store, retention, &metrics)? {
+        tasks.spawn(pruner.run(stopped.clone()).map(|()| ("pruner", Ok(()))));
     }
+    let mut server_stopped = stopped.clone();
+    tasks.spawn(async move {
+        let served = axum::serve(listener, web::app(state))
+            .with_graceful_shutdown(async move {
+                let _ = server_stopped.wait_for(|stop| *stop).await;
+            })
+            .await
+            .context("server failed");
+        ("server", served)
+    });
+
+    // Runs until a signal, or until a task ends on its own (it should not: that is
+    // reported, and the process exits non-zero so that its supervisor restarts it).
+    let mut failure = None;
+    tokio::select! {
+        () = shutdown_signal() => {}
+        Some(ended) = tasks.join_next() => {
+            let (name, result) = ended.unwrap_or_else(|e| ("a task", Err(anyhow::anyhow!("panicked: {e}"))));
+            let error = result.err().unwrap_or_else(|| anyhow::anyhow!("ended unexpectedly"));
+            tracing::error!(task = name, error = %format!("{error:#}"), "stopping");
+            failure = Some(error.context(format!("{name} stopped")));
+        }
+    }
+    let _ = stop.send(true);
+    while let Some(ended) = tasks.join_next().await {
+        match ended {
+            Ok((_, Ok(()))) => {}
+            Ok((name, Err(e))) => {
+                tracing::error!(task = name, error = %format!("{e:#}"), "failed while stopping")
+            }
+            Err(e) => tracing::error!(error = %e, "a task panicked while stopping"),
+        }
+    }
+    tail_store.close().await;
     store.close().await;
     tracing::info!("stopped");
-    Ok(())
+    failure.map_or(Ok(()), Err)
 }
 
-/// Starts the background pruner unless its interval is 0.
-fn start_pruner(
+/// The background pruner, unless its interval is 0.
+fn pruner(
     store: &Store,
     settings: RetentionSettings,
-) -> (watch::Sender<bool>, Option<tokio::task::JoinHandle<()>>) {
-    let (stop, stopped) = watch::channel(false);
+    metrics: &Metrics,
+) -> anyhow::Result<Option<Pruner>> {
     if settings.interval.is_zero() {
         tracing::info!("pruner off (--prune-interval 0)");
-        return (stop, None);
+        return Ok(None);
     }
-    // Wiring for `idemwatch_pruned_total`: once the metrics registry exists, attach
-    // `.with_metrics(PruneMetrics::register(&registry)?)` here.
-    let pruner = Pruner::new(store.clone(), settings, Arc::new(SystemClock));
-    (stop, Some(tokio::spawn(pruner.run(stopped))))
+    let counters =
+        PruneMetrics::register(metrics.registry()).context("cannot register pruner metrics")?;
+    Ok(Some(
+        Pruner::new(store.clone(), settings, Arc::new(SystemClock)).with_metrics(counters),
+    ))
 }
 
 /// Resolves on Ctrl-C or SIGTERM, so in-flight requests finish before exit.

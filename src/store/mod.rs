@@ -13,10 +13,12 @@ mod prune;
 mod records;
 mod rows;
 pub mod sql;
+mod tail;
 
 pub use error::StoreError;
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use records::Claim;
+pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{

@@ -7,3 +7,5 @@ mod cli;
 mod export;
 mod guard_faults;
 mod guard_random;
+mod metrics;
+mod prometheus_e2e;
