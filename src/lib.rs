@@ -1,8 +1,13 @@
 //! idemwatch: a guard that makes retried side effects safe, and the service that
 //! makes the guard visible (metrics, pages, exports).
 
+pub mod auth;
 pub mod cli;
 pub mod demo;
+pub mod export;
 pub mod guard;
+pub mod metrics;
+pub mod retention;
 pub mod store;
+pub mod tail;
 pub mod web;

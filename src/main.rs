@@ -13,6 +13,10 @@ async fn main() -> ExitCode {
         Command::Key(args) => cli::key_command(args).map(|out| println!("{out}")),
         Command::Fingerprint(args) => cli::fingerprint_command(args).map(|out| println!("{out}")),
         Command::Demo(args) => cli::demo_command(args).await,
+        Command::Export(args) => cli::export_command(args).await,
+        // verify has its own exit statuses: 0 intact, 1 broken, 2 could not verify.
+        Command::Verify(args) => return cli::verify_command(args).await,
+        Command::Prune(args) => cli::prune_command(args).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

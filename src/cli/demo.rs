@@ -2,7 +2,7 @@
 //! synthetic traffic through the real guard next to it.
 
 use super::serve::{bind, open_store, run_server, shutdown_signal};
-use super::{DatabaseArgs, redact_url};
+use super::{DatabaseArgs, MetricsArgs, RetentionArgs, ServeArgs, parse_duration, redact_url};
 use crate::demo::{
     CLIENT_DEADLINE, Demo, DemoConfig, IncidentSchedule, LatencyModel, PROVIDER_RETENTION,
     PROVIDER_TIMEOUT, clock,
@@ -44,6 +44,12 @@ pub struct DemoArgs {
     /// deadline is 1 s. Database times stay real.
     #[arg(long, env = "IDEMWATCH_DEMO_SPEED", default_value_t = 10.0, value_parser = parse_speed)]
     pub speed: f64,
+    /// The same retention settings as `serve` (the pruner runs in the demo too).
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+    /// The same tailer and exporter settings as `serve`.
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 /// The URL may carry a password: never print it.
@@ -61,6 +67,8 @@ impl std::fmt::Debug for DemoArgs {
             .field("incident_every", &self.incident_every)
             .field("incident_length", &self.incident_length)
             .field("speed", &self.speed)
+            .field("retention", &self.retention)
+            .field("metrics", &self.metrics)
             .finish()
     }
 }
@@ -74,12 +82,19 @@ pub struct Every(pub Option<Duration>);
 const FIRST_INCIDENT: Duration = Duration::from_secs(120);
 
 pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
+    let retention = args.retention.checked().await?;
     let (url, temp_dir) = demo_database(args.database_url.as_deref())?;
-    let database = DatabaseArgs {
-        database_url: url.clone(),
-        db_max_connections: 16,
+    // What `serve` would have been given: the demo runs the same service.
+    let serve = ServeArgs {
+        database: DatabaseArgs {
+            database_url: url.clone(),
+            db_max_connections: 16,
+        },
+        listen: args.listen,
+        retention: args.retention.clone(),
+        metrics: args.metrics.clone(),
     };
-    let store = open_store(&database).await?;
+    let store = open_store(&serve.database).await?;
     let listener = bind(args.listen).await?;
     let base = format!("http://{}", listener.local_addr()?);
 
@@ -97,27 +112,42 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
     let demo = Demo::new(store.clone(), config);
     print_banner(&base, &url, temp_dir.is_some(), &args);
 
+    // Ctrl-C, SIGTERM, --duration, or the service failing stop everything.
+    let (halt, mut halted) = tokio::sync::watch::channel(false);
     let duration = args.duration;
     let stop = async move {
-        match duration {
-            Some(d) => tokio::select! {
-                () = shutdown_signal() => {},
-                () = tokio::time::sleep(d) => {},
-            },
-            None => shutdown_signal().await,
+        let timer = async {
+            match duration {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = shutdown_signal() => {},
+            () = timer => {},
+            _ = halted.wait_for(|h| *h) => {},
         }
     }
     .boxed()
     .shared();
 
     let tty = std::io::stdout().is_terminal();
-    let (served, (), ()) = tokio::join!(
-        run_server(
+    let server = async {
+        let routes = crate::demo::router(demo.clone());
+        let served = run_server(
+            &serve,
+            retention,
             store.clone(),
             listener,
-            crate::demo::router(demo.clone()),
-            stop.clone()
-        ),
+            routes,
+            stop.clone(),
+        )
+        .await;
+        halt.send_replace(true);
+        served
+    };
+    let (served, (), ()) = tokio::join!(
+        server,
         demo.run(stop.clone()),
         print_status(&demo, stop.clone(), tty),
     );
@@ -286,36 +316,6 @@ fn incident_news(active: bool) -> String {
     }
 }
 
-/// `500ms`, `30s`, `5m`, `1h`, or a sum like `1m30s`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let bad = || format!("{text:?} is not a duration: write e.g. 30s, 5m, 1h or 1m30s");
-    let mut total = Duration::ZERO;
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .ok_or_else(bad)?;
-        let number: f64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ms" => number / 1000.0,
-            "s" => number,
-            "m" => number * 60.0,
-            "h" => number * 3600.0,
-            _ => return Err(bad()),
-        };
-        rest = &rest[unit_len..];
-        total += Duration::try_from_secs_f64(seconds).map_err(|_| bad())?;
-    }
-    Ok(total)
-}
-
 fn parse_every(text: &str) -> Result<Every, String> {
     match text {
         "off" | "0" | "none" => Ok(Every(None)),
@@ -349,30 +349,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn durations_read_like_people_write_them() {
-        let table = [
-            ("30s", 30_000),
-            ("5m", 300_000),
-            ("1h", 3_600_000),
-            ("500ms", 500),
-            ("1m30s", 90_000),
-            ("1.5s", 1_500),
-        ];
-        for (text, ms) in table {
-            assert_eq!(
-                parse_duration(text),
-                Ok(Duration::from_millis(ms)),
-                "{text}"
-            );
-        }
-        for bad in ["", "30", "s", "5 minutes", "-1s", "1d"] {
-            assert!(parse_duration(bad).is_err(), "{bad}");
-        }
+    fn incident_periods_can_be_turned_off() {
         assert_eq!(parse_every("off"), Ok(Every(None)));
+        assert_eq!(parse_every("0"), Ok(Every(None)));
         assert_eq!(
             parse_every("10m"),
             Ok(Every(Some(Duration::from_secs(600))))
         );
+        assert!(parse_every("10").is_err());
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! The command line: every flag has an environment fallback (12-factor).
 
 mod demo;
+mod export;
 mod inspect;
+mod metrics;
+mod retention;
 mod serve;
 
 use clap::{Args, Parser, Subcommand};
@@ -9,7 +12,10 @@ use std::fmt;
 use std::net::SocketAddr;
 
 pub use demo::{DemoArgs, demo_command};
+pub use export::{ExportArgs, VerifyArgs, export_command, verify_command};
 pub use inspect::{fingerprint_command, key_command};
+pub use metrics::{MetricsArgs, parse_duration};
+pub use retention::{PruneArgs, RetentionArgs, prune_command};
 pub use serve::{migrate_command, run_server, serve_command};
 
 #[derive(Debug, Parser)]
@@ -36,6 +42,12 @@ pub enum Command {
     Key(KeyArgs),
     /// Print the fingerprint the guard derives for business arguments.
     Fingerprint(FingerprintArgs),
+    /// Export attempt rows with their key's context as CSV or NDJSON, with a manifest.
+    Export(ExportArgs),
+    /// Check every hash chain in the database or an export file (exit 0 intact, 1 broken, 2 error).
+    Verify(VerifyArgs),
+    /// Delete expired DONE / FAILED keys now (the pruner of `serve`, once).
+    Prune(PruneArgs),
     /// Serve the app with synthetic traffic through the real guard (a first look).
     Demo(DemoArgs),
 }
@@ -85,6 +97,10 @@ pub struct ServeArgs {
     /// Address to listen on. Loopback by default: there is no authentication yet.
     #[arg(long, env = "IDEMWATCH_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+    #[command(flatten)]
+    pub metrics: MetricsArgs,
 }
 
 #[derive(Debug, Clone, Args)]

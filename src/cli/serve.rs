@@ -1,13 +1,21 @@
 //! `idemwatch serve` and `idemwatch migrate`.
 
 use super::{DatabaseArgs, ServeArgs, redact_url};
+use crate::guard::SystemClock;
+use crate::metrics::{Metrics, backlog};
+use crate::retention::{PruneMetrics, Pruner, RetentionSettings};
 use crate::store::{Store, StoreOptions};
+use crate::tail::Tailer;
 use crate::web::{self, AppState};
 use anyhow::Context;
 use axum::Router;
+use futures::FutureExt;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 pub async fn open_store(args: &DatabaseArgs) -> anyhow::Result<Store> {
     let options = StoreOptions {
@@ -33,13 +41,23 @@ pub async fn migrate_command(args: DatabaseArgs) -> anyhow::Result<()> {
 }
 
 pub async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
+    // Refuse a retention that could prune a key a retry may still reach, before anything runs.
+    let retention = args.retention.checked().await?;
     let store = open_store(&args.database).await?;
     let listener = bind(args.listen).await?;
     tracing::info!(listen = %listener.local_addr()?, database = %redact_url(&args.database.database_url), "idemwatch serving");
-    run_server(store.clone(), listener, Router::new(), shutdown_signal()).await?;
+    let served = run_server(
+        &args,
+        retention,
+        store.clone(),
+        listener,
+        Router::new(),
+        shutdown_signal(),
+    )
+    .await;
     store.close().await;
     tracing::info!("stopped");
-    Ok(())
+    served
 }
 
 pub async fn bind(listen: SocketAddr) -> anyhow::Result<TcpListener> {
@@ -48,22 +66,109 @@ pub async fn bind(listen: SocketAddr) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("cannot listen on {listen}"))
 }
 
-/// The service itself: the app (plus `extra` routes) and every background task,
-/// until `shutdown` resolves. `serve` and `demo` both run this, so a background
-/// task started here (tailer, pruner) runs in the demo too. The caller owns the
-/// store and closes it afterwards.
+/// The service: the app (with `extra` routes merged in) and every background task,
+/// until `shutdown` resolves or a task ends on its own. `serve` and `demo` both run
+/// this, so a task started here runs in the demo too. The caller owns `store` (opened
+/// and migrated) and closes it afterwards.
 pub async fn run_server(
+    args: &ServeArgs,
+    retention: RetentionSettings,
     store: Store,
     listener: TcpListener,
     extra: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
-    let state = AppState::new(store);
-    let app = web::app(state).merge(extra);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+    let metrics =
+        Arc::new(Metrics::new(args.metrics.metrics_options()).context("cannot register metrics")?);
+    let state = AppState::with_metrics(store.clone(), metrics.clone());
+    // The tailer and the backlog refresher get a small pool of their own: a guard or
+    // UI burst cannot starve them of connections, nor they the guard.
+    let tail_options = StoreOptions {
+        max_connections: 2,
+        ..StoreOptions::default()
+    };
+    let tail_store = Store::connect(&args.database.database_url, &tail_options)
         .await
-        .context("server failed")
+        .with_context(|| {
+            format!(
+                "cannot open database {} for the tailer",
+                redact_url(&args.database.database_url)
+            )
+        })?;
+
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks: JoinSet<(&'static str, anyhow::Result<()>)> = JoinSet::new();
+    let tailer = Tailer::new(metrics.clone(), args.metrics.tail_settings());
+    tasks.spawn(
+        tailer
+            .run(tail_store.clone(), stopped.clone())
+            .map(|()| ("tailer", Ok(()))),
+    );
+    tasks.spawn(
+        backlog::run(
+            tail_store.clone(),
+            metrics.clone(),
+            args.metrics.backlog_refresh_interval,
+            stopped.clone(),
+        )
+        .map(|()| ("backlog refresher", Ok(()))),
+    );
+    if let Some(pruner) = pruner(&store, retention, &metrics)? {
+        tasks.spawn(pruner.run(stopped.clone()).map(|()| ("pruner", Ok(()))));
+    }
+    let mut server_stopped = stopped.clone();
+    let app = web::app(state).merge(extra);
+    tasks.spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = server_stopped.wait_for(|stop| *stop).await;
+            })
+            .await
+            .context("server failed");
+        ("server", served)
+    });
+
+    // Runs until `shutdown`, or until a task ends on its own (it should not: that is
+    // reported, and the process exits non-zero so that its supervisor restarts it).
+    let mut failure = None;
+    tokio::select! {
+        () = shutdown => {}
+        Some(ended) = tasks.join_next() => {
+            let (name, result) = ended.unwrap_or_else(|e| ("a task", Err(anyhow::anyhow!("panicked: {e}"))));
+            let error = result.err().unwrap_or_else(|| anyhow::anyhow!("ended unexpectedly"));
+            tracing::error!(task = name, error = %format!("{error:#}"), "stopping");
+            failure = Some(error.context(format!("{name} stopped")));
+        }
+    }
+    let _ = stop.send(true);
+    while let Some(ended) = tasks.join_next().await {
+        match ended {
+            Ok((_, Ok(()))) => {}
+            Ok((name, Err(e))) => {
+                tracing::error!(task = name, error = %format!("{e:#}"), "failed while stopping")
+            }
+            Err(e) => tracing::error!(error = %e, "a task panicked while stopping"),
+        }
+    }
+    tail_store.close().await;
+    failure.map_or(Ok(()), Err)
+}
+
+/// The background pruner, unless its interval is 0.
+fn pruner(
+    store: &Store,
+    settings: RetentionSettings,
+    metrics: &Metrics,
+) -> anyhow::Result<Option<Pruner>> {
+    if settings.interval.is_zero() {
+        tracing::info!("pruner off (--prune-interval 0)");
+        return Ok(None);
+    }
+    let counters =
+        PruneMetrics::register(metrics.registry()).context("cannot register pruner metrics")?;
+    Ok(Some(
+        Pruner::new(store.clone(), settings, Arc::new(SystemClock)).with_metrics(counters),
+    ))
 }
 
 /// Resolves on Ctrl-C or SIGTERM, so in-flight requests finish before exit.

@@ -9,12 +9,17 @@
 
 mod demo;
 mod error;
+mod export;
+mod prune;
 mod records;
 mod rows;
 pub mod sql;
+mod tail;
 
 pub use error::StoreError;
+pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use records::Claim;
+pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{

@@ -3,5 +3,10 @@
 
 mod support;
 
+mod cli;
 mod demo;
+mod export;
 mod guard_faults;
+mod guard_random;
+mod metrics;
+mod prometheus_e2e;

@@ -1,0 +1,284 @@
+//! `idemwatch export` and `idemwatch verify`: straight against the database, read-only
+//! (neither applies migrations).
+
+use super::{DatabaseArgs, redact_url};
+use crate::export::{
+    self, ExportFilter, FilterError, Format, Manifest, Report, sha256_of, verify_csv, verify_ndjson,
+};
+use crate::store::{Store, StoreOptions};
+use anyhow::{Context, bail};
+use clap::Args;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tokio::io::BufWriter;
+
+#[derive(Debug, Clone, Args)]
+pub struct ExportArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// `csv` (RFC 4180, header row) or `ndjson` (one JSON object a line, manifest last).
+    #[arg(long)]
+    pub format: Format,
+    /// Attempts that occurred at or after this time (RFC 3339, or a date = midnight UTC).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// Attempts that occurred before this time (exclusive).
+    #[arg(long)]
+    pub until: Option<String>,
+    #[arg(long)]
+    pub tenant: Option<String>,
+    #[arg(long)]
+    pub tool: Option<String>,
+    /// One idempotency key (64 hex characters).
+    #[arg(long)]
+    pub key: Option<String>,
+    /// E.g. `order:A-88214`.
+    #[arg(long)]
+    pub business_ref: Option<String>,
+    /// Write here (plus FILE.sha256, and FILE.manifest.json for CSV) instead of stdout.
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// Verify an export file (NDJSON, or CSV with its FILE.manifest.json) instead of the database.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// The manifest of a CSV file, if not FILE.manifest.json.
+    #[arg(long, requires = "file")]
+    pub manifest: Option<PathBuf>,
+}
+
+/// Opens the database for reading: the schema must already be current.
+async fn open_read_only(args: &DatabaseArgs) -> anyhow::Result<Store> {
+    let options = StoreOptions {
+        max_connections: args.db_max_connections.min(2),
+        ..StoreOptions::default()
+    };
+    let url = redact_url(&args.database_url);
+    let store = Store::connect(&args.database_url, &options)
+        .await
+        .with_context(|| format!("cannot open database {url}"))?;
+    store
+        .ready()
+        .await
+        .with_context(|| format!("database {url} is not ready"))?;
+    Ok(store)
+}
+
+fn flag_error(e: FilterError) -> anyhow::Error {
+    anyhow::anyhow!("invalid --{}: {}", e.field.replace('_', "-"), e.message)
+}
+
+pub async fn export_command(args: ExportArgs) -> anyhow::Result<()> {
+    let filter = ExportFilter::parse(
+        args.since.as_deref(),
+        args.until.as_deref(),
+        args.tenant.as_deref(),
+        args.tool.as_deref(),
+        args.key.as_deref(),
+        args.business_ref.as_deref(),
+    )
+    .map_err(flag_error)?;
+    let store = open_read_only(&args.database).await?;
+    let result = match &args.output {
+        Some(path) => export_file(&store, &filter, args.format, path).await,
+        None => {
+            let mut out = BufWriter::new(tokio::io::stdout());
+            let manifest = export::export_to(&store, &filter, args.format, &mut out).await?;
+            if args.format == Format::Csv {
+                eprint!("{}", manifest.to_pretty_json());
+            }
+            Ok(())
+        }
+    };
+    store.close().await;
+    result
+}
+
+/// Writes `path` (complete or not at all: a `.partial` file is renamed at the end),
+/// `path.sha256`, and for CSV `path.manifest.json`.
+async fn export_file(
+    store: &Store,
+    filter: &ExportFilter,
+    format: Format,
+    path: &Path,
+) -> anyhow::Result<()> {
+    let partial = sidecar(path, "partial");
+    let file = tokio::fs::File::create(&partial)
+        .await
+        .with_context(|| format!("cannot create {}", partial.display()))?;
+    let mut out = BufWriter::new(file);
+    let manifest = match export::export_to(store, filter, format, &mut out).await {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = tokio::fs::remove_file(&partial).await;
+            return Err(e.into());
+        }
+    };
+    out.into_inner().sync_all().await?;
+    tokio::fs::rename(&partial, path)
+        .await
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let whole = file_sha256(path).await?;
+    tokio::fs::write(sidecar(path, "sha256"), format!("{whole}  {name}\n")).await?;
+    if format == Format::Csv {
+        tokio::fs::write(sidecar(path, "manifest.json"), manifest.to_pretty_json()).await?;
+    }
+    eprintln!(
+        "wrote {} rows ({} keys) to {}; sha256 {whole}",
+        manifest.row_count,
+        manifest.key_count,
+        path.display()
+    );
+    Ok(())
+}
+
+/// `FILE` + `.ext`, e.g. `attempts.csv.sha256`.
+fn sidecar(path: &Path, ext: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".");
+    s.push(ext);
+    PathBuf::from(s)
+}
+
+async fn file_sha256(path: &Path) -> anyhow::Result<String> {
+    let owned = path.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let file = std::fs::File::open(&owned)?;
+        sha256_of(BufReader::new(file))
+    })
+    .await?
+    .with_context(|| format!("cannot read {}", path.display()))
+}
+
+/// Exit statuses, like `cmp`: 0 every chain is intact, 1 something is broken (the
+/// first break is printed), 2 verification could not run.
+pub async fn verify_command(args: VerifyArgs) -> ExitCode {
+    match verify(&args).await {
+        Ok(findings) if findings.is_empty() => ExitCode::SUCCESS,
+        Ok(findings) => {
+            for line in findings {
+                println!("{line}");
+            }
+            ExitCode::from(1)
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Verifies and prints the summary; returns the lines describing breaks (empty: intact).
+async fn verify(args: &VerifyArgs) -> anyhow::Result<Vec<String>> {
+    let (what, report, mut extra) = match &args.file {
+        Some(path) => {
+            let (report, extra) = verify_file(path, args.manifest.as_deref()).await?;
+            (path.display().to_string(), report, extra)
+        }
+        None => {
+            let store = open_read_only(&args.database).await?;
+            let report = export::verify_database(&store).await;
+            store.close().await;
+            (
+                format!("database {}", redact_url(&args.database.database_url)),
+                report.context("cannot read the attempt log")?,
+                Vec::new(),
+            )
+        }
+    };
+    let mut lines = Vec::new();
+    if let Some(first) = report.first_break() {
+        lines.push(format!("BROKEN: {what}: first break at {first}"));
+        lines.push(format!(
+            "{} of {} keys broken ({} rows read)",
+            report.broken_keys, report.keys, report.rows
+        ));
+        for b in report.breaks.iter().skip(1) {
+            lines.push(format!("also: {b}"));
+        }
+    }
+    if !extra.is_empty() && lines.is_empty() {
+        lines.push(format!("BROKEN: {what}: {}", extra.remove(0)));
+    }
+    lines.extend(extra.into_iter().map(|e| format!("also: {e}")));
+    if lines.is_empty() {
+        println!("{}", intact_line(&what, &report));
+    }
+    Ok(lines)
+}
+
+fn intact_line(what: &str, report: &Report) -> String {
+    let mut line = format!(
+        "OK: {what}: {} rows in {} keys, every chain intact",
+        report.rows, report.keys
+    );
+    if report.partial_keys > 0 {
+        line.push_str(&format!(
+            " ({} keys start after seq 1 because the export was filtered with since; checked from their first row)",
+            report.partial_keys
+        ));
+    }
+    line
+}
+
+/// A file: NDJSON carries its manifest; CSV needs the sidecar. A `FILE.sha256`
+/// sidecar, when present, must match the whole file.
+async fn verify_file(
+    path: &Path,
+    manifest_path: Option<&Path>,
+) -> anyhow::Result<(Report, Vec<String>)> {
+    let owned = path.to_path_buf();
+    let manifest_path = manifest_path
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| sidecar(path, "manifest.json"));
+    let report = tokio::task::spawn_blocking(move || -> anyhow::Result<Report> {
+        let open = || {
+            std::fs::File::open(&owned).with_context(|| format!("cannot open {}", owned.display()))
+        };
+        let mut first = [0u8; 1];
+        let n = open()?.read(&mut first)?;
+        if n == 1 && first[0] == b'{' {
+            return Ok(verify_ndjson(BufReader::new(open()?))?);
+        }
+        if n == 0 {
+            bail!("{} is empty: not an idemwatch export", owned.display());
+        }
+        let text = std::fs::read_to_string(&manifest_path).with_context(|| {
+            format!(
+                "a CSV export is checked against its manifest; cannot read {}",
+                manifest_path.display()
+            )
+        })?;
+        let manifest: Manifest = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a manifest", manifest_path.display()))?;
+        Ok(verify_csv(BufReader::new(open()?), &manifest)?)
+    })
+    .await??;
+    let mut extra = Vec::new();
+    let sums = sidecar(path, "sha256");
+    if let Ok(text) = tokio::fs::read_to_string(&sums).await {
+        let expected = text
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let actual = file_sha256(path).await?;
+        if expected != actual {
+            extra.push(format!(
+                "{} says sha256 {expected}, the file hashes to {actual}",
+                sums.display()
+            ));
+        }
+    }
+    Ok((report, extra))
+}

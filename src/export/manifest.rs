@@ -1,0 +1,115 @@
+//! The manifest an auditor checks a file against: what was asked for (filters), what
+//! came out (rows, keys, time range) and the SHA-256 of the content.
+
+use super::filter::ExportFilter;
+use super::row::micros;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+pub const MANIFEST_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    Csv,
+    Ndjson,
+}
+
+impl Format {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Format::Csv => "csv",
+            Format::Ndjson => "ndjson",
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            // RFC 4180 registers the `header` parameter.
+            Format::Csv => "text/csv; charset=utf-8; header=present",
+            Format::Ndjson => "application/x-ndjson; charset=utf-8",
+        }
+    }
+
+    /// What the manifest's `sha256` covers, in words, so the manifest explains itself.
+    pub fn sha256_covers(self) -> &'static str {
+        match self {
+            Format::Csv => "every byte of the CSV file, header row included",
+            Format::Ndjson => {
+                "every byte of the file before the manifest line (all attempt lines, each with its newline)"
+            }
+        }
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Format, String> {
+        match s {
+            "csv" => Ok(Format::Csv),
+            "ndjson" => Ok(Format::Ndjson),
+            other => Err(format!("format must be csv or ndjson, not {other:?}")),
+        }
+    }
+}
+
+/// Why the file exists: an export someone asked for, or rows the pruner archived
+/// before deleting them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    Export,
+    Archive,
+}
+
+/// Serialised as the last NDJSON line (with `"type": "manifest"`), as the CSV
+/// sidecar `FILE.manifest.json`, and by `GET /export/attempts.manifest`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub manifest_version: u32,
+    pub source: Source,
+    pub format: Format,
+    pub generator: String,
+    #[serde(with = "micros")]
+    pub generated_at: DateTime<Utc>,
+    pub filters: ExportFilter,
+    /// Rows are sorted by key, then seq: each key's chain is contiguous.
+    pub order: String,
+    pub row_count: u64,
+    pub key_count: u64,
+    #[serde(with = "micros::option")]
+    pub first_occurred_at: Option<DateTime<Utc>>,
+    #[serde(with = "micros::option")]
+    pub last_occurred_at: Option<DateTime<Utc>>,
+    pub sha256: String,
+    pub sha256_covers: String,
+    /// How each row's `hash` is computed, for a reader who has only the file.
+    pub hash_chain: String,
+}
+
+pub const ORDER: &str = "key, seq";
+
+pub const HASH_CHAIN: &str = "hash = lowercase hex SHA-256 of (prev_hash + \"\\n\" + JCS(RFC 8785) of \
+    {key, tenant, tool, seq, kind, fencing_token, actor, detail, duration_ms, occurred_at}); \
+    a key's first row has prev_hash = 64 zeros; see docs/EXPORT.md";
+
+impl Manifest {
+    /// The manifest in the form of a `.manifest.json` sidecar or HTTP answer.
+    pub fn to_pretty_json(&self) -> String {
+        let mut text = serde_json::to_string_pretty(self).expect("a manifest always serialises");
+        text.push('\n');
+        text
+    }
+
+    pub fn time_filtered_start(&self) -> bool {
+        self.filters.since.is_some()
+    }
+}

@@ -1,0 +1,139 @@
+//! What verification can find, and where: each finding names the key, seq, attempt
+//! id and (in a file) line, and says in words what it means.
+
+use std::fmt;
+
+/// What is wrong at one place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// The row's content or `prev_hash` was changed after it was written.
+    HashMismatch { stored: String, computed: String },
+    /// The key is not derived from the row's intent (tenant, tool, workflow_id,
+    /// step_id, intent_id): the record's context was edited.
+    ContextMismatch { derived: String },
+    /// `prev_hash` is not the hash of the row before.
+    BrokenLink { prev_hash: String, expected: String },
+    /// Rows between `expected` and `found` are missing.
+    SeqGap { expected: i64, found: i64 },
+    /// seq went backwards or repeated.
+    SeqNotIncreasing { previous: i64, found: i64 },
+    /// The key's chain does not start at seq 1 and the export was not filtered by time.
+    MissingStart { found: i64 },
+    /// seq 1 does not start from the genesis hash.
+    BadGenesis { prev_hash: String },
+    /// The key appears after a greater key: the file is not in (key, seq) order.
+    KeyOutOfOrder { previous: String },
+    /// The record's head and the last attempt row disagree.
+    HeadMismatch {
+        head_seq: i64,
+        head_hash: String,
+        last_seq: i64,
+        last_hash: String,
+    },
+    /// The record exists but all of its attempt rows are gone.
+    NoAttempts,
+    /// A line or record that cannot be read as a row.
+    Unreadable(String),
+    /// No manifest at the end of an NDJSON file: it was truncated or the manifest removed.
+    ManifestMissing,
+    /// Lines after the manifest.
+    AfterManifest,
+    /// The manifest disagrees with the file.
+    ManifestMismatch(String),
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::HashMismatch { stored, computed } => write!(
+                f,
+                "the row does not hash to its stored hash {stored} (computed {computed}): the row was edited"
+            ),
+            Problem::ContextMismatch { derived } => write!(
+                f,
+                "the key is not the one derived from the row's tenant, tool, workflow_id, step_id and intent_id ({derived}): the context was edited"
+            ),
+            Problem::BrokenLink {
+                prev_hash,
+                expected,
+            } => write!(
+                f,
+                "prev_hash {prev_hash} is not the hash of the previous row ({expected}): a row was deleted, inserted or moved"
+            ),
+            Problem::SeqGap { expected, found } => write!(
+                f,
+                "seq jumps to {found}, expected {expected}: rows are missing"
+            ),
+            Problem::SeqNotIncreasing { previous, found } => write!(
+                f,
+                "seq {found} follows seq {previous}: rows are duplicated or out of order"
+            ),
+            Problem::MissingStart { found } => write!(
+                f,
+                "the chain starts at seq {found}, not 1, and the export is not filtered by time: rows are missing"
+            ),
+            Problem::BadGenesis { prev_hash } => write!(
+                f,
+                "seq 1 has prev_hash {prev_hash}, not the genesis hash (64 zeros)"
+            ),
+            Problem::KeyOutOfOrder { previous } => write!(
+                f,
+                "the key appears after key {previous}: rows were moved (exports are sorted by key, seq)"
+            ),
+            Problem::HeadMismatch {
+                head_seq,
+                head_hash,
+                last_seq,
+                last_hash,
+            } => write!(
+                f,
+                "the record says the chain ends at seq {head_seq} (hash {head_hash}) but the log ends at seq {last_seq} (hash {last_hash}): rows were deleted or added at the end"
+            ),
+            Problem::NoAttempts => f.write_str("the record has no attempt rows: they were deleted"),
+            Problem::Unreadable(why) => write!(f, "unreadable row: {why}"),
+            Problem::ManifestMissing => f.write_str(
+                "no manifest line at the end of the file: it was truncated or the manifest removed",
+            ),
+            Problem::AfterManifest => f.write_str("lines follow the manifest"),
+            Problem::ManifestMismatch(why) => {
+                write!(f, "the manifest does not match the file: {why}")
+            }
+        }
+    }
+}
+
+/// The first place something is wrong, and where it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Break {
+    pub key: Option<String>,
+    pub seq: Option<i64>,
+    pub attempt_id: Option<i64>,
+    /// 1-based line (NDJSON) or record (CSV, header = 1) of a file.
+    pub line: Option<u64>,
+    pub problem: Problem,
+    /// Position in the stream, to tell which of two findings came first.
+    pub(super) ordinal: u64,
+}
+
+impl fmt::Display for Break {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut place = Vec::new();
+        if let Some(k) = &self.key {
+            place.push(format!("key {k}"));
+        }
+        if let Some(s) = self.seq {
+            place.push(format!("seq {s}"));
+        }
+        if let Some(id) = self.attempt_id {
+            place.push(format!("attempt id {id}"));
+        }
+        if let Some(l) = self.line {
+            place.push(format!("line {l}"));
+        }
+        if place.is_empty() {
+            write!(f, "{}", self.problem)
+        } else {
+            write!(f, "{}: {}", place.join(", "), self.problem)
+        }
+    }
+}

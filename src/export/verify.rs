@@ -1,0 +1,431 @@
+//! Chain verification over a stream of rows sorted by (key, seq), in constant memory:
+//! the same checks run over the database and over an export file.
+//!
+//! Per row: its `hash` must be what its content and `prev_hash` hash to (an edited
+//! row fails here), and its key must derive from its intent (edited context fails). Per key: seq runs 1, 2, 3 … and each `prev_hash` is the hash of
+//! the row before (a deleted, inserted or moved row fails here); the first row has
+//! the genesis `prev_hash`. In the database the last row must also be the head the
+//! record remembers (`log_seq`, `log_hash`), so a deleted or added last row fails.
+//! An export filtered with `since` may start a key's chain after seq 1; that alone
+//! is not a break (the manifest says the export was filtered).
+
+pub use super::problem::{Break, Problem};
+use super::row::{ChainHead, ExportRow};
+use crate::guard::GENESIS_HASH;
+
+/// What a verification found. Intact when `breaks` is empty.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub rows: u64,
+    pub keys: u64,
+    pub broken_keys: u64,
+    /// Keys whose chain starts after seq 1 in a `since`-filtered export: checked from
+    /// their first row in the file.
+    pub partial_keys: u64,
+    /// The first breaks, in stream order (at most [`MAX_BREAKS`]).
+    pub breaks: Vec<Break>,
+}
+
+pub const MAX_BREAKS: usize = 20;
+
+impl Report {
+    pub fn is_intact(&self) -> bool {
+        self.breaks.is_empty()
+    }
+
+    pub fn first_break(&self) -> Option<&Break> {
+        self.breaks.first()
+    }
+}
+
+struct KeyState {
+    key: String,
+    last_seq: i64,
+    last_hash: String,
+    broken: bool,
+    head: Option<ChainHead>,
+    last_id: i64,
+    last_line: Option<u64>,
+    /// Starts after seq 1.
+    late: bool,
+}
+
+/// Feed rows with [`ChainCheck::push`], then [`ChainCheck::finish`].
+#[derive(Default)]
+pub struct ChainCheck {
+    current: Option<KeyState>,
+    report: Report,
+    ordinal: u64,
+    /// A chain starting after seq 1: a break unless the export was filtered by
+    /// `since`, which for a file is known only from the manifest at its end.
+    first_late_start: Option<Break>,
+    /// Keys that start late and have no other break.
+    late_starts: u64,
+}
+
+impl ChainCheck {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Checks the next row. `head` is the record's head (database) or `None` (file).
+    pub fn push(&mut self, row: &ExportRow, head: Option<&ChainHead>, line: Option<u64>) {
+        self.ordinal += 1;
+        self.report.rows += 1;
+        let new_key = self.current.as_ref().is_none_or(|c| c.key != row.key);
+        if new_key {
+            let previous = self.current.take();
+            if let Some(prev) = &previous {
+                self.end_key(prev);
+            }
+            self.report.keys += 1;
+            let mut state = KeyState {
+                key: row.key.clone(),
+                last_seq: row.seq,
+                last_hash: row.hash.clone(),
+                broken: false,
+                head: head.cloned(),
+                last_id: row.attempt_id,
+                last_line: line,
+                late: false,
+            };
+            if let Some(prev) = previous.filter(|p| p.key > row.key) {
+                self.fail(
+                    &mut state,
+                    row,
+                    line,
+                    Problem::KeyOutOfOrder { previous: prev.key },
+                );
+            } else if row.seq == 1 {
+                if row.prev_hash != GENESIS_HASH {
+                    let problem = Problem::BadGenesis {
+                        prev_hash: row.prev_hash.clone(),
+                    };
+                    self.fail(&mut state, row, line, problem);
+                }
+            } else if row.seq > 1 {
+                state.late = true;
+                if self.first_late_start.is_none() {
+                    self.first_late_start =
+                        Some(self.at(row, line, Problem::MissingStart { found: row.seq }));
+                }
+            } else {
+                self.fail(
+                    &mut state,
+                    row,
+                    line,
+                    Problem::SeqNotIncreasing {
+                        previous: 0,
+                        found: row.seq,
+                    },
+                );
+            }
+            self.check_hash(&mut state, row, line);
+            self.current = Some(state);
+            return;
+        }
+        let mut state = self.current.take().expect("a current key");
+        if !state.broken {
+            if row.seq <= state.last_seq {
+                let problem = Problem::SeqNotIncreasing {
+                    previous: state.last_seq,
+                    found: row.seq,
+                };
+                self.fail(&mut state, row, line, problem);
+            } else if row.seq != state.last_seq + 1 {
+                let problem = Problem::SeqGap {
+                    expected: state.last_seq + 1,
+                    found: row.seq,
+                };
+                self.fail(&mut state, row, line, problem);
+            } else if row.prev_hash != state.last_hash {
+                let problem = Problem::BrokenLink {
+                    prev_hash: row.prev_hash.clone(),
+                    expected: state.last_hash.clone(),
+                };
+                self.fail(&mut state, row, line, problem);
+            } else {
+                self.check_hash(&mut state, row, line);
+            }
+        }
+        state.last_seq = row.seq;
+        state.last_hash = row.hash.clone();
+        state.last_id = row.attempt_id;
+        state.last_line = line;
+        self.current = Some(state);
+    }
+
+    /// A record whose attempts are all gone (database only).
+    pub fn record_without_attempts(&mut self, key: &str) {
+        self.ordinal += 1;
+        self.report.keys += 1;
+        self.report.broken_keys += 1;
+        let b = Break {
+            key: Some(key.to_string()),
+            seq: None,
+            attempt_id: None,
+            line: None,
+            problem: Problem::NoAttempts,
+            ordinal: self.ordinal,
+        };
+        self.add(b);
+    }
+
+    /// A finding about the file rather than a row (unreadable line, manifest).
+    pub fn file_problem(&mut self, line: Option<u64>, problem: Problem) {
+        self.ordinal += 1;
+        let b = Break {
+            key: None,
+            seq: None,
+            attempt_id: None,
+            line,
+            problem,
+            ordinal: self.ordinal,
+        };
+        self.add(b);
+    }
+
+    /// Ends the stream. `since_filtered`: whether the rows were selected with a
+    /// `since` filter, so that chains may legitimately start after seq 1.
+    pub fn finish(mut self, since_filtered: bool) -> Report {
+        if let Some(state) = self.current.take() {
+            self.end_key(&state);
+        }
+        if since_filtered {
+            self.report.partial_keys = self.late_starts;
+        } else if let Some(late) = self.first_late_start.take() {
+            self.report.broken_keys += self.late_starts;
+            self.add(late);
+        }
+        self.report.breaks.sort_by_key(|b| b.ordinal);
+        self.report.breaks.truncate(MAX_BREAKS);
+        self.report
+    }
+
+    fn end_key(&mut self, state: &KeyState) {
+        if state.broken {
+            return;
+        }
+        if state.late {
+            self.late_starts += 1;
+        }
+        if let Some(head) = &state.head
+            && (head.seq != state.last_seq || head.hash != state.last_hash)
+        {
+            self.ordinal += 1;
+            self.report.broken_keys += 1;
+            let b = Break {
+                key: Some(state.key.clone()),
+                seq: Some(state.last_seq),
+                attempt_id: Some(state.last_id),
+                line: state.last_line,
+                problem: Problem::HeadMismatch {
+                    head_seq: head.seq,
+                    head_hash: head.hash.clone(),
+                    last_seq: state.last_seq,
+                    last_hash: state.last_hash.clone(),
+                },
+                ordinal: self.ordinal,
+            };
+            self.add(b);
+        }
+    }
+
+    /// The row's own checks: its hash, and its key against its intent.
+    fn check_hash(&mut self, state: &mut KeyState, row: &ExportRow, line: Option<u64>) {
+        if state.broken {
+            return;
+        }
+        let derived = row.derived_key();
+        if derived != row.key {
+            self.fail(state, row, line, Problem::ContextMismatch { derived });
+            return;
+        }
+        let computed = row.computed_hash();
+        if computed != row.hash {
+            let problem = Problem::HashMismatch {
+                stored: row.hash.clone(),
+                computed,
+            };
+            self.fail(state, row, line, problem);
+        }
+    }
+
+    fn at(&self, row: &ExportRow, line: Option<u64>, problem: Problem) -> Break {
+        Break {
+            key: Some(row.key.clone()),
+            seq: Some(row.seq),
+            attempt_id: Some(row.attempt_id),
+            line,
+            problem,
+            ordinal: self.ordinal,
+        }
+    }
+
+    /// Records a break and stops checking the rest of this key (one finding per key).
+    fn fail(&mut self, state: &mut KeyState, row: &ExportRow, line: Option<u64>, problem: Problem) {
+        state.broken = true;
+        self.report.broken_keys += 1;
+        let b = self.at(row, line, problem);
+        self.add(b);
+    }
+
+    fn add(&mut self, b: Break) {
+        // Keep the earliest: late starts are added at the end with their own ordinal.
+        self.report.breaks.push(b);
+        if self.report.breaks.len() > MAX_BREAKS * 2 {
+            self.report.breaks.sort_by_key(|b| b.ordinal);
+            self.report.breaks.truncate(MAX_BREAKS);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::row::tests::sample;
+
+    /// Three chained rows of one key.
+    fn chain() -> Vec<ExportRow> {
+        let mut rows = vec![sample()];
+        for seq in 2..=3 {
+            let mut next = rows.last().unwrap().clone();
+            next.attempt_id += 1;
+            next.seq = seq;
+            next.prev_hash = next.hash.clone();
+            next.actor = format!("worker-{seq}");
+            next.hash = next.computed_hash();
+            rows.push(next);
+        }
+        rows
+    }
+
+    fn check(rows: &[ExportRow], since: bool) -> Report {
+        let mut c = ChainCheck::new();
+        for (i, r) in rows.iter().enumerate() {
+            c.push(r, None, Some(i as u64 + 1));
+        }
+        c.finish(since)
+    }
+
+    #[test]
+    fn an_untouched_chain_is_intact() {
+        let report = check(&chain(), false);
+        assert!(report.is_intact(), "{:?}", report.breaks);
+        assert_eq!((report.rows, report.keys), (3, 1));
+    }
+
+    #[test]
+    fn an_edited_row_fails_its_own_hash() {
+        let mut rows = chain();
+        rows[1].actor = "mallory".into();
+        let report = check(&rows, false);
+        let b = report.first_break().unwrap();
+        assert_eq!((b.seq, b.line), (Some(2), Some(2)));
+        assert!(matches!(b.problem, Problem::HashMismatch { .. }), "{b}");
+    }
+
+    #[test]
+    fn a_deleted_middle_row_is_a_gap() {
+        let mut rows = chain();
+        rows.remove(1);
+        let b = check(&rows, true).breaks[0].clone();
+        assert_eq!(
+            b.problem,
+            Problem::SeqGap {
+                expected: 2,
+                found: 3
+            }
+        );
+    }
+
+    #[test]
+    fn swapped_rows_are_out_of_order() {
+        let mut rows = chain();
+        rows.swap(1, 2);
+        let b = check(&rows, false).breaks[0].clone();
+        assert_eq!(
+            b.problem,
+            Problem::SeqGap {
+                expected: 2,
+                found: 3
+            }
+        );
+        let mut rows = chain();
+        rows.swap(0, 1);
+        let b = check(&rows, false).breaks[0].clone();
+        assert!(
+            matches!(b.problem, Problem::MissingStart { found: 2 }),
+            "{b}"
+        );
+    }
+
+    #[test]
+    fn a_missing_start_is_a_break_only_without_since() {
+        let rows = chain()[1..].to_vec();
+        let filtered = check(&rows, true);
+        assert!(filtered.is_intact());
+        assert_eq!(filtered.partial_keys, 1);
+        let b = check(&rows, false).breaks[0].clone();
+        assert_eq!(b.problem, Problem::MissingStart { found: 2 });
+    }
+
+    #[test]
+    fn the_record_head_catches_a_deleted_last_row() {
+        let rows = chain();
+        let head = ChainHead {
+            seq: 3,
+            hash: rows[2].hash.clone(),
+        };
+        let mut c = ChainCheck::new();
+        for r in &rows[..2] {
+            c.push(r, Some(&head), None);
+        }
+        let b = c.finish(false).breaks[0].clone();
+        assert!(
+            matches!(
+                b.problem,
+                Problem::HeadMismatch {
+                    head_seq: 3,
+                    last_seq: 2,
+                    ..
+                }
+            ),
+            "{b}"
+        );
+    }
+
+    #[test]
+    fn keys_must_come_in_order() {
+        let mut other = chain();
+        let mut prev = GENESIS_HASH.to_string();
+        for r in &mut other {
+            r.intent_id = "refund:order-B-2".into();
+            r.key = r.derived_key();
+            r.prev_hash = prev.clone();
+            r.hash = r.computed_hash();
+            prev = r.hash.clone();
+        }
+        let (low, high) = if other[0].key < chain()[0].key {
+            (other, chain())
+        } else {
+            (chain(), other)
+        };
+        let mut rows = high.clone();
+        rows.extend(low.clone());
+        let b = check(&rows, false).breaks[0].clone();
+        assert!(matches!(b.problem, Problem::KeyOutOfOrder { .. }), "{b}");
+        let mut rows = low;
+        rows.extend(high);
+        assert!(check(&rows, false).is_intact());
+    }
+
+    #[test]
+    fn edited_context_no_longer_derives_the_key() {
+        let mut rows = chain();
+        rows[2].workflow_id = "run-other".into();
+        let b = check(&rows, false).breaks[0].clone();
+        assert_eq!(b.seq, Some(3));
+        assert!(matches!(b.problem, Problem::ContextMismatch { .. }), "{b}");
+    }
+}

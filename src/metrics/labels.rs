@@ -1,0 +1,200 @@
+//! The label values idemwatch has handed out: tools, and (when the tenant label is
+//! on) at most `cap` tenants plus `other`. Every (tool, tenant) pair is exported from
+//! the moment either half is first seen, so a first conflict shows in `increase()`.
+
+use std::collections::BTreeSet;
+
+/// The tenant value that every tenant beyond the cap folds into.
+pub const OTHER_TENANT: &str = "other";
+
+/// Where one event's series live: the tool and, with the tenant label on, the
+/// tenant's label value (itself or `other`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Slot {
+    pub tool: String,
+    pub tenant: Option<String>,
+}
+
+impl Slot {
+    /// The label values for a family declared as `[tool, tenant, rest…]`.
+    pub fn values<'a>(&'a self, rest: &[&'a str]) -> Vec<&'a str> {
+        let mut v = Vec::with_capacity(2 + rest.len());
+        v.push(self.tool.as_str());
+        if let Some(t) = &self.tenant {
+            v.push(t.as_str());
+        }
+        v.extend_from_slice(rest);
+        v
+    }
+}
+
+#[derive(Debug)]
+pub(super) struct LabelSpace {
+    tenant_label: bool,
+    cap: usize,
+    tools: BTreeSet<String>,
+    /// Labelled tenants, `other` included once something has folded into it.
+    tenants: BTreeSet<String>,
+}
+
+impl LabelSpace {
+    pub(super) fn new(tenant_label: bool, cap: usize) -> Self {
+        Self {
+            tenant_label,
+            cap,
+            tools: BTreeSet::new(),
+            tenants: BTreeSet::new(),
+        }
+    }
+
+    /// The slot of (tool, tenant), and the slots that exist for the first time
+    /// because of it (to be created at zero).
+    pub(super) fn slot(&mut self, tool: &str, tenant: &str) -> (Slot, Vec<Slot>) {
+        let mut fresh = Vec::new();
+        let tenant_value = self.tenant_value(tenant, &mut fresh);
+        self.add_tool(tool, &mut fresh);
+        fresh.sort();
+        fresh.dedup();
+        let slot = Slot {
+            tool: tool.to_string(),
+            tenant: tenant_value,
+        };
+        (slot, fresh)
+    }
+
+    /// Tools and tenants known before any event (from the database at start): the
+    /// tenants in the order given, up to the cap. Returns the new slots.
+    pub(super) fn seed(&mut self, tools: &[String], tenants: &[String]) -> Vec<Slot> {
+        let mut fresh = Vec::new();
+        for tenant in tenants {
+            if self.tenants.len() >= self.cap {
+                break;
+            }
+            self.tenant_value(tenant, &mut fresh);
+        }
+        for tool in tools {
+            self.add_tool(tool, &mut fresh);
+        }
+        fresh.sort();
+        fresh.dedup();
+        fresh
+    }
+
+    fn add_tool(&mut self, tool: &str, fresh: &mut Vec<Slot>) {
+        if !self.tools.contains(tool) {
+            self.tools.insert(tool.to_string());
+            fresh.extend(self.tenant_values().map(|t| Slot {
+                tool: tool.to_string(),
+                tenant: t,
+            }));
+        }
+    }
+
+    /// Every slot handed out so far: all tools × all tenant values.
+    pub(super) fn all(&self) -> Vec<Slot> {
+        self.tools
+            .iter()
+            .flat_map(|tool| {
+                self.tenant_values().map(move |t| Slot {
+                    tool: tool.clone(),
+                    tenant: t,
+                })
+            })
+            .collect()
+    }
+
+    fn tenant_values(&self) -> Box<dyn Iterator<Item = Option<String>> + '_> {
+        if self.tenant_label {
+            Box::new(self.tenants.iter().map(|t| Some(t.clone())))
+        } else {
+            Box::new(std::iter::once(None))
+        }
+    }
+
+    fn tenant_value(&mut self, tenant: &str, fresh: &mut Vec<Slot>) -> Option<String> {
+        if !self.tenant_label {
+            return None;
+        }
+        let labelled = self.tenants.len() - usize::from(self.tenants.contains(OTHER_TENANT));
+        let value = if self.tenants.contains(tenant) {
+            return Some(tenant.to_string());
+        } else if labelled < self.cap {
+            tenant
+        } else {
+            OTHER_TENANT
+        };
+        if self.tenants.insert(value.to_string()) {
+            fresh.extend(self.tools.iter().map(|tool| Slot {
+                tool: tool.clone(),
+                tenant: Some(value.to_string()),
+            }));
+        }
+        Some(value.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(tool: &str, tenant: Option<&str>) -> Slot {
+        Slot {
+            tool: tool.into(),
+            tenant: tenant.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn without_the_tenant_label_a_new_tool_is_one_new_slot() {
+        let mut space = LabelSpace::new(false, 2);
+        assert_eq!(
+            space.slot("issue_refund", "acme"),
+            (slot("issue_refund", None), vec![slot("issue_refund", None)])
+        );
+        assert_eq!(space.slot("issue_refund", "globex").1, vec![]);
+    }
+
+    #[test]
+    fn tenants_beyond_the_cap_fold_into_other() {
+        let mut space = LabelSpace::new(true, 2);
+        assert_eq!(space.slot("t", "a").0, slot("t", Some("a")));
+        assert_eq!(space.slot("t", "b").0, slot("t", Some("b")));
+        let (third, fresh) = space.slot("t", "c");
+        assert_eq!(third, slot("t", Some(OTHER_TENANT)));
+        assert_eq!(fresh, vec![slot("t", Some(OTHER_TENANT))]);
+        assert_eq!(
+            space.slot("t", "d"),
+            (slot("t", Some(OTHER_TENANT)), vec![])
+        );
+        assert_eq!(space.slot("t", "a").0, slot("t", Some("a")));
+    }
+
+    #[test]
+    fn a_new_tool_gets_a_slot_for_every_tenant_value_seen() {
+        let mut space = LabelSpace::new(true, 1);
+        space.slot("t", "a");
+        space.slot("t", "b");
+        let (_, fresh) = space.slot("u", "a");
+        assert_eq!(
+            fresh,
+            vec![slot("u", Some("a")), slot("u", Some(OTHER_TENANT))]
+        );
+        assert_eq!(space.all().len(), 4);
+    }
+
+    #[test]
+    fn seeding_labels_at_most_cap_tenants_for_every_tool() {
+        let mut space = LabelSpace::new(true, 2);
+        let fresh = space.seed(
+            &["t".into(), "u".into()],
+            &["a".into(), "b".into(), "c".into()],
+        );
+        assert_eq!(fresh.len(), 4, "{fresh:?}");
+        assert_eq!(space.slot("t", "c").0, slot("t", Some(OTHER_TENANT)));
+        let mut plain = LabelSpace::new(false, 2);
+        assert_eq!(
+            plain.seed(&["t".into()], &["a".into()]),
+            vec![slot("t", None)]
+        );
+    }
+}

@@ -1,0 +1,119 @@
+//! Durations as operators write them in flags and environment variables: `30d`,
+//! `12h`, `90m`, `45s`, `2w`, or sums such as `1d12h`. `0` means zero.
+
+use chrono::TimeDelta;
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct HumanDuration(pub TimeDelta);
+
+impl HumanDuration {
+    pub fn days(n: i64) -> Self {
+        HumanDuration(TimeDelta::days(n))
+    }
+
+    pub fn is_zero(self) -> bool {
+        self.0.is_zero()
+    }
+
+    pub fn to_std(self) -> std::time::Duration {
+        self.0.to_std().unwrap_or_default()
+    }
+}
+
+impl FromStr for HumanDuration {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = || {
+            format!(
+                "{:?} is not a duration: write a number and a unit (s, m, h, d, w), e.g. 30d, 12h, 1d12h",
+                text.chars().take(40).collect::<String>()
+            )
+        };
+        let text = text.trim();
+        if text == "0" {
+            return Ok(HumanDuration(TimeDelta::zero()));
+        }
+        let mut total = TimeDelta::zero();
+        let mut digits = String::new();
+        let mut saw_unit = false;
+        for c in text.chars() {
+            if c.is_ascii_digit() {
+                digits.push(c);
+                continue;
+            }
+            let n: i64 = digits.parse().map_err(|_| bad())?;
+            digits.clear();
+            let unit = match c {
+                's' => TimeDelta::try_seconds(n),
+                'm' => TimeDelta::try_minutes(n),
+                'h' => TimeDelta::try_hours(n),
+                'd' => TimeDelta::try_days(n),
+                'w' => TimeDelta::try_weeks(n),
+                _ => None,
+            }
+            .ok_or_else(bad)?;
+            total = total.checked_add(&unit).ok_or_else(bad)?;
+            saw_unit = true;
+        }
+        if !digits.is_empty() || !saw_unit {
+            return Err(bad());
+        }
+        Ok(HumanDuration(total))
+    }
+}
+
+/// The largest exact unit up to days: `30d`, `36h`, `90s` (weeks print as days).
+impl fmt::Display for HumanDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0.num_seconds();
+        if s == 0 {
+            return f.write_str("0");
+        }
+        for (unit, secs) in [("d", 86_400), ("h", 3_600), ("m", 60)] {
+            if s % secs == 0 {
+                return write!(f, "{}{unit}", s / secs);
+            }
+        }
+        write!(f, "{s}s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_like_operators_write_them() {
+        let table = [
+            ("30d", TimeDelta::days(30)),
+            ("90d", TimeDelta::days(90)),
+            ("12h", TimeDelta::hours(12)),
+            ("1d12h", TimeDelta::hours(36)),
+            ("45s", TimeDelta::seconds(45)),
+            ("2w", TimeDelta::weeks(2)),
+            ("0", TimeDelta::zero()),
+            (" 5m ", TimeDelta::minutes(5)),
+        ];
+        for (text, expected) in table {
+            assert_eq!(text.parse::<HumanDuration>().unwrap().0, expected, "{text}");
+        }
+        for bad in ["", "30", "d", "30 days", "-1d", "1y", "99999999999999999w"] {
+            let err = bad.parse::<HumanDuration>().unwrap_err();
+            assert!(err.contains("not a duration"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn durations_print_in_their_largest_exact_unit() {
+        for (text, shown) in [
+            ("30d", "30d"),
+            ("1d12h", "36h"),
+            ("2w", "14d"),
+            ("90s", "90s"),
+        ] {
+            assert_eq!(text.parse::<HumanDuration>().unwrap().to_string(), shown);
+        }
+    }
+}

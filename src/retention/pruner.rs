@@ -1,0 +1,207 @@
+//! The pruner: deletes expired DONE / FAILED keys with their attempts in small
+//! batches, archiving each batch first when asked. Never UNKNOWN or IN_PROGRESS
+//! keys: those wait for a person or a worker (their count is already a metric).
+
+use super::archive::ArchiveFile;
+use super::settings::RetentionSettings;
+use crate::guard::Clock;
+use crate::store::{PrunedCounts, Store, StoreError};
+use futures::StreamExt;
+use prometheus::{IntCounterVec, Opts, Registry};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Batches in one run before the pruner yields to its interval check.
+const MAX_BATCHES_PER_RUN: u32 = 100;
+/// A pause between batches, so the guard's writers (SQLite has one write lock) get in.
+const PAUSE_BETWEEN_BATCHES: Duration = Duration::from_millis(20);
+
+/// `idemwatch_pruned_total{status}`: keys deleted by retention (each with all of its
+/// attempt rows), by the status they had. The caller owns the registry.
+#[derive(Debug, Clone)]
+pub struct PruneMetrics {
+    pruned: IntCounterVec,
+}
+
+impl PruneMetrics {
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let pruned = IntCounterVec::new(
+            Opts::new(
+                "idemwatch_pruned_total",
+                "Keys deleted by retention, each with all of its attempt rows, by the status they had.",
+            ),
+            &["status"],
+        )?;
+        registry.register(Box::new(pruned.clone()))?;
+        // Both series exist from the start, at 0.
+        for status in ["DONE", "FAILED"] {
+            pruned.with_label_values(&[status]);
+        }
+        Ok(Self { pruned })
+    }
+
+    fn observe(&self, counts: &PrunedCounts) {
+        self.pruned.with_label_values(&["DONE"]).inc_by(counts.done);
+        self.pruned
+            .with_label_values(&["FAILED"])
+            .inc_by(counts.failed);
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PruneError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot write the archive {path}: {source}")]
+    Archive {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PruneSummary {
+    pub counts: PrunedCounts,
+    pub batches: u32,
+    pub archives: Vec<PathBuf>,
+    /// The run stopped at its batch limit with more to do.
+    pub more: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Pruner {
+    store: Store,
+    settings: RetentionSettings,
+    clock: Arc<dyn Clock>,
+    metrics: Option<PruneMetrics>,
+}
+
+impl Pruner {
+    pub fn new(store: Store, settings: RetentionSettings, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            store,
+            settings,
+            clock,
+            metrics: None,
+        }
+    }
+
+    pub fn with_metrics(mut self, metrics: PruneMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Prunes until nothing has expired (or the batch limit of one run is reached).
+    #[tracing::instrument(skip_all)]
+    pub async fn run_once(&self) -> Result<PruneSummary, PruneError> {
+        let mut summary = PruneSummary::default();
+        while summary.batches < MAX_BATCHES_PER_RUN {
+            let (counts, archive) = self.batch().await?;
+            if counts.keys() == 0 {
+                return Ok(summary);
+            }
+            summary.batches += 1;
+            summary.counts.done += counts.done;
+            summary.counts.failed += counts.failed;
+            summary.counts.attempts += counts.attempts;
+            summary.archives.extend(archive);
+            if counts.keys() < u64::from(self.settings.batch_size) {
+                return Ok(summary);
+            }
+            tokio::time::sleep(PAUSE_BETWEEN_BATCHES).await;
+        }
+        summary.more = true;
+        Ok(summary)
+    }
+
+    /// One transaction: lock a batch, archive it, delete it.
+    async fn batch(&self) -> Result<(PrunedCounts, Option<PathBuf>), PruneError> {
+        let cutoffs = self.settings.cutoffs(self.clock.now());
+        let mut batch = self
+            .store
+            .prune_begin(&cutoffs, self.settings.batch_size)
+            .await?;
+        if batch.keys().is_empty() {
+            return Ok((PrunedCounts::default(), None));
+        }
+        let mut archived = None;
+        if let Some(dir) = &self.settings.archive_dir {
+            let io = |source| PruneError::Archive {
+                path: dir.clone(),
+                source,
+            };
+            let mut file = ArchiveFile::create(dir).await.map_err(io)?;
+            let mut rows = batch.rows();
+            let mut written = Ok(());
+            while let Some(row) = rows.next().await {
+                let row = match row {
+                    Ok(row) => row,
+                    Err(e) => {
+                        written = Err(PruneError::Store(e));
+                        break;
+                    }
+                };
+                if let Err(e) = file.write(&row).await {
+                    written = Err(io(e));
+                    break;
+                }
+            }
+            drop(rows);
+            if let Err(e) = written {
+                file.abandon().await;
+                return Err(e);
+            }
+            // Durable before the delete commits: a crash in between leaves the rows
+            // both archived and in the database, and the next batch archives them again.
+            let (path, _manifest) = file.finish().await.map_err(io)?;
+            archived = Some(path);
+        }
+        let counts = batch.delete_and_commit().await?;
+        if let Some(m) = &self.metrics {
+            m.observe(&counts);
+        }
+        tracing::info!(
+            done = counts.done,
+            failed = counts.failed,
+            attempts = counts.attempts,
+            archive = archived.as_ref().map(|p| p.display().to_string()),
+            "pruned expired keys"
+        );
+        Ok((counts, archived))
+    }
+
+    /// Runs every `interval` until `stop` turns true; a failed run is logged and
+    /// retried at the next interval.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let interval = self.settings.interval.to_std();
+        tracing::info!(
+            retain_done = %self.settings.retain_done,
+            retain_failed = %self.settings.retain_failed,
+            interval = %self.settings.interval,
+            batch_size = self.settings.batch_size,
+            archive_dir = self.settings.archive_dir.as_ref().map(|p| p.display().to_string()),
+            "pruner started"
+        );
+        loop {
+            let more = match self.run_once().await {
+                Ok(summary) => summary.more,
+                Err(e) => {
+                    tracing::error!(error = %e, "pruning failed; retrying at the next interval");
+                    false
+                }
+            };
+            let wait = if more { Duration::ZERO } else { interval };
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+            if *stop.borrow() {
+                break;
+            }
+        }
+        tracing::info!("pruner stopped");
+    }
+}

@@ -1,0 +1,205 @@
+//! Retention: one batch of expired DONE / FAILED keys, locked, optionally read for
+//! the archive, then deleted with their attempts in the same transaction.
+//!
+//! Safe on several replicas at once. PostgreSQL: the batch is picked with
+//! `FOR UPDATE SKIP LOCKED`, so two pruners never pick the same key and a pruner never
+//! waits for a key the guard holds (and the guard, finding the record gone after
+//! waiting for ours, claims afresh). SQLite: `BEGIN IMMEDIATE` takes the one write
+//! lock, so batches of different processes run one after the other. Either way the
+//! locks last one small batch.
+
+use super::export::{ExportRowDb, convert, export_select};
+use super::{Store, StoreError};
+use crate::export::ExportRow;
+use chrono::{DateTime, Utc};
+use futures::stream::{BoxStream, StreamExt};
+use sqlx::types::Json;
+
+/// Never UNKNOWN or IN_PROGRESS: only the two terminal statuses, each with its own
+/// cut-off on `updated_at` (the last thing that happened to the key, replays
+/// included), and never while the provider may still remember the key.
+pub const PICK_POSTGRES: &str = "SELECT key FROM idempotency_records \
+    WHERE ((status = 'DONE' AND updated_at < $1) OR (status = 'FAILED' AND updated_at < $2)) \
+    AND provider_retention_until <= $3 \
+    ORDER BY updated_at, key LIMIT $4 \
+    FOR UPDATE SKIP LOCKED";
+pub const PICK_SQLITE: &str = "SELECT key FROM idempotency_records \
+    WHERE ((status = 'DONE' AND updated_at < $1) OR (status = 'FAILED' AND updated_at < $2)) \
+    AND provider_retention_until <= $3 \
+    ORDER BY updated_at, key LIMIT $4";
+
+/// A pruner waits at most this long for a lock (a migration, say) before giving up
+/// the batch; the next run tries again.
+pub const LOCK_TIMEOUT_POSTGRES: &str = "SET LOCAL lock_timeout = '5s'";
+
+pub const ROWS_POSTGRES: &str = concat!(
+    export_select!(),
+    "WHERE a.key = ANY($1) ORDER BY a.key, a.seq"
+);
+pub const ROWS_SQLITE: &str = concat!(
+    export_select!(),
+    "WHERE a.key IN (SELECT value FROM json_each($1)) ORDER BY a.key, a.seq"
+);
+
+/// Attempts first: they reference the record.
+pub const DELETE_ATTEMPTS_POSTGRES: &str = "DELETE FROM idempotency_attempts WHERE key = ANY($1)";
+pub const DELETE_ATTEMPTS_SQLITE: &str =
+    "DELETE FROM idempotency_attempts WHERE key IN (SELECT value FROM json_each($1))";
+pub const DELETE_RECORDS_POSTGRES: &str = "DELETE FROM idempotency_records \
+    WHERE key = ANY($1) AND status IN ('DONE', 'FAILED') RETURNING status";
+pub const DELETE_RECORDS_SQLITE: &str = "DELETE FROM idempotency_records \
+    WHERE key IN (SELECT value FROM json_each($1)) AND status IN ('DONE', 'FAILED') \
+    RETURNING status";
+
+/// What is old enough to go.
+#[derive(Debug, Clone, Copy)]
+pub struct PruneCutoffs {
+    /// DONE keys last touched before this go.
+    pub done_before: DateTime<Utc>,
+    /// FAILED keys last touched before this go.
+    pub failed_before: DateTime<Utc>,
+    /// Now: keys the provider still remembers stay.
+    pub now: DateTime<Utc>,
+}
+
+/// What one batch deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrunedCounts {
+    pub done: u64,
+    pub failed: u64,
+    pub attempts: u64,
+}
+
+impl PrunedCounts {
+    pub fn keys(&self) -> u64 {
+        self.done + self.failed
+    }
+}
+
+enum Tx {
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+    Sqlite(sqlx::Transaction<'static, sqlx::Sqlite>),
+}
+
+/// An open transaction holding a batch of keys. Dropping it rolls back: nothing is
+/// deleted unless [`PruneBatch::delete_and_commit`] is reached.
+pub struct PruneBatch {
+    tx: Tx,
+    keys: Vec<String>,
+}
+
+impl Store {
+    /// Opens a transaction and locks up to `limit` expired keys.
+    pub async fn prune_begin(
+        &self,
+        cutoffs: &PruneCutoffs,
+        limit: u32,
+    ) -> Result<PruneBatch, StoreError> {
+        let limit = i64::from(limit);
+        match self {
+            Store::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                sqlx::query(LOCK_TIMEOUT_POSTGRES).execute(&mut *tx).await?;
+                let keys: Vec<String> = sqlx::query_scalar(PICK_POSTGRES)
+                    .bind(cutoffs.done_before)
+                    .bind(cutoffs.failed_before)
+                    .bind(cutoffs.now)
+                    .bind(limit)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                Ok(PruneBatch {
+                    tx: Tx::Postgres(tx),
+                    keys,
+                })
+            }
+            Store::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                let keys: Vec<String> = sqlx::query_scalar(PICK_SQLITE)
+                    .bind(cutoffs.done_before)
+                    .bind(cutoffs.failed_before)
+                    .bind(cutoffs.now)
+                    .bind(limit)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                Ok(PruneBatch {
+                    tx: Tx::Sqlite(tx),
+                    keys,
+                })
+            }
+        }
+    }
+}
+
+impl PruneBatch {
+    pub fn keys(&self) -> &[String] {
+        &self.keys
+    }
+
+    /// The batch's attempt rows with their context, in (key, seq) order: what the
+    /// archive receives.
+    pub fn rows(&mut self) -> BoxStream<'_, Result<ExportRow, StoreError>> {
+        let keys = self.keys.clone();
+        let rows = match &mut self.tx {
+            Tx::Postgres(tx) => sqlx::query_as::<_, ExportRowDb>(ROWS_POSTGRES)
+                .bind(keys)
+                .fetch(&mut **tx),
+            Tx::Sqlite(tx) => sqlx::query_as::<_, ExportRowDb>(ROWS_SQLITE)
+                .bind(Json(keys))
+                .fetch(&mut **tx),
+        };
+        rows.map(|r| convert(r).map(|(row, _head)| row)).boxed()
+    }
+
+    /// Deletes the batch's attempts and records and commits. If any record is not
+    /// deleted (it is no longer DONE or FAILED, which the locks rule out), nothing is.
+    pub async fn delete_and_commit(self) -> Result<PrunedCounts, StoreError> {
+        let wanted = self.keys.len();
+        let (attempts, statuses) = match self.tx {
+            Tx::Postgres(mut tx) => {
+                let attempts = sqlx::query(DELETE_ATTEMPTS_POSTGRES)
+                    .bind(&self.keys)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                let statuses: Vec<String> = sqlx::query_scalar(DELETE_RECORDS_POSTGRES)
+                    .bind(&self.keys)
+                    .fetch_all(&mut *tx)
+                    .await?;
+                check_all_deleted(wanted, statuses.len())?;
+                tx.commit().await?;
+                (attempts, statuses)
+            }
+            Tx::Sqlite(mut tx) => {
+                let attempts = sqlx::query(DELETE_ATTEMPTS_SQLITE)
+                    .bind(Json(&self.keys))
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                let statuses: Vec<String> = sqlx::query_scalar(DELETE_RECORDS_SQLITE)
+                    .bind(Json(&self.keys))
+                    .fetch_all(&mut *tx)
+                    .await?;
+                check_all_deleted(wanted, statuses.len())?;
+                tx.commit().await?;
+                (attempts, statuses)
+            }
+        };
+        let done = statuses.iter().filter(|s| *s == "DONE").count() as u64;
+        Ok(PrunedCounts {
+            done,
+            failed: statuses.len() as u64 - done,
+            attempts,
+        })
+    }
+}
+
+/// Returning an error drops the transaction, which rolls the attempts back too.
+fn check_all_deleted(wanted: usize, deleted: usize) -> Result<(), StoreError> {
+    if wanted == deleted {
+        Ok(())
+    } else {
+        Err(StoreError::Conflict(format!(
+            "pruning deleted {deleted} of {wanted} locked records; the batch was rolled back"
+        )))
+    }
+}

@@ -1,0 +1,266 @@
+//! The reads behind /metrics: following the attempt log in commit order, and the
+//! backlog gauges. Every statement here is indexed; none scans a whole table.
+//!
+//! Commit order. SQLite has one writer at a time, so ids become visible in id order.
+//! PostgreSQL hands out ids before commit, so a reader that follows ids can pass an
+//! id whose transaction commits later and miss it for ever. The PostgreSQL tail reads
+//! only rows whose writing transaction (`txid`) is older than every transaction still
+//! running (`pg_snapshot_xmin`): no row with such a txid can appear later. It orders by
+//! (txid, id), which the `idempotency_attempts_txid` index serves. The price: any open
+//! write transaction in the cluster holds the tail back until it ends (docs/METRICS.md).
+
+use super::{Store, StoreError};
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+/// Where the tail stands: every row at or before this position has been read.
+/// `txid` is always 0 on SQLite, where ids alone give commit order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TailPosition {
+    pub txid: i64,
+    pub id: i64,
+}
+
+/// The head of the log when a tail starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TailHead {
+    pub position: TailPosition,
+    /// PostgreSQL: rows already committed at the start but after `position` in tail
+    /// order (their transaction is newer than one still running). They happened before
+    /// the start, so the tail skips them when it reaches them.
+    pub already_committed: Vec<TailPosition>,
+}
+
+/// One attempt row as the tailer needs it: no key, no payload.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct TailEvent {
+    pub id: i64,
+    pub txid: i64,
+    pub tool: String,
+    pub tenant: String,
+    pub kind: String,
+    /// `detail.resolution` of a `resolved` row.
+    pub resolution: Option<String>,
+    /// `detail.previous_status` of a `resolved` row.
+    pub previous_status: Option<String>,
+    pub duration_ms: Option<i64>,
+    pub occurred_at: DateTime<Utc>,
+}
+
+impl TailEvent {
+    pub fn position(&self) -> TailPosition {
+        TailPosition {
+            txid: self.txid,
+            id: self.id,
+        }
+    }
+}
+
+/// What the tail cannot read yet.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct TailPending {
+    /// `occurred_at` of the oldest committed row the tail may not read yet.
+    pub oldest_pending: Option<DateTime<Utc>>,
+    /// Age of the oldest open write transaction in the cluster (PostgreSQL; 0 on
+    /// SQLite). Needs `pg_read_all_stats` to see other roles' sessions.
+    pub held_back: Duration,
+}
+
+/// The UNKNOWN / IN_PROGRESS backlog of one (tool, tenant).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct BacklogGroup {
+    pub tool: String,
+    pub tenant: String,
+    pub unknown: i64,
+    pub expired_leases: i64,
+    pub oldest_unknown_created_at: Option<DateTime<Utc>>,
+    /// The earliest provider retention deadline of an UNKNOWN key that has not passed.
+    pub earliest_retention_deadline: Option<DateTime<Utc>>,
+    pub past_retention: i64,
+}
+
+/// PostgreSQL's head: the oldest running transaction, and the rows already visible
+/// beyond it. `pg_current_snapshot()` is the statement's own snapshot, so both come
+/// from one consistent view.
+pub const TAIL_HEAD_POSTGRES: &str = "SELECT s.xmin::text::bigint AS xmin, \
+    a.txid::text::bigint AS txid, a.id AS id \
+    FROM (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin) s \
+    LEFT JOIN idempotency_attempts a ON a.txid >= s.xmin";
+pub const TAIL_HEAD_SQLITE: &str = "SELECT COALESCE(max(id), 0) FROM idempotency_attempts";
+
+/// The next batch in commit order. PostgreSQL: only transactions older than every
+/// running one (see the module comment); an index range scan on (txid, id). The
+/// ORDER BY names the table's columns: a bare `txid` would be the bigint output
+/// column, which no index serves.
+pub const TAIL_BATCH_POSTGRES: &str = "SELECT id, txid::text::bigint AS txid, tool, tenant, kind, \
+    detail->>'resolution' AS resolution, detail->>'previous_status' AS previous_status, \
+    duration_ms, occurred_at \
+    FROM idempotency_attempts a \
+    WHERE (a.txid, a.id) > ($1::bigint::text::xid8, $2) \
+      AND a.txid < pg_snapshot_xmin(pg_current_snapshot()) \
+    ORDER BY a.txid, a.id LIMIT $3";
+/// SQLite: one writer at a time, so id order is commit order; a primary-key range.
+pub const TAIL_BATCH_SQLITE: &str = "SELECT id, 0 AS txid, tool, tenant, kind, \
+    detail->>'resolution' AS resolution, detail->>'previous_status' AS previous_status, \
+    duration_ms, occurred_at \
+    FROM idempotency_attempts WHERE id > $1 ORDER BY id LIMIT $2";
+
+/// PostgreSQL: committed rows the tail may not read yet (an index range on txid, a
+/// handful of rows unless something holds the tail back), and the age of the oldest
+/// open write transaction, prepared ones included.
+pub const TAIL_PENDING_POSTGRES: &str = "SELECT \
+    (SELECT min(occurred_at) FROM idempotency_attempts \
+       WHERE txid >= pg_snapshot_xmin(pg_current_snapshot())) AS oldest_pending, \
+    (SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(started)), 0)::float8 FROM ( \
+       SELECT xact_start AS started FROM pg_stat_activity WHERE backend_xid IS NOT NULL \
+       UNION ALL SELECT prepared FROM pg_prepared_xacts) open_writes) AS held_back_seconds";
+
+/// Distinct tools without reading every row: a loose index scan (one index probe per
+/// tool) on `idempotency_records_tool_updated_at`, the same text on both backends.
+pub const DISTINCT_TOOLS: &str = "WITH RECURSIVE tools(tool) AS ( \
+    SELECT (SELECT tool FROM idempotency_records ORDER BY tool LIMIT 1) \
+    UNION ALL \
+    SELECT (SELECT r.tool FROM idempotency_records r WHERE r.tool > tools.tool ORDER BY r.tool LIMIT 1) \
+    FROM tools WHERE tools.tool IS NOT NULL) \
+    SELECT tool FROM tools WHERE tool IS NOT NULL";
+
+/// The first `$1` tenants by name, the same way on `idempotency_records_tenant_business_ref`.
+pub const FIRST_TENANTS: &str = "WITH RECURSIVE tenants(tenant, n) AS ( \
+    SELECT (SELECT tenant FROM idempotency_records ORDER BY tenant LIMIT 1), 1 \
+    UNION ALL \
+    SELECT (SELECT r.tenant FROM idempotency_records r WHERE r.tenant > tenants.tenant ORDER BY r.tenant LIMIT 1), n + 1 \
+    FROM tenants WHERE tenants.tenant IS NOT NULL AND n < $1) \
+    SELECT tenant FROM tenants WHERE tenant IS NOT NULL";
+
+/// The backlog gauges, on the partial index `idempotency_records_backlog` (UNKNOWN and
+/// IN_PROGRESS keys only: small by design). The WHERE clause repeats the index's
+/// predicate word for word so that both planners use it. `$1` is now.
+pub const BACKLOG: &str = "SELECT tool, tenant, \
+    count(*) FILTER (WHERE status = 'UNKNOWN') AS unknown, \
+    count(*) FILTER (WHERE status = 'IN_PROGRESS' AND lease_until <= $1) AS expired_leases, \
+    min(created_at) FILTER (WHERE status = 'UNKNOWN') AS oldest_unknown_created_at, \
+    min(provider_retention_until) FILTER (WHERE status = 'UNKNOWN' AND provider_retention_until > $1) \
+      AS earliest_retention_deadline, \
+    count(*) FILTER (WHERE status = 'UNKNOWN' AND provider_retention_until <= $1) AS past_retention \
+    FROM idempotency_records WHERE status IN ('UNKNOWN', 'IN_PROGRESS') \
+    GROUP BY tool, tenant";
+
+#[derive(sqlx::FromRow)]
+struct HeadRow {
+    xmin: i64,
+    txid: Option<i64>,
+    id: Option<i64>,
+}
+
+#[derive(sqlx::FromRow)]
+struct PendingRow {
+    oldest_pending: Option<DateTime<Utc>>,
+    held_back_seconds: f64,
+}
+
+impl Store {
+    /// The head of the attempt log now: a tail started here counts only what commits
+    /// from now on.
+    #[tracing::instrument(skip_all)]
+    pub async fn tail_head(&self) -> Result<TailHead, StoreError> {
+        match self {
+            Store::Postgres(pool) => {
+                let rows: Vec<HeadRow> = sqlx::query_as(TAIL_HEAD_POSTGRES).fetch_all(pool).await?;
+                let xmin = rows.first().map_or(1, |r| r.xmin);
+                let already_committed = rows
+                    .iter()
+                    .filter_map(|r| {
+                        Some(TailPosition {
+                            txid: r.txid?,
+                            id: r.id?,
+                        })
+                    })
+                    .collect();
+                // Every transaction below xmin has ended: all of its rows are read.
+                let position = TailPosition {
+                    txid: xmin - 1,
+                    id: i64::MAX,
+                };
+                Ok(TailHead {
+                    position,
+                    already_committed,
+                })
+            }
+            Store::Sqlite(pool) => {
+                let id: i64 = sqlx::query_scalar(TAIL_HEAD_SQLITE).fetch_one(pool).await?;
+                Ok(TailHead {
+                    position: TailPosition { txid: 0, id },
+                    already_committed: Vec::new(),
+                })
+            }
+        }
+    }
+
+    /// Up to `limit` rows after `after`, in commit order.
+    #[tracing::instrument(skip_all, fields(txid = after.txid, id = after.id))]
+    pub async fn tail_batch(
+        &self,
+        after: TailPosition,
+        limit: u32,
+    ) -> Result<Vec<TailEvent>, StoreError> {
+        let limit = i64::from(limit);
+        let rows = match self {
+            Store::Postgres(pool) => {
+                sqlx::query_as(TAIL_BATCH_POSTGRES)
+                    .bind(after.txid)
+                    .bind(after.id)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await?
+            }
+            Store::Sqlite(pool) => {
+                sqlx::query_as(TAIL_BATCH_SQLITE)
+                    .bind(after.id)
+                    .bind(limit)
+                    .fetch_all(pool)
+                    .await?
+            }
+        };
+        Ok(rows)
+    }
+
+    /// What holds the tail back. SQLite never holds it back: nothing is pending once
+    /// a batch comes back short.
+    pub async fn tail_pending(&self) -> Result<TailPending, StoreError> {
+        match self {
+            Store::Postgres(pool) => {
+                let row: PendingRow = sqlx::query_as(TAIL_PENDING_POSTGRES)
+                    .fetch_one(pool)
+                    .await?;
+                Ok(TailPending {
+                    oldest_pending: row.oldest_pending,
+                    held_back: Duration::try_from_secs_f64(row.held_back_seconds.max(0.0))
+                        .unwrap_or_default(),
+                })
+            }
+            Store::Sqlite(_) => Ok(TailPending::default()),
+        }
+    }
+
+    /// Every tool that has a record, by name.
+    pub async fn distinct_tools(&self) -> Result<Vec<String>, StoreError> {
+        let tools = super::on_pool!(self, pool => sqlx::query_scalar(DISTINCT_TOOLS).fetch_all(pool).await)?;
+        Ok(tools)
+    }
+
+    /// The first `limit` tenants that have a record, by name.
+    pub async fn first_tenants(&self, limit: u32) -> Result<Vec<String>, StoreError> {
+        let limit = i64::from(limit);
+        let tenants = super::on_pool!(self, pool => sqlx::query_scalar(FIRST_TENANTS).bind(limit).fetch_all(pool).await)?;
+        Ok(tenants)
+    }
+
+    /// The backlog per (tool, tenant); groups with no UNKNOWN or IN_PROGRESS key are
+    /// absent (the caller reports them as 0).
+    #[tracing::instrument(skip_all)]
+    pub async fn backlog(&self, now: DateTime<Utc>) -> Result<Vec<BacklogGroup>, StoreError> {
+        let groups =
+            super::on_pool!(self, pool => sqlx::query_as(BACKLOG).bind(now).fetch_all(pool).await)?;
+        Ok(groups)
+    }
+}

@@ -1,0 +1,153 @@
+//! What one attempt row means for the metrics: a pure mapping, so the whole contract
+//! between attempt kinds and metric families is in one table with its tests.
+
+use crate::guard::{AttemptKind, Resolution, Status};
+
+/// One metric update caused by one attempt row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Effect {
+    /// `idempotency_requests_total{outcome}`.
+    Request(&'static str),
+    /// `idempotency_transitions_total{status}`.
+    Transition(Status),
+    /// `idempotency_resolutions_total{resolution}`.
+    Resolution(Resolution),
+    /// `idempotency_escalations_total`.
+    Escalation,
+    /// `idempotency_attempt_duration_seconds`.
+    Duration(f64),
+}
+
+/// The metric updates of one row. `resolution` and `previous_status` come from the
+/// row's detail (only `resolved` rows carry them).
+///
+/// Transitions count records *entering* a status: `completed`, `reconciled_found` and
+/// a `done` resolution enter DONE; `failed` and a `failed` resolution enter FAILED;
+/// `marked_unknown`, `escalated` and a `release` of an expired IN_PROGRESS lease enter
+/// UNKNOWN (a release of a key that already was UNKNOWN leaves it there: no entry).
+/// `taken_over` moves a key back to IN_PROGRESS, which this family does not count.
+pub fn effects(
+    kind: AttemptKind,
+    resolution: Option<&str>,
+    previous_status: Option<&str>,
+    duration_ms: Option<i64>,
+) -> Vec<Effect> {
+    let mut out = Vec::with_capacity(2);
+    if let Some(outcome) = kind.admission_outcome() {
+        out.push(Effect::Request(outcome));
+    }
+    match kind {
+        AttemptKind::Completed | AttemptKind::ReconciledFound => {
+            out.push(Effect::Transition(Status::Done));
+        }
+        AttemptKind::Failed => out.push(Effect::Transition(Status::Failed)),
+        AttemptKind::MarkedUnknown => out.push(Effect::Transition(Status::Unknown)),
+        AttemptKind::Escalated => {
+            out.push(Effect::Transition(Status::Unknown));
+            out.push(Effect::Escalation);
+        }
+        AttemptKind::Resolved => {
+            if let Some(r) = resolution.and_then(|r| r.parse::<Resolution>().ok()) {
+                out.push(Effect::Resolution(r));
+                let entered = match r {
+                    Resolution::Done => Some(Status::Done),
+                    Resolution::Failed => Some(Status::Failed),
+                    Resolution::Release => (previous_status != Some(Status::Unknown.as_str()))
+                        .then_some(Status::Unknown),
+                };
+                out.extend(entered.map(Effect::Transition));
+            }
+        }
+        _ => {}
+    }
+    // Provider calls only: the guard times `execute` into these three kinds.
+    if matches!(
+        kind,
+        AttemptKind::Completed | AttemptKind::Failed | AttemptKind::MarkedUnknown
+    ) && let Some(ms) = duration_ms
+    {
+        out.push(Effect::Duration(ms.max(0) as f64 / 1000.0));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use AttemptKind::*;
+    use Effect::*;
+
+    #[test]
+    fn every_kind_maps_to_the_documented_updates() {
+        let table: &[(AttemptKind, &[Effect])] = &[
+            (Claimed, &[Request("new")]),
+            (Replayed, &[Request("replay")]),
+            (ReplayedFailure, &[Request("replay_failure")]),
+            (PayloadMismatch, &[Request("conflict")]),
+            (InFlightRejected, &[Request("in_flight")]),
+            (TakenOver, &[Request("takeover")]),
+            (Completed, &[Transition(Status::Done), Duration(1.5)]),
+            (ReconciledFound, &[Transition(Status::Done)]),
+            (Failed, &[Transition(Status::Failed), Duration(1.5)]),
+            (MarkedUnknown, &[Transition(Status::Unknown), Duration(1.5)]),
+            (Escalated, &[Transition(Status::Unknown), Escalation]),
+            (Resent, &[]),
+            (StaleWriteRejected, &[]),
+        ];
+        for (kind, expected) in table {
+            assert_eq!(&effects(*kind, None, None, Some(1500)), expected, "{kind}");
+        }
+        assert_eq!(
+            table.len() + 1,
+            AttemptKind::ALL.len(),
+            "every kind but `resolved` is in the table"
+        );
+    }
+
+    #[test]
+    fn a_resolution_enters_the_status_it_decides() {
+        assert_eq!(
+            effects(Resolved, Some("done"), Some("UNKNOWN"), None),
+            [
+                Resolution(super::Resolution::Done),
+                Transition(Status::Done)
+            ]
+        );
+        assert_eq!(
+            effects(Resolved, Some("failed"), Some("IN_PROGRESS"), None),
+            [
+                Resolution(super::Resolution::Failed),
+                Transition(Status::Failed)
+            ]
+        );
+    }
+
+    #[test]
+    fn releasing_an_unknown_key_is_not_an_entry_into_unknown() {
+        assert_eq!(
+            effects(Resolved, Some("release"), Some("UNKNOWN"), None),
+            [Resolution(super::Resolution::Release)]
+        );
+        assert_eq!(
+            effects(Resolved, Some("release"), Some("IN_PROGRESS"), None),
+            [
+                Resolution(super::Resolution::Release),
+                Transition(Status::Unknown)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_resolution_this_version_does_not_know_counts_nothing() {
+        assert_eq!(effects(Resolved, Some("refund"), None, None), []);
+        assert_eq!(effects(Resolved, None, None, None), []);
+    }
+
+    #[test]
+    fn a_missing_duration_is_not_observed() {
+        assert_eq!(
+            effects(MarkedUnknown, None, None, None),
+            [Transition(Status::Unknown)]
+        );
+    }
+}

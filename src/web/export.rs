@@ -1,0 +1,355 @@
+//! Auditor downloads, streamed from the database row stream into the response body
+//! (`Body::from_stream`): memory stays flat whatever the size.
+//!
+//! - `GET /export/attempts.csv`: RFC 4180 CSV with a header row.
+//! - `GET /export/attempts.ndjson`: NDJSON whose last line is the manifest.
+//! - `GET /export/attempts.manifest?format=csv|ndjson&…`: the manifest of the same
+//!   query, for CSV downloads (which cannot carry one); every CSV response links to it
+//!   (`Link: <…>; rel="describedby"`) with the same filters and a pinned `until`.
+//!
+//! Query parameters: `since`, `until`, `tenant`, `tool`, `key`, `business_ref`, as for
+//! `idemwatch export`. Without `until`, the request time is used, so a later manifest
+//! request selects the same rows.
+
+use super::AppState;
+use crate::export::{CHUNK, Encoder, ExportFilter, FilterError, Format, Source};
+use crate::guard::{Clock, SystemClock, rfc3339};
+use crate::store::{Store, StoreError};
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/export/attempts.csv", get(csv))
+        .route("/export/attempts.ndjson", get(ndjson))
+        .route("/export/attempts.manifest", get(manifest))
+}
+
+/// The query string; empty values mean "no filter".
+#[derive(Debug, Default, Deserialize)]
+pub struct ExportQuery {
+    since: Option<String>,
+    until: Option<String>,
+    tenant: Option<String>,
+    tool: Option<String>,
+    key: Option<String>,
+    business_ref: Option<String>,
+    format: Option<String>,
+}
+
+impl ExportQuery {
+    /// The filter, with `until` pinned to `now` when not given.
+    fn filter(&self, now: DateTime<Utc>) -> Result<ExportFilter, ExportError> {
+        let mut filter = ExportFilter::parse(
+            self.since.as_deref(),
+            self.until.as_deref(),
+            self.tenant.as_deref(),
+            self.tool.as_deref(),
+            self.key.as_deref(),
+            self.business_ref.as_deref(),
+        )?;
+        if filter.until.is_none() {
+            filter.until = Some(now);
+            filter.validate()?;
+        }
+        Ok(filter)
+    }
+}
+
+/// What an export request can answer besides the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// A filter that cannot be used. 400, naming the parameter.
+    #[error(transparent)]
+    BadRequest(#[from] FilterError),
+    /// 400.
+    #[error("invalid format: {0}")]
+    BadFormat(String),
+    /// The database cannot be read now. 503; the detail is logged, not shown.
+    #[error("the database is unavailable; try again later")]
+    Unavailable,
+    /// 500; the detail is logged, not shown.
+    #[error("the export failed; the error has been logged")]
+    Internal,
+}
+
+impl From<StoreError> for ExportError {
+    fn from(e: StoreError) -> Self {
+        tracing::error!(error = %e, "export failed");
+        if e.is_unavailable() {
+            ExportError::Unavailable
+        } else {
+            ExportError::Internal
+        }
+    }
+}
+
+impl IntoResponse for ExportError {
+    fn into_response(self) -> Response {
+        let status = match &self {
+            ExportError::BadRequest(_) | ExportError::BadFormat(_) => StatusCode::BAD_REQUEST,
+            ExportError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ExportError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let field = match &self {
+            ExportError::BadRequest(e) => Some(e.field),
+            ExportError::BadFormat(_) => Some("format"),
+            _ => None,
+        };
+        (
+            status,
+            axum::Json(json!({ "error": self.to_string(), "field": field })),
+        )
+            .into_response()
+    }
+}
+
+async fn csv(state: State<AppState>, query: Query<ExportQuery>) -> Result<Response, ExportError> {
+    download(state, query, Format::Csv).await
+}
+
+async fn ndjson(
+    state: State<AppState>,
+    query: Query<ExportQuery>,
+) -> Result<Response, ExportError> {
+    download(state, query, Format::Ndjson).await
+}
+
+async fn download(
+    State(state): State<AppState>,
+    Query(query): Query<ExportQuery>,
+    format: Format,
+) -> Result<Response, ExportError> {
+    // ROLE CHECK (auth issue): exports are for the `auditor` and `admin` roles only.
+    // Reject other sessions here with 403, before any row is read.
+    let now = SystemClock.now();
+    let filter = query.filter(now)?;
+    let (tx, mut rx) = mpsc::channel::<Result<Bytes, StoreError>>(4);
+    tokio::spawn(produce(state.store.clone(), filter.clone(), format, tx));
+    // Wait for the first chunk (or error) before answering, so a database that
+    // cannot be read gets a proper 503 rather than a 200 with a broken body.
+    let first = rx.recv().await.ok_or(ExportError::Internal)??;
+    let rest = futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).map(|chunk| {
+        // A failure mid-stream can only abort the body: the client sees an incomplete
+        // transfer, and an NDJSON file then lacks its manifest, which verify reports.
+        chunk.map_err(|e| std::io::Error::other(e.to_string()))
+    });
+    let body = Body::from_stream(futures::stream::once(async { Ok(first) }).chain(rest));
+    let mut response = Response::new(body);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    let disposition = format!(
+        "attachment; filename=\"{}\"",
+        file_name(&filter, format, now)
+    );
+    if let Ok(v) = HeaderValue::from_str(&disposition) {
+        headers.insert(header::CONTENT_DISPOSITION, v);
+    }
+    let link = format!(
+        "<{}>; rel=\"describedby\"; type=\"application/json\"",
+        manifest_url(&filter, format)
+    );
+    if let Ok(v) = HeaderValue::from_str(&link) {
+        headers.insert(header::LINK, v);
+    }
+    Ok(response)
+}
+
+/// Encodes the rows in chunks of about [`CHUNK`] bytes; stops when the client goes.
+async fn produce(
+    store: Store,
+    filter: ExportFilter,
+    format: Format,
+    tx: mpsc::Sender<Result<Bytes, StoreError>>,
+) {
+    let mut buf = Vec::with_capacity(CHUNK * 2);
+    let mut encoder = Encoder::start(format, Source::Export, filter.clone(), &mut buf);
+    let mut rows = store.export_rows(&filter);
+    while let Some(item) = rows.next().await {
+        match item {
+            Ok((row, _head)) => {
+                encoder.row(&row, &mut buf);
+                if buf.len() >= CHUNK {
+                    let chunk =
+                        Bytes::from(std::mem::replace(&mut buf, Vec::with_capacity(CHUNK * 2)));
+                    if tx.send(Ok(chunk)).await.is_err() {
+                        return; // the client went away
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "export stream failed");
+                let _ = tx.send(Err(e)).await;
+                return;
+            }
+        }
+    }
+    encoder.finish(&mut buf);
+    let _ = tx.send(Ok(Bytes::from(buf))).await;
+}
+
+/// The manifest of a query: the same rows encoded the same way, hashed, discarded.
+async fn manifest(
+    State(state): State<AppState>,
+    Query(query): Query<ExportQuery>,
+) -> Result<Response, ExportError> {
+    // ROLE CHECK (auth issue): `auditor` and `admin` only, as for the downloads.
+    let format: Format = query
+        .format
+        .as_deref()
+        .unwrap_or("csv")
+        .parse()
+        .map_err(ExportError::BadFormat)?;
+    let filter = query.filter(SystemClock.now())?;
+    let mut buf = Vec::new();
+    let mut encoder = Encoder::start(format, Source::Export, filter.clone(), &mut buf);
+    let mut rows = state.store.export_rows(&filter);
+    while let Some(item) = rows.next().await {
+        let (row, _head) = item?;
+        buf.clear();
+        encoder.row(&row, &mut buf);
+    }
+    buf.clear();
+    let manifest = encoder.finish(&mut buf);
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        manifest.to_pretty_json(),
+    )
+        .into_response())
+}
+
+/// `idemwatch-attempts_tenant-acme_from-20261101T000000Z_to-20261201T000000Z.csv`:
+/// the filters in the name, so a folder of downloads explains itself.
+pub fn file_name(filter: &ExportFilter, format: Format, now: DateTime<Utc>) -> String {
+    let stamp = |t: DateTime<Utc>| t.format("%Y%m%dT%H%M%SZ").to_string();
+    let mut parts = vec!["idemwatch-attempts".to_string()];
+    let mut add = |label: &str, value: &str| {
+        let clean: String = value
+            .chars()
+            .take(40)
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        parts.push(format!("{label}-{clean}"));
+    };
+    if let Some(v) = &filter.tenant {
+        add("tenant", v);
+    }
+    if let Some(v) = &filter.tool {
+        add("tool", v);
+    }
+    if let Some(v) = &filter.business_ref {
+        add("ref", v);
+    }
+    if let Some(v) = &filter.key {
+        add("key", &v[..v.len().min(12)]);
+    }
+    if let Some(t) = filter.since {
+        add("from", &stamp(t));
+    }
+    add("to", &stamp(filter.until.unwrap_or(now)));
+    format!("{}.{}", parts.join("_"), format.as_str())
+}
+
+/// The manifest URL of a download, with its filters (and the pinned `until`).
+pub fn manifest_url(filter: &ExportFilter, format: Format) -> String {
+    let mut url = format!("/export/attempts.manifest?format={}", format.as_str());
+    let times = [("since", filter.since), ("until", filter.until)];
+    for (name, t) in times {
+        if let Some(t) = t {
+            url.push_str(&format!("&{name}={}", percent_encode(&rfc3339(t))));
+        }
+    }
+    let texts = [
+        ("tenant", &filter.tenant),
+        ("tool", &filter.tool),
+        ("key", &filter.key),
+        ("business_ref", &filter.business_ref),
+    ];
+    for (name, v) in texts {
+        if let Some(v) = v {
+            url.push_str(&format!("&{name}={}", percent_encode(v)));
+        }
+    }
+    url
+}
+
+/// Percent-encodes everything but RFC 3986 unreserved characters.
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_carry_the_filters_and_only_safe_characters() {
+        let now = DateTime::parse_from_rfc3339("2026-12-01T09:30:00Z")
+            .unwrap()
+            .to_utc();
+        let filter = ExportFilter {
+            tenant: Some("acme \"ltd\"/eu".into()),
+            since: Some(
+                DateTime::parse_from_rfc3339("2026-11-01T00:00:00Z")
+                    .unwrap()
+                    .to_utc(),
+            ),
+            ..ExportFilter::default()
+        };
+        assert_eq!(
+            file_name(&filter, Format::Csv, now),
+            "idemwatch-attempts_tenant-acme__ltd__eu_from-20261101T000000Z_to-20261201T093000Z.csv"
+        );
+    }
+
+    #[test]
+    fn the_manifest_url_repeats_every_filter_encoded() {
+        let filter = ExportFilter {
+            business_ref: Some("order:A-1 & co".into()),
+            until: Some(
+                DateTime::parse_from_rfc3339("2026-12-01T09:30:00Z")
+                    .unwrap()
+                    .to_utc(),
+            ),
+            ..ExportFilter::default()
+        };
+        assert_eq!(
+            manifest_url(&filter, Format::Csv),
+            "/export/attempts.manifest?format=csv&until=2026-12-01T09%3A30%3A00.000000Z&business_ref=order%3AA-1%20%26%20co"
+        );
+    }
+}

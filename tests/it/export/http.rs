@@ -1,0 +1,124 @@
+//! The HTTP downloads, driven through `web::app` with `oneshot`.
+
+use super::*;
+use crate::both_backends;
+use axum::body::{Body, to_bytes};
+use axum::http::{Request, StatusCode, header};
+use idemwatch::export::verify_ndjson;
+use idemwatch::web::{AppState, app};
+use tower::ServiceExt;
+
+async fn get(store: &Store, uri: &str) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    let response = app(AppState::new(store.clone()))
+        .oneshot(Request::get(uri).body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    (status, headers, body.to_vec())
+}
+
+fn text(headers: &axum::http::HeaderMap, name: header::HeaderName) -> String {
+    headers.get(name).unwrap().to_str().unwrap().to_string()
+}
+
+both_backends!(
+    async fn downloads_stream_the_export_and_the_csv_links_its_manifest(db: TestDb) {
+        let f = Fixture::new(&db);
+        let s = seed(&f, Utc::now() - TimeDelta::days(10)).await;
+        let until = Utc::now() - TimeDelta::days(1);
+        let filter = ExportFilter {
+            until: Some(until),
+            ..Default::default()
+        };
+        let query = format!("until={}", rfc3339(until));
+
+        let (status, headers, body) = get(&f.store, &format!("/export/attempts.csv?{query}")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(
+            text(&headers, header::CONTENT_TYPE),
+            "text/csv; charset=utf-8; header=present"
+        );
+        let disposition = text(&headers, header::CONTENT_DISPOSITION);
+        assert!(
+            disposition.starts_with("attachment; filename=\"idemwatch-attempts_to-"),
+            "{disposition}"
+        );
+        assert!(disposition.ends_with(".csv\""), "{disposition}");
+        let (want, manifest) = export(&f.store, &filter, Format::Csv).await;
+        assert_eq!(
+            body, want,
+            "the download is the CLI's export, byte for byte"
+        );
+
+        // The manifest the CSV links to describes exactly these bytes.
+        let link = text(&headers, header::LINK);
+        let url = link
+            .trim_start_matches('<')
+            .split('>')
+            .next()
+            .unwrap()
+            .to_string();
+        assert!(
+            link.ends_with("rel=\"describedby\"; type=\"application/json\""),
+            "{link}"
+        );
+        let (status, _, m) = get(&f.store, &url).await;
+        assert_eq!(status, StatusCode::OK);
+        let m: Value = serde_json::from_slice(&m).unwrap();
+        assert_eq!(m["sha256"], sha256_hex(&body));
+        assert_eq!(m["row_count"], manifest.row_count);
+        assert_eq!(m["format"], "csv");
+
+        let (status, headers, body) = get(
+            &f.store,
+            &format!("/export/attempts.ndjson?{query}&tool=issue_refund"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(text(&headers, header::CONTENT_DISPOSITION).contains("_tool-issue_refund_to-"));
+        let (rows, m) = ndjson_lines(&body);
+        let keys: Vec<String> = s.keys().into_iter().filter(|k| *k != s.other).collect();
+        assert_eq!(rows, expected(&f.store, &keys).await);
+        assert_eq!(m["filters"]["tool"], "issue_refund");
+        assert!(verify_ndjson(&body[..]).unwrap().is_intact());
+    }
+);
+
+both_backends!(
+    async fn a_download_without_until_is_pinned_to_the_request_time(db: TestDb) {
+        let f = Fixture::new(&db);
+        seed(&f, Utc::now() - TimeDelta::days(10)).await;
+        let (status, headers, body) = get(&f.store, "/export/attempts.csv").await;
+        assert_eq!(status, StatusCode::OK);
+        let link = text(&headers, header::LINK);
+        assert!(link.contains("&until="), "{link}");
+        let url = link
+            .trim_start_matches('<')
+            .split('>')
+            .next()
+            .unwrap()
+            .to_string();
+        let (_, _, m) = get(&f.store, &url).await;
+        let m: Value = serde_json::from_slice(&m).unwrap();
+        assert_eq!(m["sha256"], sha256_hex(&body));
+    }
+);
+
+both_backends!(
+    async fn a_bad_filter_is_a_400_naming_the_parameter(db: TestDb) {
+        let (status, _, body) = get(&db.store, "/export/attempts.csv?since=yesterday").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        let error: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(error["field"], "since");
+        let (status, _, body) = get(&db.store, "/export/attempts.ndjson?key=order:A-1").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&body).unwrap()["field"],
+            "key"
+        );
+        let (status, _, _) = get(&db.store, "/export/attempts.manifest?format=xml").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+    }
+);
