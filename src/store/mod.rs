@@ -7,11 +7,16 @@
 //! macro expands one body for each pool type, so each behaviour is written once.
 //! `sqlx::Error` stops here: callers see [`StoreError`].
 
+mod browse;
 mod error;
 mod records;
 mod rows;
 pub mod sql;
 
+pub use browse::{
+    AttemptBucket, BUCKET_SECONDS, BacklogPage, BacklogSummary, COUNT_CAP, Count, Cursor,
+    KeyFilter, KeyIndex, KeyPage, KeySummary,
+};
 pub use error::StoreError;
 pub use records::Claim;
 

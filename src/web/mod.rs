@@ -1,25 +1,52 @@
 //! HTTP: one [`AppState`], one router per page family, one error type.
 
+mod assets;
+mod error;
+pub mod filters;
 mod health;
+mod pages;
 
+pub use error::Error;
+
+use crate::guard::{Clock, SystemClock};
 use crate::store::Store;
 use axum::Router;
+use std::sync::Arc;
 
 /// Everything a handler needs, shared through `State`.
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub store: Store,
+    /// What pages call "now" (relative times, leases, retention, the overview's windows).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl AppState {
     pub fn new(store: Store) -> Self {
-        Self { store }
+        Self {
+            store,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    /// The same state on another clock (tests move it past leases and retention).
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 }
 
 pub fn app(state: AppState) -> Router {
     Router::new()
         .merge(health::router())
+        .merge(pages::router())
+        .merge(assets::router())
+        .fallback(error::no_such_page)
+        // Inner to outer: a panic becomes a 500 page, which under /api/ becomes JSON.
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            error::panicked,
+        ))
+        .layer(axum::middleware::from_fn(error::json_under_api))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
 }

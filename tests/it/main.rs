@@ -4,3 +4,5 @@
 mod support;
 
 mod guard_faults;
+mod pages;
+mod ui_seed;
