@@ -3,6 +3,7 @@
 
 mod support;
 
+mod browser;
 mod guard_faults;
 mod pages;
 mod ui_seed;

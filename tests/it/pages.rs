@@ -320,7 +320,7 @@ both_backends!(
             p.body.contains("RESOLVE") == false,
             "template comments stay out of the page"
         );
-        assert!(p.body.contains("past: the provider forgot this key"));
+        assert!(p.body.contains("past: the provider has forgotten this key"));
 
         let p = get(&app, &format!("/keys/{}", s.unknown)).await;
         assert!(p.body.contains("Not decided yet") && p.body.contains("id=\"resolve\""));

@@ -198,9 +198,9 @@ struct KeyPage {
     undecided: bool,
     past_retention: bool,
     lease: When,
-    lease_note: String,
+    lease_note: &'static str,
     retention: When,
-    retention_note: String,
+    retention_note: &'static str,
     created: When,
     updated: When,
     args: String,
@@ -334,18 +334,15 @@ async fn key_page(
         past_retention,
         lease: when(record.lease_until, now),
         lease_note: match record.status {
-            Status::InProgress if lease_expired => "expired".into(),
-            Status::InProgress => format!("{} left", duration(record.lease_until - now)),
-            _ => "released".into(),
+            Status::InProgress if lease_expired => "expired: the worker died or hung",
+            Status::InProgress => "held by a worker",
+            _ => "released",
         },
         retention: when(record.provider_retention_until, now),
         retention_note: if past_retention {
-            format!(
-                "past: the provider forgot this key {} ago",
-                duration(now - record.provider_retention_until)
-            )
+            "past: the provider has forgotten this key"
         } else {
-            format!("{} left", duration(record.provider_retention_until - now))
+            "the provider still remembers this key"
         },
         created: when(record.created_at, now),
         updated: when(record.updated_at, now),

@@ -157,7 +157,7 @@ async fn keys(
     let count = page.count.map(|c| match c {
         Count::Exact(1) => "1 key".to_string(),
         Count::Exact(n) => format!("{} keys", thousands_sep(n)),
-        Count::AtLeast(n) => format!("more than {} keys", thousands_sep(n)),
+        Count::AtLeast(n) => format!("More than {} keys", thousands_sep(n)),
     });
     let other_way = if page.keys.is_empty() && after.is_none() {
         other_way(&filter)
