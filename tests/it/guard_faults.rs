@@ -70,6 +70,38 @@ impl Fixture {
             .collect()
     }
 
+    /// Runs `call` with a worker that dies right after the provider performed the
+    /// effect, before the guard could record it.
+    pub async fn crash_after_effect(&self, call: &ToolCall) {
+        let dying = self.client([Fault::CrashAfterEffect]);
+        let crashed = dying.crashed.clone();
+        let (guard, c) = (self.guard.clone(), call.clone());
+        let task = tokio::spawn(async move { guard.run(&c, &dying).await });
+        crashed.notified().await;
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+    }
+
+    /// Starts a retry of `call` whose provider lookup waits for the returned gate;
+    /// returns once the retry has taken the key over.
+    pub async fn retry_with_gated_lookup(
+        &self,
+        call: &ToolCall,
+    ) -> (
+        tokio::task::JoinHandle<Result<idemwatch::guard::Outcome, GuardError>>,
+        Arc<tokio::sync::Notify>,
+    ) {
+        let worker = self.client([Fault::LookupGated]);
+        let gate = worker.gate.clone();
+        let (guard, c) = (self.guard.clone(), call.clone());
+        let task = tokio::spawn(async move { guard.run(&c, &worker).await });
+        let key = call.intent.key().unwrap();
+        while self.status(key.as_str()).await != Status::InProgress {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        (task, gate)
+    }
+
     pub async fn status(&self, key: &str) -> Status {
         self.store.record(key).await.unwrap().unwrap().status
     }
@@ -139,14 +171,7 @@ both_backends!(
         let f = Fixture::new(&db);
         let call = refund("A-1", 4500, "1");
         let key = call.intent.key().unwrap();
-        let dying = f.client([Fault::CrashAfterEffect]);
-        let crashed = dying.crashed.clone();
-        let guard = f.guard.clone();
-        let c = call.clone();
-        let task = tokio::spawn(async move { guard.run(&c, &dying).await });
-        crashed.notified().await;
-        task.abort();
-        assert!(task.await.unwrap_err().is_cancelled());
+        f.crash_after_effect(&call).await;
         assert_eq!(f.status(key.as_str()).await, Status::InProgress);
 
         // Before the lease runs out, the key still belongs to the dead worker.
@@ -381,12 +406,7 @@ both_backends!(
         // forgot the key. A resend now would refund twice.
         let call = refund("A-8", 4500, "1");
         let key = call.intent.key().unwrap();
-        let dying = f.client([Fault::CrashAfterEffect]);
-        let crashed = dying.crashed.clone();
-        let (guard, c) = (f.guard.clone(), call.clone());
-        let task = tokio::spawn(async move { guard.run(&c, &dying).await });
-        crashed.notified().await;
-        task.abort();
+        f.crash_after_effect(&call).await;
         f.clock.advance(TimeDelta::days(2));
         let e = f.guard.run(&call, &f.client([])).await.unwrap_err();
         assert!(matches!(e, GuardError::NeedsHumanReview { .. }), "{e:?}");
@@ -501,13 +521,7 @@ both_backends!(
         assert_eq!((seen.status, seen.fencing_token), (Status::Unknown, 1));
 
         // A worker's retry takes the key over and is looking it up at the provider.
-        let worker = f.client([Fault::LookupGated]);
-        let gate = worker.gate.clone();
-        let (guard, c) = (f.guard.clone(), call.clone());
-        let task = tokio::spawn(async move { guard.run(&c, &worker).await });
-        while f.status(key.as_str()).await != Status::InProgress {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let (task, gate) = f.retry_with_gated_lookup(&call).await;
         let request = ResolveRequest {
             resolution: Resolution::Failed,
             reason: "provider shows nothing".into(),
@@ -561,22 +575,16 @@ both_backends!(
         let f = Fixture::new(&db);
         let call = refund("A-10", 4500, "1");
         let key = call.intent.key().unwrap();
-        f.guard
-            .run(&call, &f.client([Fault::LookupFails]))
-            .await
-            .ok();
-        f.guard
-            .run(&call, &f.client([Fault::Unavailable]))
-            .await
-            .unwrap_err();
+        // A 503 (token 1), then a retry whose provider lookup fails (token 2): UNKNOWN.
+        let e = f.guard.run(&call, &f.client([Fault::Unavailable])).await;
+        assert!(matches!(e, Err(GuardError::OutcomeUnknown { .. })), "{e:?}");
+        let e = f.guard.run(&call, &f.client([Fault::LookupFails])).await;
+        assert!(
+            matches!(&e, Err(GuardError::OutcomeUnknown { reason, .. }) if reason.contains("lookup failed")),
+            "{e:?}"
+        );
         // Retry hangs in lookup past its lease; the person resolves meanwhile.
-        let worker = f.client([Fault::LookupGated]);
-        let gate = worker.gate.clone();
-        let (guard, c) = (f.guard.clone(), call.clone());
-        let task = tokio::spawn(async move { guard.run(&c, &worker).await });
-        while f.status(key.as_str()).await != Status::InProgress {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let (task, gate) = f.retry_with_gated_lookup(&call).await;
         f.clock.advance(TimeDelta::minutes(5));
         let request = ResolveRequest {
             resolution: Resolution::Failed,

@@ -4,6 +4,8 @@
 mod support;
 
 mod browser;
+mod cli;
 mod guard_faults;
+mod guard_random;
 mod pages;
 mod ui_seed;

@@ -2,6 +2,7 @@
 
 pub mod pg;
 pub mod provider;
+pub mod server;
 
 use idemwatch::store::{Store, StoreOptions};
 use sqlx::Connection;

@@ -133,6 +133,7 @@ impl std::fmt::Display for ProviderError {
 pub struct Client {
     pub ledger: Ledger,
     script: Arc<Mutex<VecDeque<Fault>>>,
+    lookups: Arc<Mutex<VecDeque<Fault>>>,
     pub crashed: Arc<Notify>,
     pub gate: Arc<Notify>,
     pub call_timeout: Duration,
@@ -144,9 +145,14 @@ impl Client {
         call_timeout: Duration,
         script: impl IntoIterator<Item = Fault>,
     ) -> Self {
+        // Lookup faults apply to successive `find_by_key` calls, the rest to `execute`.
+        let (lookups, executes): (VecDeque<Fault>, VecDeque<Fault>) = script
+            .into_iter()
+            .partition(|f| matches!(f, Fault::LookupFails | Fault::LookupGated));
         Self {
             ledger: ledger.clone(),
-            script: Arc::new(Mutex::new(script.into_iter().collect())),
+            script: Arc::new(Mutex::new(executes)),
+            lookups: Arc::new(Mutex::new(lookups)),
             crashed: Arc::default(),
             gate: Arc::default(),
             call_timeout,
@@ -163,12 +169,8 @@ impl Client {
             })
     }
 
-    fn peek_lookup(&self) -> Option<Fault> {
-        let mut script = self.script.lock().unwrap();
-        match script.front() {
-            Some(Fault::LookupFails | Fault::LookupGated) => script.pop_front(),
-            _ => None,
-        }
+    fn next_lookup(&self) -> Option<Fault> {
+        self.lookups.lock().unwrap().pop_front()
     }
 }
 
@@ -230,7 +232,7 @@ impl Operation for Client {
     }
 
     async fn find_by_key(&self, key: &IdempotencyKey) -> Result<Option<Value>, ProviderError> {
-        match self.peek_lookup() {
+        match self.next_lookup() {
             Some(Fault::LookupFails) => Err(ProviderError {
                 message: "lookup 500".into(),
                 definitive: false,

@@ -1,0 +1,188 @@
+//! The auth file (`--auth-file`, TOML): built-in users with argon2 hashes, or trusted
+//! reverse-proxy headers; API tokens (stored hashed) in both modes.
+
+use super::roles::Role;
+use ipnet::IpNet;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::Path;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Users and passwords from this file; a login page; signed session cookies.
+    Builtin,
+    /// Identity from a reverse proxy (oauth2-proxy and the like), believed only when
+    /// the request comes from one of `proxy.trusted`.
+    Proxy,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthFile {
+    pub mode: Mode,
+    #[serde(default)]
+    pub proxy: Option<ProxySettings>,
+    #[serde(default)]
+    pub users: Vec<User>,
+    #[serde(default)]
+    pub tokens: Vec<ApiToken>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxySettings {
+    #[serde(default = "default_user_header")]
+    pub user_header: String,
+    #[serde(default = "default_groups_header")]
+    pub groups_header: String,
+    /// Addresses or CIDR ranges of the proxies whose headers are believed.
+    pub trusted: Vec<String>,
+    /// Group name → role.
+    #[serde(default)]
+    pub group_roles: BTreeMap<String, Role>,
+    /// Role of an authenticated user none of whose groups map to a role.
+    #[serde(default)]
+    pub default_role: Option<Role>,
+}
+
+fn default_user_header() -> String {
+    "X-Forwarded-User".into()
+}
+fn default_groups_header() -> String {
+    "X-Forwarded-Groups".into()
+}
+
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct User {
+    pub name: String,
+    /// PHC string from `idemwatch hash-password`.
+    pub password_hash: String,
+    pub roles: Vec<Role>,
+}
+
+impl std::fmt::Debug for User {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("User")
+            .field("name", &self.name)
+            .field("roles", &self.roles)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiToken {
+    pub name: String,
+    /// Lowercase hex SHA-256 of the token, from `idemwatch new-token`.
+    pub sha256: String,
+    pub roles: Vec<Role>,
+}
+
+impl std::fmt::Debug for ApiToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiToken")
+            .field("name", &self.name)
+            .field("roles", &self.roles)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AuthFile {
+    pub fn load(path: &Path) -> Result<AuthFile, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read auth file {}: {e}", path.display()))?;
+        AuthFile::parse(&text).map_err(|e| format!("auth file {}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<AuthFile, String> {
+        let file: AuthFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        file.validate()?;
+        Ok(file)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        match (self.mode, &self.proxy) {
+            (Mode::Proxy, None) => {
+                return Err(
+                    "mode = \"proxy\" needs a [proxy] table with `trusted` addresses".into(),
+                );
+            }
+            (Mode::Proxy, Some(p)) if p.trusted.is_empty() => {
+                return Err("proxy.trusted is empty: no proxy would be believed".into());
+            }
+            (Mode::Builtin, _) if self.users.is_empty() && self.tokens.is_empty() => {
+                return Err(
+                    "mode = \"builtin\" needs at least one [[users]] or [[tokens]] entry".into(),
+                );
+            }
+            _ => {}
+        }
+        if let Some(p) = &self.proxy {
+            p.trusted_nets()?;
+        }
+        for u in &self.users {
+            if u.name.trim().is_empty() {
+                return Err("a user has an empty name".into());
+            }
+            if !u.password_hash.starts_with("$argon2") {
+                return Err(format!(
+                    "user {:?}: password_hash must be an argon2 PHC string (run `idemwatch hash-password`)",
+                    u.name
+                ));
+            }
+        }
+        for t in &self.tokens {
+            let hex64 = t.sha256.len() == 64
+                && t.sha256
+                    .bytes()
+                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+            if !hex64 {
+                return Err(format!(
+                    "token {:?}: sha256 must be 64 lowercase hex characters",
+                    t.name
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl ProxySettings {
+    pub fn trusted_nets(&self) -> Result<Vec<IpNet>, String> {
+        self.trusted
+            .iter()
+            .map(|s| {
+                s.parse::<IpNet>()
+                    .or_else(|_| s.parse::<IpAddr>().map(IpNet::from))
+                    .map_err(|_| format!("proxy.trusted: {s:?} is not an IP address or CIDR range"))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_proxy_file_needs_trusted_addresses_that_parse() {
+        let err = AuthFile::parse("mode = \"proxy\"\n[proxy]\ntrusted = []\n").unwrap_err();
+        assert!(err.contains("trusted is empty"), "{err}");
+        let err =
+            AuthFile::parse("mode = \"proxy\"\n[proxy]\ntrusted = [\"nonsense\"]\n").unwrap_err();
+        assert!(err.contains("\"nonsense\" is not an IP address"), "{err}");
+        let ok = AuthFile::parse("mode = \"proxy\"\n[proxy]\ntrusted = [\"10.0.0.0/8\", \"127.0.0.1\"]\n[proxy.group_roles]\nsre = \"resolver\"\n").unwrap();
+        assert_eq!(ok.proxy.unwrap().group_roles["sre"], Role::Resolver);
+    }
+
+    #[test]
+    fn plain_text_passwords_and_unknown_fields_are_refused() {
+        let err = AuthFile::parse("mode = \"builtin\"\n[[users]]\nname = \"sam\"\npassword_hash = \"hunter2\"\nroles = [\"viewer\"]\n").unwrap_err();
+        assert!(err.contains("argon2 PHC"), "{err}");
+        let err = AuthFile::parse("mode = \"builtin\"\npasword = 1\n").unwrap_err();
+        assert!(err.contains("unknown field"), "{err}");
+    }
+}

@@ -1,0 +1,125 @@
+//! Password hashes (argon2id, PHC strings), API token hashes (SHA-256: tokens are
+//! long random values, so a fast hash is enough), and HMAC signing for session cookies
+//! and CSRF tokens.
+
+use argon2::Argon2;
+use argon2::password_hash::phc::PasswordHash;
+use argon2::password_hash::{PasswordHasher, PasswordVerifier};
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, KeyInit, Mac};
+use sha2::Sha256;
+
+pub fn hash_password(password: &str) -> Result<String, String> {
+    Argon2::default()
+        .hash_password(password.as_bytes())
+        .map(|h| h.to_string())
+        .map_err(|e| format!("cannot hash password: {e}"))
+}
+
+/// Constant-time verification against a PHC string; a malformed hash never matches.
+pub fn verify_password(password: &str, phc: &str) -> bool {
+    PasswordHash::new(phc)
+        .map(|parsed| {
+            Argon2::default()
+                .verify_password(password.as_bytes(), &parsed)
+                .is_ok()
+        })
+        .unwrap_or(false)
+}
+
+pub fn hash_token(token: &str) -> String {
+    crate::guard::key::sha256_hex(token.as_bytes())
+}
+
+/// A new random API token: 32 bytes, URL-safe base64, prefixed so it is recognisable
+/// in a secret scanner.
+pub fn new_token() -> String {
+    format!("iw_{}", URL_SAFE_NO_PAD.encode(random_bytes()))
+}
+
+pub fn random_bytes() -> [u8; 32] {
+    let mut bytes = [0u8; 32];
+    rand::fill(&mut bytes);
+    bytes
+}
+
+/// Signs and checks short strings with HMAC-SHA256.
+#[derive(Clone)]
+pub struct Signer {
+    key: Vec<u8>,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Signer(<redacted>)")
+    }
+}
+
+impl Signer {
+    pub fn new(key: &[u8]) -> Self {
+        Self { key: key.to_vec() }
+    }
+
+    fn mac(&self) -> Hmac<Sha256> {
+        <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key).expect("HMAC takes any key length")
+    }
+
+    /// `payload.signature`, both URL-safe base64.
+    pub fn sign(&self, payload: &[u8]) -> String {
+        let mut mac = self.mac();
+        mac.update(payload);
+        let sig = mac.finalize().into_bytes();
+        format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(payload),
+            URL_SAFE_NO_PAD.encode(sig)
+        )
+    }
+
+    /// The payload of a value made by [`Signer::sign`], if the signature holds
+    /// (compared in constant time).
+    pub fn verify(&self, signed: &str) -> Option<Vec<u8>> {
+        let (payload, sig) = signed.split_once('.')?;
+        let payload = URL_SAFE_NO_PAD.decode(payload).ok()?;
+        let sig = URL_SAFE_NO_PAD.decode(sig).ok()?;
+        let mut mac = self.mac();
+        mac.update(&payload);
+        mac.verify_slice(&sig).ok()?;
+        Some(payload)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_password_verifies_only_against_its_own_hash() {
+        let hash = hash_password("correct horse").unwrap();
+        assert!(hash.starts_with("$argon2id$"));
+        assert!(verify_password("correct horse", &hash));
+        assert!(!verify_password("wrong horse", &hash));
+        assert!(!verify_password("correct horse", "not a phc string"));
+    }
+
+    #[test]
+    fn a_signed_value_survives_only_untouched() {
+        let signer = Signer::new(b"secret");
+        let signed = signer.sign(b"sam|1700000000");
+        assert_eq!(signer.verify(&signed).unwrap(), b"sam|1700000000");
+        let mut tampered = signed.clone();
+        tampered.replace_range(0..1, if signed.starts_with('A') { "B" } else { "A" });
+        assert!(signer.verify(&tampered).is_none());
+        assert!(Signer::new(b"other").verify(&signed).is_none());
+        assert!(signer.verify("garbage").is_none());
+    }
+
+    #[test]
+    fn tokens_are_random_and_stored_as_their_hash() {
+        let (a, b) = (new_token(), new_token());
+        assert_ne!(a, b);
+        assert!(a.starts_with("iw_") && a.len() > 40);
+        assert_eq!(hash_token(&a).len(), 64);
+    }
+}

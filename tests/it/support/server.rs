@@ -1,0 +1,84 @@
+//! A real `idemwatch` process on a free loopback port, for life-cycle and browser
+//! tests, and a minimal HTTP/1.1 GET over a plain TCP stream.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process that is killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub addr: String,
+}
+
+impl Server {
+    /// Starts `idemwatch <args> --listen 127.0.0.1:<port> --database-url <url>` and
+    /// waits until `/healthz` answers.
+    pub async fn start(subcommand: &str, database_url: &str, extra: &[&str]) -> Server {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let child = Command::new(env!("CARGO_BIN_EXE_idemwatch"))
+            .arg(subcommand)
+            .args(["--listen", &addr, "--database-url", database_url])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start idemwatch");
+        let server = Server { child, addr };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok((200, _)) = get(&server.addr, "/healthz").await {
+                return server;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "idemwatch did not answer /healthz on {} within 30 s",
+            server.addr
+        );
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> std::process::Output {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let child = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap());
+        child.wait_with_output().expect("wait for idemwatch")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// GET `path` from `addr`; returns the status code and the body.
+pub async fn get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await?;
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
