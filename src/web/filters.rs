@@ -61,7 +61,7 @@ pub fn thousands_sep(n: i64) -> String {
         out.push('-');
     }
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -247,7 +247,7 @@ mod tests {
 
     #[test]
     fn a_time_carries_all_three_forms() {
-        let w = when(t("2026-11-29T14:02:11.402Z"), t("2026-11-29T14:05:11Z"));
+        let w = when(t("2026-11-29T14:02:11.402Z"), t("2026-11-29T14:05:11.402Z"));
         assert_eq!(w.iso, "2026-11-29T14:02:11.402000Z");
         assert_eq!(w.utc, "2026-11-29 14:02:11 UTC (+00:00)");
         assert_eq!(w.rel, "3 min ago");

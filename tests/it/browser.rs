@@ -74,10 +74,8 @@ fn start_server(database_url: &str, workdir: &Path) -> Server {
     let server = Server { child, base };
     let started = Instant::now();
     loop {
-        if let Some(reply) = http_get(&server.base, "/healthz") {
-            if reply.contains(" 200 ") {
-                return server;
-            }
+        if http_get(&server.base, "/healthz").is_some_and(|r| r.contains(" 200 ")) {
+            return server;
         }
         assert!(
             started.elapsed() < Duration::from_secs(30),

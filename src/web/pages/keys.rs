@@ -50,13 +50,13 @@ pub fn read_filter(p: &Params, now: DateTime<Utc>) -> Result<KeyFilter, Error> {
         from: p.time("from", now)?,
         to: p.time("to", now)?,
     };
-    if let (Some(from), Some(to)) = (filter.from, filter.to) {
-        if to <= from {
-            return Err(Error::bad_request(
-                "to",
-                format!("must be later than from ({}); got {}", utc(from), utc(to)),
-            ));
-        }
+    if let (Some(from), Some(to)) = (filter.from, filter.to)
+        && to <= from
+    {
+        return Err(Error::bad_request(
+            "to",
+            format!("must be later than from ({}); got {}", utc(from), utc(to)),
+        ));
     }
     Ok(filter)
 }
@@ -200,14 +200,14 @@ async fn keys(
 /// A search for `88214` may have meant a key prefix or an order id: offer the other.
 fn other_way(filter: &KeyFilter) -> Option<(String, String)> {
     let hexish = |v: &str| (4..=64).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_hexdigit());
-    if let Some(r) = &filter.business_ref {
-        if hexish(r) {
-            let lower = r.to_ascii_lowercase();
-            return Some((
-                format!("keys starting with {lower}"),
-                link("/keys", &[("key", Some(&lower))]),
-            ));
-        }
+    if let Some(r) = &filter.business_ref
+        && hexish(r)
+    {
+        let lower = r.to_ascii_lowercase();
+        return Some((
+            format!("keys starting with {lower}"),
+            link("/keys", &[("key", Some(&lower))]),
+        ));
     }
     if let Some(k) = &filter.key_prefix {
         return Some((

@@ -105,10 +105,10 @@ pub fn parse_time(
         return Ok(t.to_utc());
     }
     // A `+01:00` pasted into a URL unencoded arrives as a space.
-    if value.contains(' ') {
-        if let Ok(t) = DateTime::parse_from_rfc3339(&value.replace(' ', "+")) {
-            return Ok(t.to_utc());
-        }
+    if value.contains(' ')
+        && let Ok(t) = DateTime::parse_from_rfc3339(&value.replace(' ', "+"))
+    {
+        return Ok(t.to_utc());
     }
     if let Ok(d) = NaiveDate::parse_from_str(value, "%Y-%m-%d") {
         return d.and_hms_opt(0, 0, 0).map(|t| t.and_utc()).ok_or_else(bad);
@@ -325,7 +325,8 @@ mod tests {
 
     #[test]
     fn links_encode_their_values_and_skip_absent_ones() {
-        let cases: [(&[(&str, Option<&str>)], &str); 3] = [
+        type Pairs<'a> = &'a [(&'a str, Option<&'a str>)];
+        let cases: [(Pairs, &str); 3] = [
             (
                 &[("tool", Some("issue_refund")), ("tenant", None)],
                 "/keys?tool=issue_refund",
