@@ -19,6 +19,8 @@ pub struct AppState {
     pub store: Store,
     /// What pages call "now" (relative times, leases, retention, the overview's windows).
     pub clock: Arc<dyn Clock>,
+    /// The overview's counts, reused for half a minute.
+    pub(crate) overview: pages::OverviewCache,
 }
 
 impl AppState {
@@ -26,6 +28,7 @@ impl AppState {
         Self {
             store,
             clock: Arc::new(SystemClock),
+            overview: pages::OverviewCache::default(),
         }
     }
 

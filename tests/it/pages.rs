@@ -667,3 +667,44 @@ both_backends!(
         }
     }
 );
+
+both_backends!(
+    async fn the_overview_is_recounted_after_half_a_minute(db: TestDb) {
+        let (app, s) = setup(&db).await;
+        let requests = |body: &str| {
+            let c = card(body, "send_message");
+            c.contains("<a href=\"/keys?tool=send_message&#38;from=now-1h\">1</a>")
+        };
+        let p = get(&app, "/").await;
+        assert!(!requests(&p.body));
+        // One more message in the last hour.
+        let guard = idemwatch::guard::Guard::new(
+            db.store.clone(),
+            Arc::new(s.clock.clone()),
+            idemwatch::guard::GuardSettings::default(),
+        );
+        let ledger =
+            crate::support::provider::Ledger::new(s.clock.clone(), chrono::TimeDelta::hours(1));
+        let call = crate::ui_seed::call(
+            "globex",
+            "send_message",
+            "run-msg",
+            "9",
+            "notify:refund-9",
+            "ticket:T-9",
+            serde_json::json!({ "to": "+44 7700 900123" }),
+        );
+        let client =
+            crate::support::provider::Client::new(&ledger, crate::guard_faults::DEADLINE, []);
+        guard.run(&call, &client).await.unwrap();
+        let p = get(&app, "/").await;
+        assert!(!requests(&p.body), "the same counts for 30 seconds");
+        s.clock.advance(chrono::TimeDelta::seconds(31));
+        let p = get(&app, "/").await;
+        assert!(
+            requests(&p.body),
+            "recounted: {}",
+            card(&p.body, "send_message")
+        );
+    }
+);

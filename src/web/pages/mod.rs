@@ -8,6 +8,8 @@ mod diff;
 mod key_detail;
 mod keys;
 mod overview;
+
+pub use overview::OverviewCache;
 pub mod params;
 mod search;
 
