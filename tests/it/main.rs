@@ -7,5 +7,6 @@ mod browser;
 mod cli;
 mod guard_faults;
 mod guard_random;
+mod page_indexes;
 mod pages;
 mod ui_seed;
