@@ -3,9 +3,13 @@
 
 mod support;
 
+mod browser;
 mod cli;
 mod export;
 mod guard_faults;
 mod guard_random;
 mod metrics;
+mod page_indexes;
+mod pages;
 mod prometheus_e2e;
+mod ui_seed;
