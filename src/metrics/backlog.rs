@@ -55,7 +55,7 @@ pub async fn refresh(
 ) -> Result<(), StoreError> {
     let started = Instant::now();
     let f = metrics.families();
-    let groups = match store.backlog(now).await {
+    let groups = match store.backlog_by_tool(now).await {
         Ok(groups) => groups,
         Err(e) => {
             f.idemwatch_db_up.set(0);

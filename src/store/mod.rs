@@ -7,6 +7,7 @@
 //! macro expands one body for each pool type, so each behaviour is written once.
 //! `sqlx::Error` stops here: callers see [`StoreError`].
 
+mod browse;
 mod demo;
 mod error;
 mod export;
@@ -16,6 +17,10 @@ mod rows;
 pub mod sql;
 mod tail;
 
+pub use browse::{
+    AttemptBucket, BUCKET_SECONDS, BacklogPage, BacklogSummary, COUNT_CAP, Count, Cursor,
+    KeyFilter, KeyIndex, KeyPage, KeySummary,
+};
 pub use error::StoreError;
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use records::Claim;

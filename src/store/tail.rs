@@ -258,7 +258,10 @@ impl Store {
     /// The backlog per (tool, tenant); groups with no UNKNOWN or IN_PROGRESS key are
     /// absent (the caller reports them as 0).
     #[tracing::instrument(skip_all)]
-    pub async fn backlog(&self, now: DateTime<Utc>) -> Result<Vec<BacklogGroup>, StoreError> {
+    pub async fn backlog_by_tool(
+        &self,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<BacklogGroup>, StoreError> {
         let groups =
             super::on_pool!(self, pool => sqlx::query_as(BACKLOG).bind(now).fetch_all(pool).await)?;
         Ok(groups)

@@ -3,10 +3,14 @@
 
 mod support;
 
+mod browser;
 mod cli;
 mod demo;
 mod export;
 mod guard_faults;
 mod guard_random;
 mod metrics;
+mod page_indexes;
+mod pages;
 mod prometheus_e2e;
+mod ui_seed;

@@ -1,0 +1,246 @@
+//! The statements of the UI's reads, assembled from shared pieces with `concat!` so that
+//! every piece is written once and each statement is still a `&'static str`. Where the
+//! backends must differ the two versions stand side by side.
+
+/// The columns of a listing row: the record without its JSON payloads.
+macro_rules! summary_columns {
+    () => {
+        "key, tenant, tool, workflow_id, step_id, intent_id, business_ref, status, \
+         fencing_token, lease_until, attempt_count, provider_retention_until, created_at, updated_at"
+    };
+}
+
+/// The filters every listing applies, after its driving condition.
+/// $1/$2 key range, $3 business ref (driver only), $4 workflow, $5 intent, $6 tenant,
+/// $7 tool, $8 status, $9/$10 last-activity range (never NULL: sentinels when absent),
+/// $11/$12 the keyset position (a sentinel above every row on the first page).
+/// `$u` is how the time column is written: `updated_at`, or on SQLite `+updated_at`
+/// where the time index must not be used (a no-op that SQLite's planner cannot index).
+macro_rules! key_filters {
+    () => {
+        key_filters!("updated_at")
+    };
+    ($u:literal) => {
+        concat!(
+            " AND ($1 IS NULL OR key >= $1) AND ($2 IS NULL OR key <= $2) \
+             AND ($4 IS NULL OR workflow_id = $4) AND ($5 IS NULL OR intent_id = $5) \
+             AND ($6 IS NULL OR tenant = $6) AND ($7 IS NULL OR tool = $7) \
+             AND ($8 IS NULL OR status = $8) AND ",
+            $u,
+            " >= $9 AND ",
+            $u,
+            " < $10 AND (",
+            $u,
+            ", key) < ($11, $12)"
+        )
+    };
+}
+
+/// A listing page: newest activity first, `$13` rows.
+macro_rules! keys_sql {
+    ($driver:expr) => {
+        keys_sql!($driver, "updated_at")
+    };
+    ($driver:expr, $u:literal) => {
+        concat!(
+            "SELECT ",
+            summary_columns!(),
+            " FROM idempotency_records WHERE ",
+            $driver,
+            key_filters!($u),
+            " ORDER BY updated_at DESC, key DESC LIMIT $13"
+        )
+    };
+}
+
+/// How many rows a listing has, counting at most `$13` (the cursor is the sentinel).
+macro_rules! count_sql {
+    ($driver:expr) => {
+        count_sql!($driver, "updated_at")
+    };
+    ($driver:expr, $u:literal) => {
+        concat!(
+            "SELECT count(*) FROM (SELECT 1 FROM idempotency_records WHERE ",
+            $driver,
+            key_filters!($u),
+            " LIMIT $13) AS capped"
+        )
+    };
+}
+
+/// The driving conditions. Each one is the condition of one index; the ones after
+/// business_ref also state `$3 IS NULL`: they serve listings without a business ref.
+macro_rules! by_business_ref_postgres {
+    () => {
+        "(business_ref = $3 OR substr(business_ref, strpos(business_ref, ':') + 1) = $3)"
+    };
+}
+macro_rules! by_business_ref_sqlite {
+    () => {
+        "(business_ref = $3 OR substr(business_ref, instr(business_ref, ':') + 1) = $3)"
+    };
+}
+macro_rules! by_key {
+    () => {
+        "$3 IS NULL AND key >= $1 AND key <= $2"
+    };
+}
+macro_rules! by_workflow {
+    () => {
+        "$3 IS NULL AND workflow_id = $4"
+    };
+}
+macro_rules! by_intent {
+    () => {
+        "$3 IS NULL AND intent_id = $5"
+    };
+}
+// The literal IN list repeats the predicate of the partial index
+// idempotency_records_undecided_updated_at, so both planners may use it.
+macro_rules! by_undecided_status {
+    () => {
+        "$3 IS NULL AND status IN ('UNKNOWN', 'IN_PROGRESS') AND status = $8"
+    };
+}
+macro_rules! by_tool {
+    () => {
+        "$3 IS NULL AND tool = $7"
+    };
+}
+macro_rules! by_updated_at {
+    () => {
+        "$3 IS NULL"
+    };
+}
+
+/// The listing and capped-count statements of one driving index, per backend.
+pub(super) struct KeyStatements {
+    pub(super) list_postgres: &'static str,
+    pub(super) list_sqlite: &'static str,
+    pub(super) count_postgres: &'static str,
+    pub(super) count_sqlite: &'static str,
+}
+
+/// The statements of a selective driving index. On SQLite the time column is hidden
+/// from the planner (see [`key_filters!`]): without it SQLite may prefer walking the
+/// time index to sorting the few rows the driving index finds.
+macro_rules! selective {
+    ($postgres:expr, $sqlite:expr) => {
+        KeyStatements {
+            list_postgres: keys_sql!($postgres),
+            list_sqlite: keys_sql!($sqlite, "+updated_at"),
+            count_postgres: count_sql!($postgres),
+            count_sqlite: count_sql!($sqlite, "+updated_at"),
+        }
+    };
+}
+
+/// The statements of a listing meant to walk a time-ordered index.
+macro_rules! ordered {
+    ($driver:expr) => {
+        KeyStatements {
+            list_postgres: keys_sql!($driver),
+            list_sqlite: keys_sql!($driver),
+            count_postgres: count_sql!($driver),
+            count_sqlite: count_sql!($driver),
+        }
+    };
+}
+
+pub(super) const BY_BUSINESS_REF: KeyStatements =
+    selective!(by_business_ref_postgres!(), by_business_ref_sqlite!());
+pub(super) const BY_KEY: KeyStatements = selective!(by_key!(), by_key!());
+pub(super) const BY_WORKFLOW: KeyStatements = selective!(by_workflow!(), by_workflow!());
+pub(super) const BY_INTENT: KeyStatements = selective!(by_intent!(), by_intent!());
+pub(super) const BY_UNDECIDED_STATUS: KeyStatements = ordered!(by_undecided_status!());
+pub(super) const BY_TOOL: KeyStatements = ordered!(by_tool!());
+pub(super) const BY_UPDATED_AT: KeyStatements = ordered!(by_updated_at!());
+
+/// Other keys with the same business ref, newest first (idempotency_records_business_ref).
+pub const SAME_BUSINESS_REF: &str = concat!(
+    "SELECT ",
+    summary_columns!(),
+    " FROM idempotency_records WHERE business_ref = $1 ORDER BY created_at DESC, key DESC LIMIT $2"
+);
+
+/// The condition of an undecided key: UNKNOWN, or IN_PROGRESS with a lease that ran out
+/// at `$1`. The IN list is the partial index idempotency_records_backlog's predicate.
+macro_rules! undecided {
+    () => {
+        "status IN ('UNKNOWN', 'IN_PROGRESS') AND (status = 'UNKNOWN' OR lease_until <= $1)"
+    };
+}
+
+/// The backlog, oldest first, keyset on (created_at, key).
+pub const BACKLOG: &str = concat!(
+    "SELECT ",
+    summary_columns!(),
+    " FROM idempotency_records WHERE ",
+    undecided!(),
+    " AND ($2 IS NULL OR tool = $2) AND (created_at, key) > ($3, $4) \
+     ORDER BY created_at, key LIMIT $5"
+);
+
+/// Per tool: the undecided keys now. Small by design, read from the partial index.
+pub const BACKLOG_SUMMARY: &str = concat!(
+    "SELECT tool, \
+     sum(CASE WHEN status = 'UNKNOWN' THEN 1 ELSE 0 END) AS unknown, \
+     sum(CASE WHEN status = 'IN_PROGRESS' THEN 1 ELSE 0 END) AS expired_leases, \
+     sum(CASE WHEN status = 'UNKNOWN' AND provider_retention_until <= $1 THEN 1 ELSE 0 END) AS past_retention, \
+     min(CASE WHEN status = 'UNKNOWN' THEN created_at END) AS oldest_unknown, \
+     min(created_at) AS oldest \
+     FROM idempotency_records WHERE ",
+    undecided!(),
+    " GROUP BY tool ORDER BY tool"
+);
+
+/// Attempts per tool, kind and 5-minute bucket since `$1`, with the count since `$2`
+/// (the last hour) alongside; one range scan of idempotency_attempts_occurred_at_tool_kind.
+/// The bucket arithmetic is the one part the two backends spell differently.
+macro_rules! attempt_buckets {
+    ($bucket:literal) => {
+        concat!(
+            "SELECT tool, kind, ",
+            $bucket,
+            " AS bucket, count(*) AS n, \
+             sum(CASE WHEN occurred_at >= $2 THEN 1 ELSE 0 END) AS n_recent \
+             FROM idempotency_attempts WHERE occurred_at >= $1 \
+             GROUP BY tool, kind, bucket"
+        )
+    };
+}
+pub const ATTEMPT_BUCKETS_POSTGRES: &str =
+    attempt_buckets!("CAST(floor(extract(epoch FROM occurred_at) / 300) AS bigint)");
+pub const ATTEMPT_BUCKETS_SQLITE: &str =
+    attempt_buckets!("CAST(strftime('%s', occurred_at) AS INTEGER) / 300");
+
+/// Width of an overview bucket.
+pub const BUCKET_SECONDS: i64 = 300;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_statement_filters_the_same_way() {
+        for s in [&BY_BUSINESS_REF, &BY_KEY, &BY_WORKFLOW, &BY_INTENT] {
+            for sql in [s.list_postgres, s.count_postgres] {
+                assert!(sql.contains(key_filters!()), "{sql}");
+            }
+            for sql in [s.list_sqlite, s.count_sqlite] {
+                assert!(sql.contains(key_filters!("+updated_at")), "{sql}");
+            }
+        }
+        for s in [&BY_UNDECIDED_STATUS, &BY_TOOL, &BY_UPDATED_AT] {
+            for sql in [
+                s.list_postgres,
+                s.list_sqlite,
+                s.count_postgres,
+                s.count_sqlite,
+            ] {
+                assert!(sql.contains(key_filters!()), "{sql}");
+                assert!(!sql.contains("OFFSET"), "{sql}");
+            }
+        }
+    }
+}

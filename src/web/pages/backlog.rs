@@ -1,0 +1,99 @@
+//! `/backlog`: the keys nobody has decided: UNKNOWN, and IN_PROGRESS with a lease that
+//! ran out. Oldest first, with the time left in the provider's key retention; keys
+//! past it are highlighted, because only a person can resolve them.
+
+use super::params::{Params, format_cursor, link, parse_cursor, parse_limit};
+use super::{KeyRow, Layout};
+use crate::web::filters::{self, When, when};
+use crate::web::{AppState, Error};
+use askama::Template;
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::response::Html;
+use axum::routing::get;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/backlog", get(backlog))
+}
+
+struct ToolLine {
+    tool: String,
+    unknown: i64,
+    expired_leases: i64,
+    past_retention: i64,
+    oldest: Option<When>,
+    link: String,
+    current: bool,
+}
+
+#[derive(Template)]
+#[template(path = "backlog.html")]
+struct BacklogPage {
+    layout: Layout,
+    tool: String,
+    tools: Vec<ToolLine>,
+    unknown: i64,
+    expired_leases: i64,
+    past_retention: i64,
+    rows: Vec<KeyRow>,
+    next: Option<String>,
+    first: Option<String>,
+}
+
+async fn backlog(
+    State(state): State<AppState>,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> Result<Html<String>, Error> {
+    let p = Params(pairs);
+    let now = state.clock.now();
+    let tool = p.text("tool")?;
+    let after = p
+        .get("after")
+        .map(|v| parse_cursor("after", v))
+        .transpose()?;
+    let limit = parse_limit(p.get("limit"))?;
+    let summary = state.store.backlog_summary(now).await?;
+    let page = state
+        .store
+        .backlog(tool.as_deref(), after.as_ref(), limit, now)
+        .await?;
+
+    let in_scope = |t: &str| tool.as_deref().is_none_or(|want| want == t);
+    let scoped = summary.iter().filter(|s| in_scope(&s.tool));
+    let (mut unknown, mut expired_leases, mut past_retention) = (0, 0, 0);
+    for s in scoped {
+        unknown += s.unknown;
+        expired_leases += s.expired_leases;
+        past_retention += s.past_retention;
+    }
+    let base = [("tool", tool.as_deref()), ("limit", p.get("limit"))];
+    let next = page.next.as_ref().map(|c| {
+        let cursor = format_cursor(c);
+        let mut pairs = base.to_vec();
+        pairs.push(("after", Some(cursor.as_str())));
+        link("/backlog", &pairs)
+    });
+    let view = BacklogPage {
+        layout: Layout::new("Backlog", "backlog"),
+        tools: summary
+            .iter()
+            .map(|s| ToolLine {
+                link: link("/backlog", &[("tool", Some(&s.tool))]),
+                current: tool.as_deref() == Some(s.tool.as_str()),
+                tool: s.tool.clone(),
+                unknown: s.unknown,
+                expired_leases: s.expired_leases,
+                past_retention: s.past_retention,
+                oldest: s.oldest.map(|t| when(t, now)),
+            })
+            .collect(),
+        tool: tool.clone().unwrap_or_default(),
+        unknown,
+        expired_leases,
+        past_retention,
+        rows: page.keys.iter().map(|k| KeyRow::new(k, now)).collect(),
+        next,
+        first: after.as_ref().map(|_| link("/backlog", &base)),
+    };
+    Ok(Html(view.render()?))
+}

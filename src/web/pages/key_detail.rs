@@ -1,0 +1,388 @@
+//! `/keys/{key}`: one key's record, its attempt timeline, and the other keys with the
+//! same business ref. Answers "what happened to order A-88214?".
+
+use super::diff::{Change, diff};
+use super::params::{link, parse_key_prefix};
+use super::{Badge, KeyRow, Layout, status_badge};
+use crate::guard::{Attempt, AttemptKind, Record, Status};
+use crate::web::filters::{When, duration, duration_ms, pretty, short_key, when};
+use crate::web::{AppState, Error};
+use askama::Template;
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::get;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/keys/{key}", get(key_page))
+}
+
+/// How many other keys with the same business ref the page lists.
+const SIBLINGS: u32 = 20;
+
+/// How the timeline shows one kind of attempt: a text badge, a style, one sentence.
+pub fn presentation(kind: AttemptKind) -> (&'static str, &'static str, &'static str) {
+    use AttemptKind::*;
+    match kind {
+        Claimed => (
+            "Claimed",
+            "neutral",
+            "Took the key under a lease; the provider call starts.",
+        ),
+        Replayed => (
+            "Replay",
+            "replay",
+            "A retry got the stored result; the provider was not called again.",
+        ),
+        ReplayedFailure => (
+            "Replay of failure",
+            "replay",
+            "A retry got the stored error; the provider was not called again.",
+        ),
+        InFlightRejected => (
+            "In flight: told to retry",
+            "neutral",
+            "A retry arrived while the call held its lease and was told to retry later (409).",
+        ),
+        PayloadMismatch => (
+            "Payload mismatch",
+            "mismatch",
+            "Same key, different business arguments: refused (422), nothing was sent.",
+        ),
+        Completed => (
+            "Completed",
+            "ok",
+            "The provider answered; the result is stored.",
+        ),
+        Failed => (
+            "Failed",
+            "fail",
+            "The provider refused definitively; retries get this error.",
+        ),
+        MarkedUnknown => (
+            "Outcome unknown",
+            "unknown",
+            "No clear answer (timeout, reset, 5xx): the effect may or may not have happened.",
+        ),
+        TakenOver => (
+            "Takeover",
+            "takeover",
+            "A retry took the undecided key over with a new fencing token, to check the provider.",
+        ),
+        ReconciledFound => (
+            "Found at provider",
+            "ok",
+            "The provider has the effect: stored as done without sending again.",
+        ),
+        Resent => (
+            "Resent",
+            "takeover",
+            "Not found while the provider still remembers the key: sent again with the same key.",
+        ),
+        Escalated => (
+            "Escalated to a person",
+            "escalation",
+            "The provider forgot the key and shows no effect: a resend could pay twice.",
+        ),
+        Resolved => (
+            "Resolved by a person",
+            "resolution",
+            "A person recorded what happened.",
+        ),
+        StaleWriteRejected => (
+            "Stale write refused",
+            "fail",
+            "A worker holding an old fencing token tried to write; nothing changed.",
+        ),
+    }
+}
+
+/// One row of the timeline.
+struct Step {
+    seq: i64,
+    at: When,
+    kind: &'static str,
+    label: &'static str,
+    class: &'static str,
+    blurb: &'static str,
+    actor: String,
+    token: i64,
+    /// `1 → 2` on a takeover.
+    token_change: Option<String>,
+    duration: Option<String>,
+    /// `reason`, `error`, `resolution`… lifted out of the detail, in field order.
+    notes: Vec<(String, String)>,
+    detail: Option<String>,
+    /// Field by field, for a payload mismatch.
+    changes: Vec<Change>,
+}
+
+fn step(a: &Attempt, record: &Record, now: DateTime<Utc>) -> Step {
+    let (label, class, blurb) = presentation(a.kind);
+    let object = a.detail.as_object();
+    let notes = ["reason", "error", "resolution", "evidence"]
+        .iter()
+        .filter_map(|f| {
+            let v = object?.get(*f)?;
+            let text = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            Some((f.replace('_', " "), text))
+        })
+        .collect();
+    let token_change = object
+        .and_then(|o| o.get("previous_token"))
+        .and_then(Value::as_i64)
+        .map(|prev| format!("{prev} → {}", a.fencing_token));
+    let changes = match (a.kind, object.and_then(|o| o.get("business_args"))) {
+        (AttemptKind::PayloadMismatch, Some(retry)) => diff(&record.business_args, retry),
+        _ => Vec::new(),
+    };
+    let empty = object.is_some_and(|o| o.is_empty()) || a.detail.is_null();
+    Step {
+        seq: a.seq,
+        at: when(a.occurred_at, now),
+        kind: a.kind.as_str(),
+        label,
+        class,
+        blurb,
+        actor: a.actor.clone(),
+        token: a.fencing_token,
+        token_change,
+        duration: a.duration_ms.map(duration_ms),
+        notes,
+        detail: (!empty).then(|| pretty(&a.detail)),
+        changes,
+    }
+}
+
+/// The other keys with this business ref, and a sentence about them.
+struct Siblings {
+    business_ref: String,
+    summary: String,
+    rows: Vec<KeyRow>,
+    more: Option<String>,
+}
+
+/// Counts of the timeline's notable kinds, for the summary sentence.
+#[derive(Default)]
+struct Tally {
+    replays: usize,
+    mismatches: usize,
+    takeovers: usize,
+    escalations: usize,
+    resolutions: usize,
+}
+
+/// Filtered lists one click away from the record.
+struct KeyLinks {
+    tool: String,
+    workflow: String,
+    intent: String,
+    business_ref: String,
+}
+
+#[derive(Template)]
+#[template(path = "key.html")]
+struct KeyPage {
+    layout: Layout,
+    r: Record,
+    links: KeyLinks,
+    short: String,
+    badge: Badge,
+    verdict: String,
+    undecided: bool,
+    past_retention: bool,
+    lease: When,
+    lease_note: &'static str,
+    retention: When,
+    retention_note: &'static str,
+    created: When,
+    updated: When,
+    args: String,
+    result: Option<String>,
+    steps: Vec<Step>,
+    tally: Tally,
+    siblings: Option<Siblings>,
+    api: String,
+}
+
+fn verdict(r: &Record, tally: &Tally, now: DateTime<Utc>) -> String {
+    let retries = match tally.replays {
+        0 => String::new(),
+        1 => " One retry was answered from the stored result; nothing was sent twice.".into(),
+        n => format!(" {n} retries were answered from the stored result; nothing was sent twice."),
+    };
+    match r.status {
+        Status::Done => format!("Done: the effect happened once.{retries}"),
+        Status::Failed => format!(
+            "Failed: the provider refused definitively; retries get the same error.{retries}"
+        ),
+        Status::Unknown if r.provider_retention_until <= now => format!(
+            "Unknown, and the provider forgot this key {} ago: only a person can tell whether the effect happened. Check the provider for an effect tagged with this key.",
+            duration(now - r.provider_retention_until)
+        ),
+        Status::Unknown => format!(
+            "Unknown: nobody knows yet whether the effect happened. The next retry with this key checks the provider first; the provider remembers the key for {} more.",
+            duration(r.provider_retention_until - now)
+        ),
+        Status::InProgress if r.lease_until <= now => format!(
+            "The worker's lease ran out {} ago: it died or hung mid-call. The next retry takes the key over and checks the provider before anything is resent.",
+            duration(now - r.lease_until)
+        ),
+        Status::InProgress => format!(
+            "In progress: a worker holds the lease for {} more; retries are told to wait.",
+            duration(r.lease_until - now)
+        ),
+    }
+}
+
+fn siblings(
+    business_ref: &str,
+    this: &str,
+    keys: &[crate::store::KeySummary],
+    now: DateTime<Utc>,
+) -> Siblings {
+    let shown: Vec<_> = keys.iter().take(SIBLINGS as usize).collect();
+    let mut per_tool: BTreeMap<&str, usize> = BTreeMap::new();
+    for k in &shown {
+        *per_tool.entry(k.tool.as_str()).or_default() += 1;
+    }
+    let more = keys.len() > SIBLINGS as usize;
+    let n = shown.len();
+    let others = n.saturating_sub(1);
+    let plus = if more { "+" } else { "" };
+    let summary = match per_tool.len() {
+        1 => {
+            let tool = per_tool.keys().next().copied().unwrap_or_default();
+            format!(
+                "{n}{plus} {tool} {} on {business_ref}: this key and {others}{plus} other{}.",
+                if n == 1 { "call" } else { "calls" },
+                if others == 1 { "" } else { "s" }
+            )
+        }
+        _ => {
+            let parts: Vec<String> = per_tool.iter().map(|(t, c)| format!("{t} ×{c}")).collect();
+            format!("{n}{plus} keys on {business_ref} ({}).", parts.join(", "))
+        }
+    };
+    Siblings {
+        business_ref: business_ref.to_string(),
+        summary,
+        rows: shown
+            .iter()
+            .filter(|k| k.key != this)
+            .map(|k| KeyRow::new(k, now))
+            .collect(),
+        more: more.then(|| link("/keys", &[("business_ref", Some(business_ref))])),
+    }
+}
+
+async fn key_page(
+    State(state): State<AppState>,
+    Path(key): Path<String>,
+) -> Result<Response, Error> {
+    let full = key.len() == 64 && key.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    if !full {
+        // A prefix or an upper-case key: show the keys it stands for.
+        let prefix = parse_key_prefix("key", &key)?;
+        let to = if prefix.len() == 64 {
+            format!("/keys/{prefix}")
+        } else {
+            link("/keys", &[("key", Some(&prefix))])
+        };
+        return Ok(Redirect::to(&to).into_response());
+    }
+    let now = state.clock.now();
+    let record = state.store.record(&key).await?.ok_or_else(|| {
+        Error::NotFound(format!(
+            "No key {key} is recorded. It may never have been claimed, or retention has removed it."
+        ))
+    })?;
+    let attempts = state.store.attempts(&key).await?;
+    let siblings = match &record.business_ref {
+        Some(b) => {
+            let keys = state.store.keys_with_business_ref(b, SIBLINGS + 1).await?;
+            Some(siblings(b, &key, &keys, now))
+        }
+        None => None,
+    };
+    let mut tally = Tally::default();
+    for a in &attempts {
+        match a.kind {
+            AttemptKind::Replayed | AttemptKind::ReplayedFailure => tally.replays += 1,
+            AttemptKind::PayloadMismatch => tally.mismatches += 1,
+            AttemptKind::TakenOver => tally.takeovers += 1,
+            AttemptKind::Escalated => tally.escalations += 1,
+            AttemptKind::Resolved => tally.resolutions += 1,
+            _ => {}
+        }
+    }
+    let lease_expired = record.lease_expired(now);
+    let past_retention = record.provider_retention_until <= now;
+    let view = KeyPage {
+        layout: Layout::new(format!("Key {}", short_key(&record.key)), "keys")
+            .with_query(record.business_ref.clone().unwrap_or_default()),
+        short: short_key(&record.key),
+        badge: status_badge(record.status, lease_expired),
+        verdict: verdict(&record, &tally, now),
+        undecided: record.is_undecided(now),
+        past_retention,
+        lease: when(record.lease_until, now),
+        lease_note: match record.status {
+            Status::InProgress if lease_expired => "expired: the worker died or hung",
+            Status::InProgress => "held by a worker",
+            _ => "released",
+        },
+        retention: when(record.provider_retention_until, now),
+        retention_note: if past_retention {
+            "past: the provider has forgotten this key"
+        } else {
+            "the provider still remembers this key"
+        },
+        created: when(record.created_at, now),
+        updated: when(record.updated_at, now),
+        args: pretty(&record.business_args),
+        result: record.result.as_ref().map(pretty),
+        steps: attempts.iter().map(|a| step(a, &record, now)).collect(),
+        tally,
+        siblings,
+        api: format!("/api/v1/keys/{key}"),
+        links: KeyLinks {
+            tool: link("/keys", &[("tool", Some(&record.tool))]),
+            workflow: link("/keys", &[("workflow_id", Some(&record.workflow_id))]),
+            intent: link("/keys", &[("intent_id", Some(&record.intent_id))]),
+            business_ref: link("/keys", &[("business_ref", record.business_ref.as_deref())]),
+        },
+        r: record,
+    };
+    Ok(Html(view.render()?).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_notable_kind_has_its_own_marker() {
+        use AttemptKind::*;
+        let notable = [
+            (Replayed, "replay"),
+            (PayloadMismatch, "mismatch"),
+            (TakenOver, "takeover"),
+            (Escalated, "escalation"),
+            (Resolved, "resolution"),
+        ];
+        for (kind, class) in notable {
+            assert_eq!(presentation(kind).1, class, "{kind}");
+        }
+        for kind in AttemptKind::ALL {
+            let (label, _, blurb) = presentation(*kind);
+            assert!(!label.is_empty() && blurb.ends_with('.'), "{kind}");
+        }
+    }
+}

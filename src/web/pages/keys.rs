@@ -1,0 +1,219 @@
+//! `/keys`: the keys matching the filters in the query string, newest activity first,
+//! one keyset page at a time. A Grafana data link
+//! `/keys?tool=issue_refund&from=…&to=…` opens exactly that list.
+
+use super::params::{
+    self, Params, link, parse_cursor, parse_key_prefix, parse_limit, parse_status,
+};
+use super::{KeyRow, Layout};
+use crate::guard::Status;
+use crate::store::{Count, KeyFilter};
+use crate::web::filters::{thousands_sep, utc};
+use crate::web::{AppState, Error};
+use askama::Template;
+use axum::Router;
+use axum::extract::{Query, State};
+use axum::response::Html;
+use axum::routing::get;
+use chrono::{DateTime, Utc};
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/keys", get(keys))
+}
+
+/// The filter parameters, in the order the form shows them. Public contract.
+pub const FILTERS: [(&str, &str); 9] = [
+    ("business_ref", "Business ref"),
+    ("key", "Key or prefix"),
+    ("tool", "Tool"),
+    ("status", "Status"),
+    ("tenant", "Tenant"),
+    ("intent_id", "Intent id"),
+    ("workflow_id", "Workflow id"),
+    ("from", "Active from"),
+    ("to", "Active before"),
+];
+
+/// Reads and checks every filter; the first bad one answers 400.
+pub fn read_filter(p: &Params, now: DateTime<Utc>) -> Result<KeyFilter, Error> {
+    let filter = KeyFilter {
+        key_prefix: p
+            .get("key")
+            .map(|v| parse_key_prefix("key", v))
+            .transpose()?,
+        business_ref: p.text("business_ref")?,
+        workflow_id: p.text("workflow_id")?,
+        intent_id: p.text("intent_id")?,
+        tenant: p.text("tenant")?,
+        tool: p.text("tool")?,
+        status: p.get("status").map(parse_status).transpose()?,
+        from: p.time("from", now)?,
+        to: p.time("to", now)?,
+    };
+    if let (Some(from), Some(to)) = (filter.from, filter.to)
+        && to <= from
+    {
+        return Err(Error::bad_request(
+            "to",
+            format!("must be later than from ({}); got {}", utc(from), utc(to)),
+        ));
+    }
+    Ok(filter)
+}
+
+/// One filter input as the form shows it.
+struct Field {
+    name: &'static str,
+    label: &'static str,
+    value: String,
+    hint: &'static str,
+}
+
+/// An active filter, with the link that drops it.
+struct Chip {
+    label: &'static str,
+    value: String,
+    remove: String,
+}
+
+#[derive(Template)]
+#[template(path = "keys.html")]
+struct KeysPage {
+    layout: Layout,
+    fields: Vec<Field>,
+    /// (value, selected)
+    statuses: Vec<(&'static str, bool)>,
+    chips: Vec<Chip>,
+    range: Option<String>,
+    count: Option<String>,
+    rows: Vec<KeyRow>,
+    next: Option<String>,
+    first: Option<String>,
+    /// When nothing matched: a link trying the value the other way round.
+    other_way: Option<(String, String)>,
+}
+
+fn hint(name: &str) -> &'static str {
+    match name {
+        "business_ref" => "order:A-88214, or just A-88214",
+        "key" => "at least 4 hex characters",
+        "from" | "to" => "RFC 3339, 2026-11-29, now-1h or epoch ms",
+        _ => "",
+    }
+}
+
+async fn keys(
+    State(state): State<AppState>,
+    Query(pairs): Query<Vec<(String, String)>>,
+) -> Result<Html<String>, Error> {
+    let p = Params(pairs);
+    let now = state.clock.now();
+    let filter = read_filter(&p, now)?;
+    let after = p
+        .get("after")
+        .map(|v| parse_cursor("after", v))
+        .transpose()?;
+    let limit = parse_limit(p.get("limit"))?;
+    let page = state
+        .store
+        .list_keys(&filter, after.as_ref(), limit)
+        .await?;
+
+    // The filters as typed (`now-1h` stays relative in links), plus a non-default limit.
+    let raw: Vec<(&str, Option<&str>)> = FILTERS
+        .iter()
+        .map(|(name, _)| (*name, p.get(name)))
+        .chain([("limit", p.get("limit"))])
+        .collect();
+    let chips = FILTERS
+        .iter()
+        .filter_map(|(name, label)| {
+            let value = p.get(name)?;
+            let rest: Vec<_> = raw.iter().copied().filter(|(n, _)| n != name).collect();
+            Some(Chip {
+                label,
+                value: value.to_string(),
+                remove: link("/keys", &rest),
+            })
+        })
+        .collect();
+    let next = page.next.as_ref().map(|c| {
+        let cursor = params::format_cursor(c);
+        let mut pairs = raw.clone();
+        pairs.push(("after", Some(cursor.as_str())));
+        link("/keys", &pairs)
+    });
+    let first = after.as_ref().map(|_| link("/keys", &raw));
+    let range = match (filter.from, filter.to) {
+        (None, None) => None,
+        (Some(f), None) => Some(format!("last activity at or after {}", utc(f))),
+        (None, Some(t)) => Some(format!("last activity before {}", utc(t))),
+        (Some(f), Some(t)) => Some(format!(
+            "last activity from {} to before {}",
+            utc(f),
+            utc(t)
+        )),
+    };
+    let count = page.count.map(|c| match c {
+        Count::Exact(1) => "1 key".to_string(),
+        Count::Exact(n) => format!("{} keys", thousands_sep(n)),
+        Count::AtLeast(n) => format!("More than {} keys", thousands_sep(n)),
+    });
+    let other_way = if page.keys.is_empty() && after.is_none() {
+        other_way(&filter)
+    } else {
+        None
+    };
+    let fields = FILTERS
+        .iter()
+        .filter(|(name, _)| *name != "status")
+        .map(|(name, label)| Field {
+            name,
+            label,
+            value: p.get(name).unwrap_or_default().to_string(),
+            hint: hint(name),
+        })
+        .collect();
+    let search = filter
+        .business_ref
+        .clone()
+        .or_else(|| filter.key_prefix.clone())
+        .unwrap_or_default();
+    let view = KeysPage {
+        layout: Layout::new("Keys", "keys").with_query(search),
+        fields,
+        statuses: Status::ALL
+            .iter()
+            .map(|s| (s.as_str(), filter.status == Some(*s)))
+            .collect(),
+        chips,
+        range,
+        count,
+        rows: page.keys.iter().map(|k| KeyRow::new(k, now)).collect(),
+        next,
+        first,
+        other_way,
+    };
+    Ok(Html(view.render()?))
+}
+
+/// A search for `88214` may have meant a key prefix or an order id: offer the other.
+fn other_way(filter: &KeyFilter) -> Option<(String, String)> {
+    let hexish = |v: &str| (4..=64).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_hexdigit());
+    if let Some(r) = &filter.business_ref
+        && hexish(r)
+    {
+        let lower = r.to_ascii_lowercase();
+        return Some((
+            format!("keys starting with {lower}"),
+            link("/keys", &[("key", Some(&lower))]),
+        ));
+    }
+    if let Some(k) = &filter.key_prefix {
+        return Some((
+            format!("business ref {k}"),
+            link("/keys", &[("business_ref", Some(k))]),
+        ));
+    }
+    None
+}

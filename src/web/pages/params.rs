@@ -1,0 +1,350 @@
+//! Reading query parameters. Every value is checked here and a bad one becomes a 400
+//! that names the parameter and the form it expects. Empty values (an untouched form
+//! field) count as absent; unknown parameters (Grafana adds `orgId`) are ignored.
+
+use crate::guard::Status;
+use crate::store::Cursor;
+use crate::web::Error;
+use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
+
+/// The longest text a filter may carry: the guard's limit on intent fields.
+const MAX_TEXT_BYTES: usize = 512;
+
+pub const TIME_FORMS: &str = "expected an RFC 3339 time (2026-11-29T14:02:11Z), a date (2026-11-29), \
+     a relative time (now, now-1h; units s, m, h, d, w) or Unix epoch milliseconds";
+
+/// The query string as name/value pairs, in order.
+#[derive(Debug, Clone, Default)]
+pub struct Params(pub Vec<(String, String)>);
+
+impl Params {
+    /// The first non-empty value of `name`, trimmed.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == name)
+            .map(|(_, v)| v.trim())
+            .find(|v| !v.is_empty())
+    }
+
+    /// A free-text filter (tenant, tool, business ref…), bounded in length.
+    pub fn text(&self, name: &'static str) -> Result<Option<String>, Error> {
+        match self.get(name) {
+            Some(v) if v.len() > MAX_TEXT_BYTES => Err(Error::bad_request(
+                name,
+                format!("expected at most {MAX_TEXT_BYTES} bytes, got {}", v.len()),
+            )),
+            Some(v) => Ok(Some(v.to_string())),
+            None => Ok(None),
+        }
+    }
+
+    pub fn time(
+        &self,
+        name: &'static str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>, Error> {
+        self.get(name).map(|v| parse_time(name, v, now)).transpose()
+    }
+}
+
+/// Quotes user input inside an error message, shortened.
+fn quoted(v: &str) -> String {
+    let short: String = v.chars().take(40).collect();
+    if short.len() < v.len() {
+        format!("\"{short}…\"")
+    } else {
+        format!("\"{short}\"")
+    }
+}
+
+/// RFC 3339, a date (midnight UTC), `now`, `now-1h` / `now+30m`, or epoch milliseconds
+/// (what Grafana's `${__from}` writes).
+pub fn parse_time(
+    field: &'static str,
+    value: &str,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, Error> {
+    let bad = || {
+        Error::bad_request(
+            field,
+            format!("cannot read {} as a time; {TIME_FORMS}", quoted(value)),
+        )
+    };
+    if let Some(rest) = value.strip_prefix("now") {
+        if rest.is_empty() {
+            return Ok(now);
+        }
+        let (sign, amount) = match rest.split_at(1) {
+            ("-", a) => (-1, a),
+            ("+", a) => (1, a),
+            _ => return Err(bad()),
+        };
+        let unit_at = amount.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let (n, unit) = amount.split_at(unit_at);
+        let n: i64 = n.parse().map_err(|_| bad())?;
+        let per_unit = match unit {
+            "s" => 1,
+            "m" => 60,
+            "h" => 3600,
+            "d" => 86_400,
+            "w" => 604_800,
+            _ => return Err(bad()),
+        };
+        let delta = n
+            .checked_mul(per_unit)
+            .and_then(TimeDelta::try_seconds)
+            .ok_or_else(bad)?;
+        return now.checked_add_signed(delta * sign).ok_or_else(bad);
+    }
+    if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) {
+        let ms: i64 = value.parse().map_err(|_| bad())?;
+        return DateTime::from_timestamp_millis(ms).ok_or_else(bad);
+    }
+    if let Ok(t) = DateTime::parse_from_rfc3339(value) {
+        return Ok(t.to_utc());
+    }
+    // A `+01:00` pasted into a URL unencoded arrives as a space.
+    if value.contains(' ')
+        && let Ok(t) = DateTime::parse_from_rfc3339(&value.replace(' ', "+"))
+    {
+        return Ok(t.to_utc());
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(value, "%Y-%m-%d") {
+        return d.and_hms_opt(0, 0, 0).map(|t| t.and_utc()).ok_or_else(bad);
+    }
+    Err(bad())
+}
+
+pub fn parse_status(value: &str) -> Result<Status, Error> {
+    value.to_ascii_uppercase().parse().map_err(|_| {
+        Error::bad_request(
+            "status",
+            format!(
+                "{} is not a status; expected one of IN_PROGRESS, DONE, FAILED, UNKNOWN",
+                quoted(value)
+            ),
+        )
+    })
+}
+
+/// A key or its beginning: 4 to 64 hex digits, any case (stored keys are lowercase).
+pub fn parse_key_prefix(field: &'static str, value: &str) -> Result<String, Error> {
+    let ok = (4..=64).contains(&value.len()) && value.bytes().all(|b| b.is_ascii_hexdigit());
+    if ok {
+        Ok(value.to_ascii_lowercase())
+    } else {
+        Err(Error::bad_request(
+            field,
+            format!(
+                "expected 4 to 64 hexadecimal characters (a key or its beginning), got {}",
+                quoted(value)
+            ),
+        ))
+    }
+}
+
+/// A page position as the "next page" link writes it: `<RFC 3339 time>_<key>`.
+pub fn format_cursor(c: &Cursor) -> String {
+    format!("{}_{}", crate::guard::rfc3339(c.at), c.key)
+}
+
+pub fn parse_cursor(field: &'static str, value: &str) -> Result<Cursor, Error> {
+    let bad = || {
+        Error::bad_request(
+            field,
+            format!(
+                "expected a page position as a \"next page\" link writes it (TIME_KEY), got {}",
+                quoted(value)
+            ),
+        )
+    };
+    let (at, key) = value.rsplit_once('_').ok_or_else(bad)?;
+    let at = DateTime::parse_from_rfc3339(at)
+        .map_err(|_| bad())?
+        .to_utc();
+    let key_ok = key.len() == 64 && key.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    if !key_ok {
+        return Err(bad());
+    }
+    Ok(Cursor {
+        at,
+        key: key.to_string(),
+    })
+}
+
+pub const DEFAULT_LIMIT: u32 = 50;
+pub const MAX_LIMIT: u32 = 200;
+
+pub fn parse_limit(value: Option<&str>) -> Result<u32, Error> {
+    let Some(v) = value else {
+        return Ok(DEFAULT_LIMIT);
+    };
+    match v.parse::<u32>() {
+        Ok(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
+        _ => Err(Error::bad_request(
+            "limit",
+            format!(
+                "expected a whole number from 1 to {MAX_LIMIT}, got {}",
+                quoted(v)
+            ),
+        )),
+    }
+}
+
+/// Percent-encodes a query value: everything but RFC 3986's unreserved characters.
+pub fn encode(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// `path?name=value&…` for the pairs whose value is present.
+pub fn link(path: &str, pairs: &[(&str, Option<&str>)]) -> String {
+    let query: Vec<String> = pairs
+        .iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k}={}", encode(v))))
+        .collect();
+    if query.is_empty() {
+        path.to_string()
+    } else {
+        format!("{path}?{}", query.join("&"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+    }
+
+    #[test]
+    fn times_are_read_in_every_form_grafana_and_people_write() {
+        let now = t("2026-11-29T14:02:11Z");
+        let cases = [
+            ("now", "2026-11-29T14:02:11Z"),
+            ("now-1h", "2026-11-29T13:02:11Z"),
+            ("now-30m", "2026-11-29T13:32:11Z"),
+            ("now-15s", "2026-11-29T14:01:56Z"),
+            ("now-2d", "2026-11-27T14:02:11Z"),
+            ("now-1w", "2026-11-22T14:02:11Z"),
+            ("now+5m", "2026-11-29T14:07:11Z"),
+            ("2026-11-29T14:02:11Z", "2026-11-29T14:02:11Z"),
+            ("2026-11-29T15:02:11+01:00", "2026-11-29T14:02:11Z"),
+            ("2026-11-29T15:02:11 01:00", "2026-11-29T14:02:11Z"),
+            ("2026-11-29T14:02:11.402Z", "2026-11-29T14:02:11.402Z"),
+            ("1795960931000", "2026-11-29T14:02:11Z"),
+            ("2026-11-29", "2026-11-29T00:00:00Z"),
+        ];
+        for (input, want) in cases {
+            assert_eq!(parse_time("from", input, now).unwrap(), t(want), "{input}");
+        }
+    }
+
+    #[test]
+    fn an_unreadable_time_names_the_field_and_the_forms() {
+        let now = t("2026-11-29T14:02:11Z");
+        for input in [
+            "yesterday",
+            "now-1y",
+            "now-h",
+            "now1h",
+            "2026-13-01",
+            "29/11/2026",
+            "now-99999999999999w",
+        ] {
+            let e = parse_time("to", input, now).unwrap_err().to_string();
+            assert!(e.starts_with("to: cannot read"), "{input}: {e}");
+            assert!(e.contains("RFC 3339") && e.contains("now-1h"), "{e}");
+        }
+    }
+
+    #[test]
+    fn statuses_are_read_in_any_case() {
+        assert_eq!(parse_status("UNKNOWN").unwrap(), Status::Unknown);
+        assert_eq!(parse_status("in_progress").unwrap(), Status::InProgress);
+        let e = parse_status("finished").unwrap_err().to_string();
+        assert!(
+            e.contains("status") && e.contains("IN_PROGRESS, DONE, FAILED, UNKNOWN"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn key_prefixes_are_hex_of_four_to_sixty_four() {
+        assert_eq!(parse_key_prefix("key", "AB12").unwrap(), "ab12");
+        assert_eq!(
+            parse_key_prefix("key", &"f".repeat(64)).unwrap(),
+            "f".repeat(64)
+        );
+        for bad in ["ab1", "xyz1", &"a".repeat(65), "ab 12"] {
+            let e = parse_key_prefix("key", bad).unwrap_err().to_string();
+            assert!(e.starts_with("key: expected 4 to 64 hexadecimal"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_cursor_survives_the_round_trip_through_a_link() {
+        let c = Cursor {
+            at: t("2026-11-29T14:02:11.402123Z"),
+            key: "a".repeat(64),
+        };
+        assert_eq!(parse_cursor("after", &format_cursor(&c)).unwrap(), c);
+        for bad in ["", "x_y", "2026-11-29T14:02:11Z_abc", "garbage"] {
+            assert!(
+                parse_cursor("after", bad)
+                    .unwrap_err()
+                    .to_string()
+                    .starts_with("after: ")
+            );
+        }
+    }
+
+    #[test]
+    fn limits_are_bounded() {
+        assert_eq!(parse_limit(None).unwrap(), DEFAULT_LIMIT);
+        assert_eq!(parse_limit(Some("200")).unwrap(), 200);
+        for bad in ["0", "201", "-1", "ten"] {
+            assert!(
+                parse_limit(Some(bad))
+                    .unwrap_err()
+                    .to_string()
+                    .starts_with("limit: ")
+            );
+        }
+    }
+
+    #[test]
+    fn links_encode_their_values_and_skip_absent_ones() {
+        type Pairs<'a> = &'a [(&'a str, Option<&'a str>)];
+        let cases: [(Pairs, &str); 3] = [
+            (
+                &[("tool", Some("issue_refund")), ("tenant", None)],
+                "/keys?tool=issue_refund",
+            ),
+            (
+                &[("business_ref", Some("order:A-88214 & co"))],
+                "/keys?business_ref=order%3AA-88214%20%26%20co",
+            ),
+            (&[], "/keys"),
+        ];
+        for (pairs, want) in cases {
+            assert_eq!(link("/keys", pairs), want);
+        }
+        let p = Params(vec![
+            ("tool".into(), "  ".into()),
+            ("tool".into(), " x ".into()),
+        ]);
+        assert_eq!(p.get("tool"), Some("x"));
+        assert_eq!(p.get("tenant"), None);
+    }
+}
