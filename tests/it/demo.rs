@@ -250,6 +250,22 @@ mod binary {
         assert_eq!(stats["duplicates"], 0, "{stats}");
         assert!(stats["requests"].as_i64().unwrap() > 0, "{stats}");
         assert!(stats["by_outcome"]["new"].as_i64().unwrap() > 0, "{stats}");
+        // The same service as `serve`: the UI and live metrics from the tailer.
+        let (status, _) = get(&addr, "/").await.unwrap();
+        assert_eq!(status, 200, "the UI");
+        let (status, metrics) = get(&addr, "/metrics").await.unwrap();
+        assert_eq!(status, 200);
+        let new_refunds = metrics
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(r#"idempotency_requests_total{outcome="new",tool="issue_refund"} "#)
+            })
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or(0.0);
+        assert!(
+            new_refunds > 0.0,
+            "/metrics has no live admissions:\n{metrics}"
+        );
 
         let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
             .await
