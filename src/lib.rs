@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod cli;
 pub mod demo;
+pub mod duration;
 pub mod export;
 pub mod guard;
 pub mod metrics;

@@ -89,6 +89,7 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
         database: DatabaseArgs {
             database_url: url.clone(),
             db_max_connections: 16,
+            no_migrate: false,
         },
         listen: args.listen,
         retention: args.retention.clone(),

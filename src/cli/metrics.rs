@@ -1,5 +1,6 @@
 //! `idemwatch serve` flags for the tailer and the exporter (docs/METRICS.md).
 
+use crate::duration::HumanDuration;
 use crate::metrics::MetricsOptions;
 use crate::tail::TailSettings;
 use clap::Args;
@@ -47,32 +48,17 @@ impl MetricsArgs {
     }
 }
 
-/// `250ms`, `1s`, `1.5s`, `2m`: a positive duration of at most a day.
+/// A positive duration of at most a day, in the one syntax of every duration flag
+/// (`250ms`, `1s`, `2m`, `1s500ms`; see [`crate::duration`]).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| format!("{text:?} needs a unit: ms, s or m (e.g. 1s)"))?;
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration (e.g. 250ms, 1s, 2m)"))?;
-    let scale = match unit {
-        "ms" => 0.001,
-        "s" => 1.0,
-        "m" => 60.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?}: use ms, s or m"
-            ));
-        }
-    };
-    let d = Duration::try_from_secs_f64(number * scale)
-        .map_err(|_| format!("{text:?} is out of range"))?;
-    if d.is_zero() || d > Duration::from_secs(86_400) {
-        return Err(format!("{text:?} must be above 0 and at most 24 hours"));
+    let d: HumanDuration = text.parse()?;
+    if d.is_zero() || d.0 > chrono::TimeDelta::days(1) {
+        return Err(format!(
+            "{:?} must be above 0 and at most 24 hours",
+            text.trim()
+        ));
     }
-    Ok(d)
+    Ok(d.to_std())
 }
 
 #[cfg(test)]
@@ -84,7 +70,7 @@ mod tests {
         for (text, expected) in [
             ("250ms", Duration::from_millis(250)),
             ("1s", Duration::from_secs(1)),
-            ("1.5s", Duration::from_millis(1500)),
+            ("1s500ms", Duration::from_millis(1500)),
             ("2m", Duration::from_secs(120)),
         ] {
             assert_eq!(parse_duration(text), Ok(expected), "{text}");
@@ -93,8 +79,12 @@ mod tests {
 
     #[test]
     fn a_duration_without_a_known_unit_is_refused_with_a_hint() {
-        assert!(parse_duration("10").unwrap_err().contains("needs a unit"));
-        assert!(parse_duration("10h").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("10").unwrap_err().contains("not a duration"));
+        assert!(
+            parse_duration("25h")
+                .unwrap_err()
+                .contains("at most 24 hours")
+        );
         assert!(parse_duration("0s").unwrap_err().contains("above 0"));
         assert!(parse_duration("s").unwrap_err().contains("not a duration"));
     }

@@ -64,6 +64,11 @@ pub struct DatabaseArgs {
     /// Connection pool size.
     #[arg(long, env = "IDEMWATCH_DB_MAX_CONNECTIONS", default_value_t = 16)]
     pub db_max_connections: u32,
+    /// Do not apply migrations at start; refuse to start unless the schema is current.
+    /// For a least-privilege role that cannot create tables, and for read replicas.
+    /// (`idemwatch migrate` always migrates.)
+    #[arg(long, env = "IDEMWATCH_NO_MIGRATE")]
+    pub no_migrate: bool,
 }
 
 /// The URL may carry a password: never print it.
@@ -72,6 +77,7 @@ impl fmt::Debug for DatabaseArgs {
         f.debug_struct("DatabaseArgs")
             .field("database_url", &redact_url(&self.database_url))
             .field("db_max_connections", &self.db_max_connections)
+            .field("no_migrate", &self.no_migrate)
             .finish()
     }
 }
@@ -150,6 +156,7 @@ mod tests {
         let args = DatabaseArgs {
             database_url: "postgres://app:s3cret@db/idem".into(),
             db_max_connections: 1,
+            no_migrate: false,
         };
         assert!(!format!("{args:?}").contains("s3cret"));
     }

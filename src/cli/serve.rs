@@ -17,25 +17,54 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+/// Opens the database and brings its schema up to date (or, with `--no-migrate`,
+/// checks that it is).
 pub async fn open_store(args: &DatabaseArgs) -> anyhow::Result<Store> {
+    let (store, url) = connect(args).await?;
+    if args.no_migrate {
+        store
+            .ready()
+            .await
+            .with_context(|| format!("database {url} is not ready (--no-migrate)"))?;
+    } else {
+        store
+            .migrate()
+            .await
+            .with_context(|| format!("cannot apply migrations to {url}"))?;
+    }
+    Ok(store)
+}
+
+async fn connect(args: &DatabaseArgs) -> anyhow::Result<(Store, String)> {
     let options = StoreOptions {
         max_connections: args.db_max_connections,
         ..StoreOptions::default()
     };
     let url = redact_url(&args.database_url);
-    let store = Store::connect(&args.database_url, &options)
+    let store = Store::connect(&with_create_mode(&args.database_url), &options)
         .await
         .with_context(|| format!("cannot open database {url}"))?;
+    Ok((store, url))
+}
+
+/// `sqlite://FILE` opens read-write but does not create FILE; the commands that
+/// migrate create it, as the default URL's `?mode=rwc` does.
+fn with_create_mode(url: &str) -> String {
+    let sqlite = url.starts_with("sqlite:");
+    if !sqlite || url.contains("mode=") || url.contains(":memory:") {
+        return url.to_string();
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}mode=rwc")
+}
+
+pub async fn migrate_command(args: DatabaseArgs) -> anyhow::Result<()> {
+    let (store, url) = connect(&args).await?;
     store
         .migrate()
         .await
         .with_context(|| format!("cannot apply migrations to {url}"))?;
-    Ok(store)
-}
-
-pub async fn migrate_command(args: DatabaseArgs) -> anyhow::Result<()> {
-    let store = open_store(&args).await?;
-    tracing::info!(database = %redact_url(&args.database_url), "migrations applied");
+    tracing::info!(database = %url, "migrations applied");
     store.close().await;
     Ok(())
 }
@@ -192,4 +221,23 @@ pub async fn shutdown_signal() {
         () = terminate => {},
     }
     tracing::info!("shutdown signal received");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_create_mode;
+
+    #[test]
+    fn a_plain_sqlite_file_url_is_created_when_missing() {
+        assert_eq!(with_create_mode("sqlite://x.db"), "sqlite://x.db?mode=rwc");
+        assert_eq!(
+            with_create_mode("sqlite://x.db?cache=shared"),
+            "sqlite://x.db?cache=shared&mode=rwc"
+        );
+        assert_eq!(
+            with_create_mode("sqlite://x.db?mode=ro"),
+            "sqlite://x.db?mode=ro"
+        );
+        assert_eq!(with_create_mode("postgres://h/db"), "postgres://h/db");
+    }
 }

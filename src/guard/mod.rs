@@ -22,6 +22,7 @@ pub use error::GuardError;
 pub use key::{BusinessArgs, FencingToken, Fingerprint, IdempotencyKey, Intent, KeyError};
 pub use operation::{ErrorClass, Operation};
 pub use record::{
-    Attempt, AttemptDraft, ChainFields, GENESIS_HASH, Record, chain_hash, rfc3339, seal,
+    Attempt, AttemptDraft, ChainFields, GENESIS_HASH, RETENTION_MARGIN, Record, chain_hash,
+    rfc3339, seal,
 };
 pub use status::{AttemptKind, Resolution, Status, UnknownName};

@@ -8,6 +8,9 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 
+/// How much earlier than the provider's own deadline the guard stops resending.
+pub const RETENTION_MARGIN: chrono::TimeDelta = chrono::TimeDelta::minutes(1);
+
 /// One row of `idempotency_records`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Record {
@@ -48,8 +51,15 @@ impl Record {
         self.status == Status::Unknown || self.lease_expired(now)
     }
 
+    /// Whether a resend with the same key is still safe. The deadline is the
+    /// provider's, measured on our clock, so a margin keeps clock skew and the
+    /// provider's own rounding from turning a resend into a second effect: a minute,
+    /// or a tenth of the retention when that is shorter (providers that forget keys
+    /// after minutes).
     pub fn provider_remembers_key(&self, now: DateTime<Utc>) -> bool {
-        now < self.provider_retention_until
+        let retention = self.provider_retention_until - self.created_at;
+        let margin = RETENTION_MARGIN.min(retention / 10);
+        now + margin < self.provider_retention_until
     }
 }
 
@@ -269,6 +279,20 @@ mod tests {
         let mut edited = a.clone();
         edited.detail = json!({"x": 1});
         assert_ne!(chain_hash(&a.prev_hash, edited.chain_fields()), a.hash);
+    }
+
+    #[test]
+    fn resending_stops_a_margin_before_the_providers_deadline() {
+        let mut r = record();
+        r.provider_retention_until = r.created_at + chrono::TimeDelta::hours(24);
+        let deadline = r.provider_retention_until;
+        assert!(r.provider_remembers_key(deadline - chrono::TimeDelta::seconds(61)));
+        assert!(!r.provider_remembers_key(deadline - chrono::TimeDelta::seconds(59)));
+        // A provider that remembers keys for 5 minutes: the margin is 30 s.
+        r.provider_retention_until = r.created_at + chrono::TimeDelta::minutes(5);
+        let deadline = r.provider_retention_until;
+        assert!(r.provider_remembers_key(deadline - chrono::TimeDelta::seconds(31)));
+        assert!(!r.provider_remembers_key(deadline - chrono::TimeDelta::seconds(29)));
     }
 
     #[test]

@@ -2,11 +2,10 @@
 //! and the background pruner (docs/EXPORT.md, "Retention").
 
 mod archive;
-mod duration;
 mod pruner;
 mod settings;
 
+pub use crate::duration::HumanDuration;
 pub use archive::prepare_dir as prepare_archive_dir;
-pub use duration::HumanDuration;
 pub use pruner::{PruneError, PruneMetrics, PruneSummary, Pruner};
 pub use settings::{MAX_BATCH_SIZE, RetentionError, RetentionSettings};

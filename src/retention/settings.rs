@@ -1,7 +1,7 @@
 //! How long decided keys are kept, and the start-up refusal of a retention that would
 //! let a retry arrive after its record is gone.
 
-use super::duration::HumanDuration;
+use crate::duration::HumanDuration;
 use crate::store::PruneCutoffs;
 use chrono::{DateTime, Utc};
 use std::path::PathBuf;

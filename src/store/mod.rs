@@ -148,9 +148,9 @@ impl Store {
                 .await
         })
         .map_err(|e| match StoreError::from(e) {
-            StoreError::Other(_) => {
-                StoreError::Unavailable("migrations have not been applied".into())
-            }
+            StoreError::Other(_) => StoreError::Unavailable(
+                "migrations have not been applied: run `idemwatch migrate`".into(),
+            ),
             other => other,
         })?;
         match applied {

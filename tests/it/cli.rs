@@ -137,3 +137,22 @@ async fn readiness_fails_when_the_database_is_gone() {
         "the process itself is fine"
     );
 }
+
+#[test]
+fn no_migrate_refuses_an_unmigrated_database_and_migrate_creates_a_plain_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("fresh.db").display());
+    let (code, _, err) = idemwatch(&["prune", "--database-url", &url, "--no-migrate"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("not ready (--no-migrate)") && err.contains("idemwatch migrate"),
+        "{err}"
+    );
+    let (code, _, err) = idemwatch(&["migrate", "--database-url", &url]);
+    assert_eq!(
+        code, 0,
+        "a plain sqlite://FILE is created by migrate: {err}"
+    );
+    let (code, _, err) = idemwatch(&["prune", "--database-url", &url, "--no-migrate"]);
+    assert_eq!(code, 0, "{err}");
+}

@@ -127,12 +127,19 @@ use AttemptKind::*;
 both_backends!(
     async fn the_seed_trace_refunds_once(db: TestDb) {
         // 14:02:11 attempt 1; the provider settles the refund but answers after 11.4 s
-        // against a 10 s deadline; the retry fires half a second later.
+        // against a 10 s deadline; the retry fires half a second later. Scaled to a
+        // 1 s deadline: with 100 ms the 14 ms between deadline and answer is short
+        // enough for a loaded machine to see both at once, and the answer wins.
+        let deadline = Duration::from_secs(1);
         let f = Fixture::new(&db);
         let call = refund("A-88214", 4500, "4");
-        let slow = f.client([Fault::Ok {
-            delay: DEADLINE * 114 / 100,
-        }]);
+        let slow = Client::new(
+            &f.ledger,
+            deadline,
+            [Fault::Ok {
+                delay: deadline * 114 / 100,
+            }],
+        );
         let first = f.guard.run(&call, &slow).await;
         assert!(
             matches!(first, Err(GuardError::OutcomeUnknown { .. })),
@@ -145,8 +152,12 @@ both_backends!(
             "a timeout is never FAILED"
         );
 
-        tokio::time::sleep(DEADLINE / 20).await;
-        let retry = f.guard.run(&call, &f.client([])).await.unwrap();
+        tokio::time::sleep(deadline / 20).await;
+        let retry = f
+            .guard
+            .run(&call, &Client::new(&f.ledger, deadline, []))
+            .await
+            .unwrap();
         assert!(
             retry.replayed,
             "the retry must learn the result came from attempt 1"

@@ -1,5 +1,6 @@
 //! Durations as operators write them in flags and environment variables: `30d`,
-//! `12h`, `90m`, `45s`, `2w`, or sums such as `1d12h`. `0` means zero.
+//! `12h`, `90m`, `45s`, `250ms`, `2w`, or sums such as `1d12h`. `0` means zero.
+//! Every duration flag of every command takes this one syntax.
 
 use chrono::TimeDelta;
 use std::fmt;
@@ -27,7 +28,7 @@ impl FromStr for HumanDuration {
     fn from_str(text: &str) -> Result<Self, String> {
         let bad = || {
             format!(
-                "{:?} is not a duration: write a number and a unit (s, m, h, d, w), e.g. 30d, 12h, 1d12h",
+                "{:?} is not a duration: write a number and a unit (ms, s, m, h, d, w), e.g. 30d, 12h, 1d12h, 250ms",
                 text.chars().take(40).collect::<String>()
             )
         };
@@ -38,7 +39,8 @@ impl FromStr for HumanDuration {
         let mut total = TimeDelta::zero();
         let mut digits = String::new();
         let mut saw_unit = false;
-        for c in text.chars() {
+        let mut chars = text.chars().peekable();
+        while let Some(c) = chars.next() {
             if c.is_ascii_digit() {
                 digits.push(c);
                 continue;
@@ -46,6 +48,10 @@ impl FromStr for HumanDuration {
             let n: i64 = digits.parse().map_err(|_| bad())?;
             digits.clear();
             let unit = match c {
+                'm' if chars.peek() == Some(&'s') => {
+                    chars.next();
+                    TimeDelta::try_milliseconds(n)
+                }
                 's' => TimeDelta::try_seconds(n),
                 'm' => TimeDelta::try_minutes(n),
                 'h' => TimeDelta::try_hours(n),
@@ -76,6 +82,10 @@ impl fmt::Display for HumanDuration {
                 return write!(f, "{}{unit}", s / secs);
             }
         }
+        let ms = self.0.num_milliseconds();
+        if ms % 1000 != 0 {
+            return write!(f, "{ms}ms");
+        }
         write!(f, "{s}s")
     }
 }
@@ -95,6 +105,8 @@ mod tests {
             ("2w", TimeDelta::weeks(2)),
             ("0", TimeDelta::zero()),
             (" 5m ", TimeDelta::minutes(5)),
+            ("250ms", TimeDelta::milliseconds(250)),
+            ("1s500ms", TimeDelta::milliseconds(1500)),
         ];
         for (text, expected) in table {
             assert_eq!(text.parse::<HumanDuration>().unwrap().0, expected, "{text}");
