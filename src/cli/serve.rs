@@ -9,6 +9,7 @@ use crate::tail::Tailer;
 use crate::web::{self, AppState};
 use anyhow::Context;
 use futures::FutureExt;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -37,12 +38,15 @@ pub async fn migrate_command(args: DatabaseArgs) -> anyhow::Result<()> {
 }
 
 pub async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
-    // Refuse a retention that could prune a key a retry may still reach, before anything runs.
+    // Refuse, before anything runs: a public address without authentication, and a
+    // retention that could prune a key a retry may still reach.
+    let auth = args.auth.authenticator(args.listen)?;
     let retention = args.retention.checked().await?;
     let store = open_store(&args.database).await?;
     let metrics =
         Arc::new(Metrics::new(args.metrics.metrics_options()).context("cannot register metrics")?);
-    let state = AppState::with_metrics(store.clone(), metrics.clone());
+    let state = AppState::with_metrics(store.clone(), metrics.clone())
+        .with_auth(auth, args.auth.cookie_secure);
     // The tailer and the backlog refresher get a small pool of their own: a guard or
     // UI burst cannot starve them of connections, nor they the guard.
     let tail_options = StoreOptions {
@@ -84,7 +88,9 @@ pub async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
     }
     let mut server_stopped = stopped.clone();
     tasks.spawn(async move {
-        let served = axum::serve(listener, web::app(state))
+        // The peer address: proxy headers are believed only from trusted proxies.
+        let app = web::app(state).into_make_service_with_connect_info::<SocketAddr>();
+        let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = server_stopped.wait_for(|stop| *stop).await;
             })

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod auth;
 mod browser;
 mod cli;
 mod export;
@@ -12,4 +13,5 @@ mod metrics;
 mod page_indexes;
 mod pages;
 mod prometheus_e2e;
+mod resolve;
 mod ui_seed;

@@ -1,5 +1,6 @@
 //! Shared test harness: a fresh database per test on either backend.
 
+pub mod auth;
 pub mod pg;
 pub mod provider;
 pub mod server;
