@@ -77,7 +77,9 @@ impl AuthArgs {
                 "--insecure-no-auth: everyone who can reach this address is admin"
             ),
             None => tracing::info!("no auth file: loopback only, the local user is admin"),
-            Some(f) => tracing::info!(mode = ?f.mode, users = f.users.len(), tokens = f.tokens.len(), "authentication on"),
+            Some(f) => {
+                tracing::info!(mode = ?f.mode, users = f.users.len(), tokens = f.tokens.len(), "authentication on")
+            }
         }
         if secret.is_none() && file.as_ref().is_some_and(|f| f.mode == Mode::Builtin) {
             tracing::warn!(
@@ -159,7 +161,11 @@ mod tests {
             err.contains("without authentication") && err.contains("--insecure-no-auth"),
             "{err}"
         );
-        assert!(args().authenticator("127.0.0.1:8080".parse().unwrap()).is_ok());
+        assert!(
+            args()
+                .authenticator("127.0.0.1:8080".parse().unwrap())
+                .is_ok()
+        );
         assert!(args().authenticator("[::1]:8080".parse().unwrap()).is_ok());
         let insecure = AuthArgs {
             insecure_no_auth: true,

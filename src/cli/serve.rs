@@ -40,8 +40,8 @@ pub async fn migrate_command(args: DatabaseArgs) -> anyhow::Result<()> {
 pub async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
     // Refuse, before anything runs: a public address without authentication, and a
     // retention that could prune a key a retry may still reach.
-    let auth = args.auth.authenticator(args.listen)?;
     let retention = args.retention.checked().await?;
+    let auth = args.auth.authenticator(args.listen)?;
     let store = open_store(&args.database).await?;
     let metrics =
         Arc::new(Metrics::new(args.metrics.metrics_options()).context("cannot register metrics")?);

@@ -94,7 +94,11 @@ pub async fn authenticate(
 
     // The browser's CSRF cookie, or a new one for this response to set.
     let sent = cookie(headers, CSRF_COOKIE)
-        .filter(|c| c.len() == 43 && c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'))
+        .filter(|c| {
+            c.len() == 43
+                && c.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
         .map(str::to_string);
     let issued = sent.is_none().then(new_csrf_cookie);
     let csrf_cookie = sent.or_else(|| issued.clone()).unwrap_or_default();
@@ -153,7 +157,8 @@ pub async fn authenticate(
         }
         response = Some(CONTEXT.scope(context, next.run(request)).await);
     }
-    let mut response = response.unwrap_or_else(|| Error::Internal("no response".into()).into_response());
+    let mut response =
+        response.unwrap_or_else(|| Error::Internal("no response".into()).into_response());
     if let Some(value) = issued.filter(|_| !path.starts_with("/static/")) {
         if let Some(v) = cookie_header(CSRF_COOKIE, &value, None, secure) {
             response.headers_mut().append(header::SET_COOKIE, v);
@@ -245,7 +250,11 @@ pub fn check_form_csrf(
 
 /// A JSON request that changes something: bearer tokens need nothing more; anyone
 /// authenticated by the browser (cookie, proxy, local admin) must send `X-CSRF-Token`.
-pub fn check_api_csrf(state: &AppState, principal: &Principal, headers: &HeaderMap) -> Result<(), Error> {
+pub fn check_api_csrf(
+    state: &AppState,
+    principal: &Principal,
+    headers: &HeaderMap,
+) -> Result<(), Error> {
     if principal.via == Via::Token {
         return Ok(());
     }
@@ -285,7 +294,11 @@ async fn require(permission: Permission, request: Request, next: Next) -> Respon
     let has = if p.roles.is_empty() {
         "no role".to_string()
     } else {
-        p.roles.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")
+        p.roles
+            .iter()
+            .map(|r| r.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     tracing::info!(user = %p.name, ?permission, "forbidden");
     Error::Forbidden(format!(
@@ -303,8 +316,14 @@ pub async fn security_headers(request: Request, next: Next) -> Response {
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CONTENT_SECURITY_POLICY),
     );
-    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     response
 }
@@ -326,10 +345,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Principal {
 impl<S: Send + Sync> OptionalFromRequestParts<S> for Principal {
     type Rejection = std::convert::Infallible;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        _: &S,
-    ) -> Result<Option<Self>, Self::Rejection> {
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Option<Self>, Self::Rejection> {
         Ok(parts.extensions.get::<Principal>().cloned())
     }
 }
@@ -353,10 +369,25 @@ mod tests {
 
     #[test]
     fn only_probes_metrics_static_files_and_the_login_are_public() {
-        for p in ["/healthz", "/readyz", "/metrics", "/login", "/static/app.css"] {
+        for p in [
+            "/healthz",
+            "/readyz",
+            "/metrics",
+            "/login",
+            "/static/app.css",
+        ] {
             assert!(is_public(p), "{p}");
         }
-        for p in ["/", "/keys", "/backlog", "/api/v1/keys/x", "/export/attempts.csv", "/logout", "/metricsx", "/login/x"] {
+        for p in [
+            "/",
+            "/keys",
+            "/backlog",
+            "/api/v1/keys/x",
+            "/export/attempts.csv",
+            "/logout",
+            "/metricsx",
+            "/login/x",
+        ] {
             assert!(!is_public(p), "{p}");
         }
     }
@@ -366,6 +397,9 @@ mod tests {
         let v = cookie_header("c", "v", None, false).unwrap();
         assert_eq!(v, "c=v; Path=/; HttpOnly; SameSite=Strict");
         let v = cookie_header("c", "", Some(0), true).unwrap();
-        assert_eq!(v, "c=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure");
+        assert_eq!(
+            v,
+            "c=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure"
+        );
     }
 }

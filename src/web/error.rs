@@ -312,7 +312,13 @@ mod tests {
             field: "evidence",
             message: "x".into(),
         });
-        assert!(matches!(e, Error::BadRequest { field: "evidence", .. }));
+        assert!(matches!(
+            e,
+            Error::BadRequest {
+                field: "evidence",
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -48,7 +48,14 @@ struct LoginForm {
 /// site (`//evil.example`, `https://…`, `/\evil`).
 fn safe_next(next: Option<&str>) -> String {
     match next {
-        Some(n) if n.starts_with('/') && !n.starts_with("//") && !n.contains('\\') && !n.contains(['\r', '\n']) => n.to_string(),
+        Some(n)
+            if n.starts_with('/')
+                && !n.starts_with("//")
+                && !n.contains('\\')
+                && !n.contains(['\r', '\n']) =>
+        {
+            n.to_string()
+        }
         _ => "/".to_string(),
     }
 }
@@ -138,14 +145,24 @@ async fn logout(
     form: Result<Form<LogoutForm>, FormRejection>,
 ) -> Result<Response, Error> {
     let form = form.map(|Form(f)| f).unwrap_or_default();
-    check_form_csrf(&state, principal.as_ref(), &headers, form.csrf_token.as_deref())?;
+    check_form_csrf(
+        &state,
+        principal.as_ref(),
+        &headers,
+        form.csrf_token.as_deref(),
+    )?;
     let to = if state.auth.mode() == Some(Mode::Builtin) {
         "/login"
     } else {
         "/"
     };
     let mut response = Redirect::to(to).into_response();
-    if let Some(v) = cookie_header(SESSION_COOKIE, "", Some(0), secure_cookies(&state, &headers)) {
+    if let Some(v) = cookie_header(
+        SESSION_COOKIE,
+        "",
+        Some(0),
+        secure_cookies(&state, &headers),
+    ) {
         response.headers_mut().append(header::SET_COOKIE, v);
     }
     Ok(response)
@@ -158,7 +175,13 @@ mod tests {
     #[test]
     fn after_login_only_paths_on_this_site_are_followed() {
         assert_eq!(safe_next(Some("/keys?tool=a")), "/keys?tool=a");
-        for bad in ["//evil.example/x", "https://evil.example", "/\\evil", "keys", ""] {
+        for bad in [
+            "//evil.example/x",
+            "https://evil.example",
+            "/\\evil",
+            "keys",
+            "",
+        ] {
             assert_eq!(safe_next(Some(bad)), "/", "{bad}");
         }
         assert_eq!(safe_next(None), "/");

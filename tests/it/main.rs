@@ -4,7 +4,9 @@
 mod support;
 
 mod auth;
+mod auth_serve;
 mod browser;
+mod browser_resolve;
 mod cli;
 mod export;
 mod guard_faults;

@@ -60,7 +60,13 @@ async fn csrf(csrf: Csrf) -> Json<Value> {
     Json(json!({ "csrf_token": csrf.token }))
 }
 
-const FIELDS: [&str; 5] = ["resolution", "reason", "evidence", "result", "expected_token"];
+const FIELDS: [&str; 5] = [
+    "resolution",
+    "reason",
+    "evidence",
+    "result",
+    "expected_token",
+];
 
 /// The request body, each field checked and named when wrong. `actor` is never read
 /// from the body: it is the authenticated caller.
@@ -73,10 +79,7 @@ fn parse_body(body: &[u8], actor: String) -> Result<ResolveRequest, Error> {
     if let Some(unknown) = o.keys().find(|k| !FIELDS.contains(&k.as_str())) {
         return Err(Error::bad_request(
             "body",
-            format!(
-                "unknown field {unknown:?}; expected {}",
-                FIELDS.join(", ")
-            ),
+            format!("unknown field {unknown:?}; expected {}", FIELDS.join(", ")),
         ));
     }
     let text = |o: &Map<String, Value>, field: &'static str| match o.get(field) {
@@ -86,12 +89,20 @@ fn parse_body(body: &[u8], actor: String) -> Result<ResolveRequest, Error> {
     };
     let resolution = match o.get("resolution") {
         None | Some(Value::String(_)) => parse_resolution(text(&o, "resolution")?.as_deref())?,
-        Some(_) => return Err(Error::bad_request("resolution", "expected \"done\", \"failed\" or \"release\"")),
+        Some(_) => {
+            return Err(Error::bad_request(
+                "resolution",
+                "expected \"done\", \"failed\" or \"release\"",
+            ));
+        }
     };
     let expected_token = match o.get("expected_token") {
         None | Some(Value::Null) => None,
         Some(v) => Some(v.as_i64().ok_or_else(|| {
-            Error::bad_request("expected_token", "expected a whole number (a fencing token)")
+            Error::bad_request(
+                "expected_token",
+                "expected a whole number (a fencing token)",
+            )
         })?),
     };
     let req = ResolveRequest {
@@ -138,14 +149,26 @@ mod tests {
     fn each_bad_body_names_its_field() {
         assert_eq!(field("{\"resolution\": "), "body");
         assert_eq!(field("[1]"), "body");
-        assert_eq!(field(r#"{"resolution":"done","reason":"r","evidance":"rf"}"#), "body");
+        assert_eq!(
+            field(r#"{"resolution":"done","reason":"r","evidance":"rf"}"#),
+            "body"
+        );
         assert_eq!(field(r#"{"reason":"r"}"#), "resolution");
-        assert_eq!(field(r#"{"resolution":"refund","reason":"r"}"#), "resolution");
+        assert_eq!(
+            field(r#"{"resolution":"refund","reason":"r"}"#),
+            "resolution"
+        );
         assert_eq!(field(r#"{"resolution":3,"reason":"r"}"#), "resolution");
         assert_eq!(field(r#"{"resolution":"failed"}"#), "reason");
         assert_eq!(field(r#"{"resolution":"done","reason":"r"}"#), "evidence");
-        assert_eq!(field(r#"{"resolution":"failed","reason":"r","result":{}}"#), "result");
-        assert_eq!(field(r#"{"resolution":"failed","reason":"r","expected_token":"3"}"#), "expected_token");
+        assert_eq!(
+            field(r#"{"resolution":"failed","reason":"r","result":{}}"#),
+            "result"
+        );
+        assert_eq!(
+            field(r#"{"resolution":"failed","reason":"r","expected_token":"3"}"#),
+            "expected_token"
+        );
         assert_eq!(field(r#"{"resolution":"failed","reason":1}"#), "reason");
     }
 

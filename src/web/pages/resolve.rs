@@ -90,14 +90,18 @@ impl ResolveForm {
                 .map(str::to_string)
         };
         let result = match text(&self.result) {
-            Some(json) => Some(serde_json::from_str(&json).map_err(|e| {
-                Error::bad_request("result", format!("is not valid JSON: {e}"))
-            })?),
+            Some(json) => Some(
+                serde_json::from_str(&json)
+                    .map_err(|e| Error::bad_request("result", format!("is not valid JSON: {e}")))?,
+            ),
             None => None,
         };
         let expected_token = match text(&self.expected_token) {
             Some(t) => Some(t.parse().map_err(|_| {
-                Error::bad_request("expected_token", "expected a whole number (a fencing token)")
+                Error::bad_request(
+                    "expected_token",
+                    "expected a whole number (a fencing token)",
+                )
             })?),
             None => None,
         };
@@ -206,7 +210,11 @@ impl FormView {
         self.reason = v(&f.reason);
         self.evidence = v(&f.evidence);
         self.result = v(&f.result);
-        if let Some(t) = f.expected_token.as_deref().and_then(|t| t.trim().parse().ok()) {
+        if let Some(t) = f
+            .expected_token
+            .as_deref()
+            .and_then(|t| t.trim().parse().ok())
+        {
             self.expected_token = t;
         }
         self.error = Some(error);
@@ -245,7 +253,11 @@ fn changes(before: &Record, after: &Record, now: DateTime<Utc>) -> Vec<Change> {
             });
         }
     };
-    add("status", before.status.to_string(), after.status.to_string());
+    add(
+        "status",
+        before.status.to_string(),
+        after.status.to_string(),
+    );
     add(
         "fencing_token",
         before.fencing_token.to_string(),
@@ -329,7 +341,12 @@ async fn resolve(
     form: Result<Form<ResolveForm>, FormRejection>,
 ) -> Result<Response, Error> {
     let Form(form) = form.map_err(|e| Error::bad_request("form", e.body_text()))?;
-    check_form_csrf(&state, Some(&principal), &headers, form.csrf_token.as_deref())?;
+    check_form_csrf(
+        &state,
+        Some(&principal),
+        &headers,
+        form.csrf_token.as_deref(),
+    )?;
     let key = parse_key(&key)?;
     let now = state.clock.now();
     let record = state
@@ -479,13 +496,21 @@ mod tests {
     fn a_good_form_becomes_the_guards_request() {
         let f = ResolveForm {
             expected_token: Some(" 3 ".into()),
-            ..form("done", " checked ", " rf_8XM1 ", "{\"refund_id\":\"rf_8XM1\"}")
+            ..form(
+                "done",
+                " checked ",
+                " rf_8XM1 ",
+                "{\"refund_id\":\"rf_8XM1\"}",
+            )
         };
         let req = f.request("sam".into()).unwrap();
         assert_eq!(req.resolution, Resolution::Done);
         assert_eq!(req.reason, "checked");
         assert_eq!(req.evidence.as_deref(), Some("rf_8XM1"));
-        assert_eq!(req.result, Some(serde_json::json!({"refund_id": "rf_8XM1"})));
+        assert_eq!(
+            req.result,
+            Some(serde_json::json!({"refund_id": "rf_8XM1"}))
+        );
         assert_eq!(req.expected_token, Some(3));
         assert_eq!(req.actor, "sam");
     }

@@ -7,9 +7,9 @@
 //! is at most [`MAX_BATCH`] keys. Marking done is not offered in bulk: it needs each
 //! key's own evidence (the provider's resource id).
 
+use super::Layout;
 use super::params::Params;
 use super::resolve::{KeyState, guard, label, meaning, parse_key, parse_resolution};
-use super::Layout;
 use crate::auth::Principal;
 use crate::guard::{Resolution, ResolveRequest};
 use crate::web::auth::{Csrf, check_form_csrf, require_resolve};
@@ -127,12 +127,11 @@ async fn bulk(
         expected_token,
     };
     request(None).validate()?;
-    let selected: Vec<Item> = p
-        .0
-        .iter()
-        .filter(|(k, v)| k == "key" && !v.trim().is_empty())
-        .map(|(_, v)| Item::parse(v))
-        .collect::<Result<_, _>>()?;
+    let selected: Vec<Item> =
+        p.0.iter()
+            .filter(|(k, v)| k == "key" && !v.trim().is_empty())
+            .map(|(_, v)| Item::parse(v))
+            .collect::<Result<_, _>>()?;
 
     if p.get("confirm") == Some("yes") {
         // Exactly the listed keys, each under the token shown for it.
@@ -185,7 +184,10 @@ async fn bulk(
     let (scope, rows) = if p.get("scope") == Some("filter") {
         let tool = p.text("tool")?;
         let wanted = u32::try_from(MAX_BATCH + 1).unwrap_or(u32::MAX);
-        let page = state.store.backlog(tool.as_deref(), None, wanted, now).await?;
+        let page = state
+            .store
+            .backlog(tool.as_deref(), None, wanted, now)
+            .await?;
         if page.keys.len() > MAX_BATCH {
             return Err(Error::bad_request(
                 "scope",

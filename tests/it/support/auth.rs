@@ -142,7 +142,10 @@ pub fn request(method: Method, uri: &str, who: Who<'_>, body: Option<String>) ->
         Who::Session(name) => {
             b = b.header(
                 "cookie",
-                format!("idemwatch_session={}; idemwatch_csrf={CSRF_COOKIE}", session(name)),
+                format!(
+                    "idemwatch_session={}; idemwatch_csrf={CSRF_COOKIE}",
+                    session(name)
+                ),
             )
         }
         Who::Token(name) => b = b.header("authorization", format!("Bearer {}", token(name))),

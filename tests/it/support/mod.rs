@@ -4,6 +4,7 @@ pub mod auth;
 pub mod pg;
 pub mod provider;
 pub mod server;
+pub mod webdriver;
 
 use idemwatch::store::{Store, StoreOptions};
 use sqlx::Connection;
