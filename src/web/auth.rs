@@ -159,10 +159,11 @@ pub async fn authenticate(
     }
     let mut response =
         response.unwrap_or_else(|| Error::Internal("no response".into()).into_response());
-    if let Some(value) = issued.filter(|_| !path.starts_with("/static/")) {
-        if let Some(v) = cookie_header(CSRF_COOKIE, &value, None, secure) {
-            response.headers_mut().append(header::SET_COOKIE, v);
-        }
+    let new_cookie = issued
+        .filter(|_| !path.starts_with("/static/"))
+        .and_then(|value| cookie_header(CSRF_COOKIE, &value, None, secure));
+    if let Some(v) = new_cookie {
+        response.headers_mut().append(header::SET_COOKIE, v);
     }
     response
 }
