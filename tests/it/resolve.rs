@@ -107,7 +107,10 @@ both_backends!(
         }
         assert_eq!(attempts(&db.store, &s.unknown).await, before);
         for inline in [" style=", "<style", "<script>", " onclick", " onsubmit"] {
-            assert!(!review.body.contains(inline), "no inline script or style: {inline}");
+            assert!(
+                !review.body.contains(inline),
+                "no inline script or style: {inline}"
+            );
         }
 
         // Step 2: recorded through the guard, then back to the key.
