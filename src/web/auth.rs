@@ -56,9 +56,24 @@ pub struct SignedIn {
     /// `resolver, viewer`.
     pub roles: String,
     pub can_resolve: bool,
-    pub can_export: bool,
     /// A login session, which the sign-out button ends.
     pub has_session: bool,
+}
+
+impl SignedIn {
+    fn new(p: &Principal) -> Self {
+        Self {
+            name: p.name.clone(),
+            roles: p
+                .roles
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            can_resolve: p.can(Permission::Resolve),
+            has_session: p.via == Via::Session,
+        }
+    }
 }
 
 /// The page context of the request being handled (empty outside a request).
@@ -123,42 +138,32 @@ pub async fn authenticate(
         }
     };
 
-    let mut response = match (&principal, public) {
-        (_, true) => None,
-        (Some(p), false) if p.can(Permission::View) => None,
-        (Some(p), false) => Some(
+    let refusal = match &principal {
+        _ if public => None,
+        None => Some(not_signed_in(&state, &request, &path)),
+        Some(p) if !p.can(Permission::View) => Some(
             Error::Forbidden(format!(
                 "Reading idemwatch needs one of the roles viewer, resolver, auditor or admin; {} has none. Ask an admin to add a role (docs/AUTH.md).",
                 p.name
             ))
             .into_response(),
         ),
-        (None, false) => Some(not_signed_in(&state, &request, &path)),
+        Some(_) => None,
     };
-    if response.is_none() {
-        let context = PageContext {
-            user: principal.as_ref().map(|p| SignedIn {
-                name: p.name.clone(),
-                roles: p
-                    .roles
-                    .iter()
-                    .map(|r| r.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                can_resolve: p.can(Permission::Resolve),
-                can_export: p.can(Permission::Export),
-                has_session: p.via == Via::Session,
-            }),
-            csrf_token: csrf_token.clone(),
-        };
-        request.extensions_mut().insert(Csrf { token: csrf_token });
-        if let Some(p) = principal {
-            request.extensions_mut().insert(p);
+    let mut response = match refusal {
+        Some(refused) => refused,
+        None => {
+            let context = PageContext {
+                user: principal.as_ref().map(SignedIn::new),
+                csrf_token: csrf_token.clone(),
+            };
+            request.extensions_mut().insert(Csrf { token: csrf_token });
+            if let Some(p) = principal {
+                request.extensions_mut().insert(p);
+            }
+            CONTEXT.scope(context, next.run(request)).await
         }
-        response = Some(CONTEXT.scope(context, next.run(request)).await);
-    }
-    let mut response =
-        response.unwrap_or_else(|| Error::Internal("no response".into()).into_response());
+    };
     let new_cookie = issued
         .filter(|_| !path.starts_with("/static/"))
         .and_then(|value| cookie_header(CSRF_COOKIE, &value, None, secure));
