@@ -17,6 +17,10 @@ async fn main() -> ExitCode {
         // verify has its own exit statuses: 0 intact, 1 broken, 2 could not verify.
         Command::Verify(args) => return cli::verify_command(args).await,
         Command::Prune(args) => cli::prune_command(args).await,
+        Command::HashPassword => {
+            cli::hash_password_command(std::io::stdin().lock()).map(|out| println!("{out}"))
+        }
+        Command::NewToken(args) => cli::new_token_command(args).map(|out| println!("{out}")),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -76,11 +76,12 @@ impl Authenticator {
     }
 
     /// Who is calling: `Ok(None)` when nobody has proven anything (401 or a login
-    /// redirect), an error for a bad bearer token.
+    /// redirect), an error for a bad bearer token. `peer` is the TCP peer; without one
+    /// (an in-process request) proxy headers are never believed.
     pub fn authenticate(
         &self,
         headers: &HeaderMap,
-        peer: IpAddr,
+        peer: Option<IpAddr>,
         now_unix: i64,
     ) -> Result<Option<Principal>, AuthError> {
         if let Some(token) = bearer(headers) {
@@ -111,8 +112,9 @@ impl Authenticator {
         })
     }
 
-    fn proxy_principal(&self, headers: &HeaderMap, peer: IpAddr) -> Option<Principal> {
+    fn proxy_principal(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Option<Principal> {
         let proxy = self.file.as_ref()?.proxy.as_ref()?;
+        let peer = peer?;
         // Headers from anyone else are exactly what an attacker would send.
         if !self.trusted.iter().any(|net| net.contains(&peer)) {
             return None;
@@ -235,7 +237,7 @@ mod tests {
         h
     }
 
-    const LOOPBACK: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+    const LOOPBACK: Option<IpAddr> = Some(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST));
 
     #[test]
     fn without_an_auth_file_the_local_user_is_admin() {
@@ -313,12 +315,16 @@ mod tests {
             ("x-forwarded-user", "ana"),
             ("x-forwarded-groups", "staff, support,audit"),
         ]);
-        let from_proxy: IpAddr = "10.1.2.3".parse().unwrap();
+        let from_proxy: Option<IpAddr> = Some("10.1.2.3".parse().unwrap());
         let p = a.authenticate(&h, from_proxy, 0).unwrap().unwrap();
         assert_eq!(p.roles, BTreeSet::from([Role::Resolver, Role::Auditor]));
         assert!(
             a.authenticate(&h, LOOPBACK, 0).unwrap().is_none(),
             "spoofed headers from elsewhere"
+        );
+        assert!(
+            a.authenticate(&h, None, 0).unwrap().is_none(),
+            "no peer address: never a proxy"
         );
         let no_groups = headers(&[("x-forwarded-user", "ana")]);
         let p = a.authenticate(&no_groups, from_proxy, 0).unwrap().unwrap();

@@ -2,7 +2,9 @@
 //! synthetic traffic through the real guard next to it.
 
 use super::serve::{bind, open_store, run_server, shutdown_signal};
-use super::{DatabaseArgs, MetricsArgs, RetentionArgs, ServeArgs, parse_duration, redact_url};
+use super::{
+    AuthArgs, DatabaseArgs, MetricsArgs, RetentionArgs, ServeArgs, parse_duration, redact_url,
+};
 use crate::demo::{
     CLIENT_DEADLINE, Demo, DemoConfig, IncidentSchedule, LatencyModel, PROVIDER_RETENTION,
     PROVIDER_TIMEOUT, clock,
@@ -50,6 +52,9 @@ pub struct DemoArgs {
     /// The same tailer and exporter settings as `serve`.
     #[command(flatten)]
     pub metrics: MetricsArgs,
+    /// The same authentication settings as `serve`.
+    #[command(flatten)]
+    pub auth: AuthArgs,
 }
 
 /// The URL may carry a password: never print it.
@@ -69,6 +74,7 @@ impl std::fmt::Debug for DemoArgs {
             .field("speed", &self.speed)
             .field("retention", &self.retention)
             .field("metrics", &self.metrics)
+            .field("auth", &self.auth)
             .finish()
     }
 }
@@ -94,7 +100,10 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
         listen: args.listen,
         retention: args.retention.clone(),
         metrics: args.metrics.clone(),
+        auth: args.auth.clone(),
     };
+    // The same refusal as `serve`: a public address needs authentication.
+    let auth = args.auth.authenticator(args.listen)?;
     let store = open_store(&serve.database).await?;
     let listener = bind(args.listen).await?;
     let base = format!("http://{}", listener.local_addr()?);
@@ -138,6 +147,7 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
         let served = run_server(
             &serve,
             retention,
+            auth,
             store.clone(),
             listener,
             routes,

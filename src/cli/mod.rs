@@ -1,5 +1,6 @@
 //! The command line: every flag has an environment fallback (12-factor).
 
+mod auth;
 mod demo;
 mod export;
 mod inspect;
@@ -11,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 use std::fmt;
 use std::net::SocketAddr;
 
+pub use auth::{AuthArgs, NewTokenArgs, hash_password_command, new_token_command};
 pub use demo::{DemoArgs, demo_command};
 pub use export::{ExportArgs, VerifyArgs, export_command, verify_command};
 pub use inspect::{fingerprint_command, key_command};
@@ -50,6 +52,10 @@ pub enum Command {
     Prune(PruneArgs),
     /// Serve the app with synthetic traffic through the real guard (a first look).
     Demo(DemoArgs),
+    /// Read a password from standard input and print its argon2 hash for the auth file.
+    HashPassword,
+    /// Print a new API token (once) and the `[[tokens]]` entry that stores its hash.
+    NewToken(NewTokenArgs),
 }
 
 #[derive(Clone, Args)]
@@ -100,9 +106,12 @@ pub fn redact_url(url: &str) -> String {
 pub struct ServeArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
-    /// Address to listen on. Loopback by default: there is no authentication yet.
+    /// Address to listen on. A non-loopback address needs --auth-file (or
+    /// --insecure-no-auth): see docs/AUTH.md.
     #[arg(long, env = "IDEMWATCH_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    #[command(flatten)]
+    pub auth: AuthArgs,
     #[command(flatten)]
     pub retention: RetentionArgs,
     #[command(flatten)]

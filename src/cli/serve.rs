@@ -1,6 +1,7 @@
 //! `idemwatch serve` and `idemwatch migrate`.
 
 use super::{DatabaseArgs, ServeArgs, redact_url};
+use crate::auth::Authenticator;
 use crate::guard::SystemClock;
 use crate::metrics::{Metrics, backlog};
 use crate::retention::{PruneMetrics, Pruner, RetentionSettings};
@@ -70,14 +71,17 @@ pub async fn migrate_command(args: DatabaseArgs) -> anyhow::Result<()> {
 }
 
 pub async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
-    // Refuse a retention that could prune a key a retry may still reach, before anything runs.
+    // Refuse, before anything runs: a public address without authentication, and a
+    // retention that could prune a key a retry may still reach.
     let retention = args.retention.checked().await?;
+    let auth = args.auth.authenticator(args.listen)?;
     let store = open_store(&args.database).await?;
     let listener = bind(args.listen).await?;
     tracing::info!(listen = %listener.local_addr()?, database = %redact_url(&args.database.database_url), "idemwatch serving");
     let served = run_server(
         &args,
         retention,
+        auth,
         store.clone(),
         listener,
         Router::new(),
@@ -102,6 +106,7 @@ pub async fn bind(listen: SocketAddr) -> anyhow::Result<TcpListener> {
 pub async fn run_server(
     args: &ServeArgs,
     retention: RetentionSettings,
+    auth: Authenticator,
     store: Store,
     listener: TcpListener,
     extra: Router,
@@ -109,7 +114,8 @@ pub async fn run_server(
 ) -> anyhow::Result<()> {
     let metrics =
         Arc::new(Metrics::new(args.metrics.metrics_options()).context("cannot register metrics")?);
-    let state = AppState::with_metrics(store.clone(), metrics.clone());
+    let state = AppState::with_metrics(store.clone(), metrics.clone())
+        .with_auth(auth, args.auth.cookie_secure);
     // The tailer and the backlog refresher get a small pool of their own: a guard or
     // UI burst cannot starve them of connections, nor they the guard.
     let tail_options = StoreOptions {
@@ -148,6 +154,8 @@ pub async fn run_server(
     let mut server_stopped = stopped.clone();
     let app = web::app(state).merge(extra);
     tasks.spawn(async move {
+        // The peer address: proxy headers are believed only from trusted proxies.
+        let app = app.into_make_service_with_connect_info::<SocketAddr>();
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = server_stopped.wait_for(|stop| *stop).await;

@@ -344,25 +344,53 @@ impl Guard {
             .await;
         match decided {
             Ok(Ok(record)) => Ok(record),
-            Ok(Err((refusal, status, token))) => Err(match refusal {
-                Refusal::Moved => GuardError::Conflict {
-                    key: key.to_string(),
-                    status,
-                    token,
-                },
-                Refusal::InFlight { lease_until } => GuardError::InFlight {
-                    key: key.to_string(),
-                    lease_until,
-                },
-                Refusal::NotResolvable { why } => GuardError::NotResolvable {
-                    key: key.to_string(),
-                    status,
-                    why,
-                },
-            }),
+            Ok(Err((refusal, status, token))) => Err(refused(key.as_str(), refusal, status, token)),
             Err(StoreError::NotFound) => Err(GuardError::NotFound(key.to_string())),
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// What [`Guard::resolve`] would write over `record` now, or why it would refuse,
+    /// without writing anything: the confirmation step shows this before a person
+    /// commits. The real resolve decides again under the row lock.
+    pub fn preview_resolve(
+        &self,
+        record: &Record,
+        req: &ResolveRequest,
+    ) -> Result<Record, GuardError> {
+        validate_resolution(req)?;
+        let mut after = record.clone();
+        let (_, outcome) = decide::resolve(&mut after, req, self.clock.now());
+        outcome
+            .map(|()| after)
+            .map_err(|r| refused(&record.key, r, record.status, record.fencing_token))
+    }
+}
+
+impl ResolveRequest {
+    /// The checks [`Guard::resolve`] makes before touching the store (reason, evidence,
+    /// result), for forms that want to answer before a confirmation step.
+    pub fn validate(&self) -> Result<(), GuardError> {
+        validate_resolution(self)
+    }
+}
+
+fn refused(key: &str, refusal: Refusal, status: super::status::Status, token: i64) -> GuardError {
+    match refusal {
+        Refusal::Moved => GuardError::Conflict {
+            key: key.to_string(),
+            status,
+            token,
+        },
+        Refusal::InFlight { lease_until } => GuardError::InFlight {
+            key: key.to_string(),
+            lease_until,
+        },
+        Refusal::NotResolvable { why } => GuardError::NotResolvable {
+            key: key.to_string(),
+            status,
+            why,
+        },
     }
 }
 

@@ -4,6 +4,7 @@
 //! here, and shown as a generic message: no database text or trace reaches a page.
 
 use super::pages::Layout;
+use crate::guard::GuardError;
 use crate::store::StoreError;
 use askama::Template;
 use axum::extract::Request;
@@ -21,9 +22,25 @@ pub enum Error {
         field: &'static str,
         message: String,
     },
+    /// 401: nobody has signed in (no session, no valid token, no trusted proxy
+    /// header). The text says how to sign in.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// 403: signed in, but without the role this needs (the text names it), or a
+    /// form without a valid CSRF token. Nothing was changed.
+    #[error("{0}")]
+    Forbidden(String),
     /// 404: no such key, page or file. The text says what was looked for.
     #[error("{0}")]
     NotFound(String),
+    /// 409: the key changed since the person looked at it, or a worker holds it now.
+    /// Nothing was overwritten.
+    #[error("{0}")]
+    Conflict(String),
+    /// 422: the request is well formed but the key is not in a state it applies to
+    /// (already decided; release after the provider forgot the key).
+    #[error("{0}")]
+    Unprocessable(String),
     /// 503: the database cannot be reached now; the page says to retry.
     #[error("the database is unavailable")]
     Unavailable(#[source] StoreError),
@@ -43,7 +60,11 @@ impl Error {
     pub fn status(&self) -> StatusCode {
         match self {
             Error::BadRequest { .. } => StatusCode::BAD_REQUEST,
+            Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
+            Error::Conflict(_) => StatusCode::CONFLICT,
+            Error::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -52,8 +73,12 @@ impl Error {
     /// What a person reads: a heading and one sentence they can act on.
     fn public(&self) -> (&'static str, String) {
         match self {
-            Error::BadRequest { .. } => ("That filter cannot be read", self.to_string()),
+            Error::BadRequest { .. } => ("That input cannot be read", self.to_string()),
+            Error::Unauthorized(how) => ("Sign in first", how.clone()),
+            Error::Forbidden(why) => ("Not allowed", why.clone()),
             Error::NotFound(what) => ("Not found", what.clone()),
+            Error::Conflict(what) => ("Someone else acted first", what.clone()),
+            Error::Unprocessable(why) => ("Not possible for this key", why.clone()),
             Error::Unavailable(_) => (
                 "Database unavailable",
                 "The database cannot be reached right now. Nothing was changed; try again in a moment."
@@ -72,6 +97,25 @@ impl From<StoreError> for Error {
         match e {
             StoreError::NotFound => Error::NotFound("Nothing is recorded under that name.".into()),
             e @ StoreError::Unavailable(_) => Error::Unavailable(e),
+            other => Error::Internal(other.to_string()),
+        }
+    }
+}
+
+/// The one place a guard answer becomes an HTTP status.
+impl From<GuardError> for Error {
+    fn from(e: GuardError) -> Self {
+        match e {
+            GuardError::Invalid { field, message } => Error::BadRequest { field, message },
+            GuardError::InvalidCall(k) => Error::bad_request("key", k.to_string()),
+            GuardError::NotFound(key) => Error::NotFound(format!("No key {key} is recorded.")),
+            e @ (GuardError::Conflict { .. } | GuardError::InFlight { .. }) => {
+                Error::Conflict(e.to_string())
+            }
+            e @ (GuardError::NotResolvable { .. } | GuardError::PayloadMismatch { .. }) => {
+                Error::Unprocessable(e.to_string())
+            }
+            GuardError::Store(e) => Error::from(e),
             other => Error::Internal(other.to_string()),
         }
     }
@@ -132,6 +176,13 @@ impl IntoResponse for Error {
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
         }
+        if status == StatusCode::UNAUTHORIZED {
+            // Scripts authenticate with `Authorization: Bearer <token>`.
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"idemwatch\""),
+            );
+        }
         response.extensions_mut().insert(Report {
             status,
             title,
@@ -142,10 +193,11 @@ impl IntoResponse for Error {
     }
 }
 
-/// Middleware: an error answered under `/api/` becomes
+/// Middleware: an error answered under `/api/` or `/export/` (script paths) becomes
 /// `{"error": {"status": 404, "title": "…", "message": "…", "field": null}}`.
 pub async fn json_under_api(request: Request, next: Next) -> Response {
-    let api = request.uri().path().starts_with("/api/");
+    let path = request.uri().path();
+    let api = path.starts_with("/api/") || path.starts_with("/export/");
     let response = next.run(request).await;
     if !api {
         return response;
@@ -154,6 +206,13 @@ pub async fn json_under_api(request: Request, next: Next) -> Response {
         return response;
     };
     let retry_after = response.headers().get(header::RETRY_AFTER).cloned();
+    let challenge = response.headers().get(header::WWW_AUTHENTICATE).cloned();
+    let cookies: Vec<_> = response
+        .headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .cloned()
+        .collect();
     let body = json!({ "error": {
         "status": report.status.as_u16(),
         "title": report.title,
@@ -161,8 +220,15 @@ pub async fn json_under_api(request: Request, next: Next) -> Response {
         "field": report.field,
     }});
     let mut json = (report.status, axum::Json(body)).into_response();
+    let headers = json.headers_mut();
     if let Some(v) = retry_after {
-        json.headers_mut().insert(header::RETRY_AFTER, v);
+        headers.insert(header::RETRY_AFTER, v);
+    }
+    if let Some(v) = challenge {
+        headers.insert(header::WWW_AUTHENTICATE, v);
+    }
+    for c in cookies {
+        headers.append(header::SET_COOKIE, c);
     }
     json
 }
@@ -192,10 +258,67 @@ mod tests {
                 500,
             ),
             (Error::from(StoreError::NotFound), 404),
+            (Error::Unauthorized("sign in".into()), 401),
+            (Error::Forbidden("needs resolver".into()), 403),
         ];
         for (e, want) in cases {
             assert_eq!(e.status().as_u16(), want, "{e:?}");
         }
+    }
+
+    #[test]
+    fn each_guard_refusal_maps_to_the_status_it_means() {
+        use crate::guard::Status;
+        let now = chrono::Utc::now();
+        let cases = [
+            (
+                GuardError::Invalid {
+                    field: "evidence",
+                    message: "x".into(),
+                },
+                400,
+            ),
+            (GuardError::NotFound("k".into()), 404),
+            (
+                GuardError::Conflict {
+                    key: "k".into(),
+                    status: Status::Done,
+                    token: 3,
+                },
+                409,
+            ),
+            (
+                GuardError::InFlight {
+                    key: "k".into(),
+                    lease_until: now,
+                },
+                409,
+            ),
+            (
+                GuardError::NotResolvable {
+                    key: "k".into(),
+                    status: Status::Unknown,
+                    why: "forgot".into(),
+                },
+                422,
+            ),
+            (GuardError::Store(StoreError::Unavailable("x".into())), 503),
+        ];
+        for (e, want) in cases {
+            let label = format!("{e:?}");
+            assert_eq!(Error::from(e).status().as_u16(), want, "{label}");
+        }
+        let e = Error::from(GuardError::Invalid {
+            field: "evidence",
+            message: "x".into(),
+        });
+        assert!(matches!(
+            e,
+            Error::BadRequest {
+                field: "evidence",
+                ..
+            }
+        ));
     }
 
     #[test]

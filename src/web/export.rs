@@ -32,6 +32,8 @@ pub fn router() -> Router<AppState> {
         .route("/export/attempts.csv", get(csv))
         .route("/export/attempts.ndjson", get(ndjson))
         .route("/export/attempts.manifest", get(manifest))
+        // `auditor` and `admin` only: others get 403 before any row is read.
+        .route_layer(axum::middleware::from_fn(super::auth::require_export))
 }
 
 /// The query string; empty values mean "no filter".
@@ -129,8 +131,6 @@ async fn download(
     Query(query): Query<ExportQuery>,
     format: Format,
 ) -> Result<Response, ExportError> {
-    // ROLE CHECK (auth issue): exports are for the `auditor` and `admin` roles only.
-    // Reject other sessions here with 403, before any row is read.
     let now = SystemClock.now();
     let filter = query.filter(now)?;
     let (tx, mut rx) = mpsc::channel::<Result<Bytes, StoreError>>(4);
@@ -210,7 +210,6 @@ async fn manifest(
     State(state): State<AppState>,
     Query(query): Query<ExportQuery>,
 ) -> Result<Response, ExportError> {
-    // ROLE CHECK (auth issue): `auditor` and `admin` only, as for the downloads.
     let format: Format = query
         .format
         .as_deref()

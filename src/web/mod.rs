@@ -1,15 +1,18 @@
 //! HTTP: one [`AppState`], one router per page family, one error type.
 
 mod assets;
+pub mod auth;
 mod error;
 mod export;
 pub mod filters;
 mod health;
+mod login;
 mod metrics;
 mod pages;
 
 pub use error::Error;
 
+use crate::auth::Authenticator;
 use crate::guard::{Clock, SystemClock};
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -26,6 +29,10 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     /// The overview's counts, reused for half a minute.
     pub(crate) overview: pages::OverviewCache,
+    /// Who may do what (docs/AUTH.md). Without an auth file: the local user is admin.
+    pub auth: Arc<Authenticator>,
+    /// `--cookie-secure`: cookies only over HTTPS.
+    pub cookie_secure: bool,
 }
 
 impl AppState {
@@ -41,7 +48,16 @@ impl AppState {
             metrics,
             clock: Arc::new(SystemClock),
             overview: pages::OverviewCache::default(),
+            auth: Arc::new(Authenticator::new(None, None)),
+            cookie_secure: false,
         }
+    }
+
+    /// The same state with authentication (see `cli::AuthArgs::authenticator`).
+    pub fn with_auth(mut self, auth: Authenticator, cookie_secure: bool) -> Self {
+        self.auth = Arc::new(auth);
+        self.cookie_secure = cookie_secure;
+        self
     }
 
     /// The same state on another clock (tests move it past leases and retention).
@@ -56,14 +72,22 @@ pub fn app(state: AppState) -> Router {
         .merge(health::router())
         .merge(pages::router())
         .merge(export::router())
+        .merge(login::router())
         .merge(metrics::router())
         .merge(assets::router())
         .fallback(error::no_such_page)
-        // Inner to outer: a panic becomes a 500 page, which under /api/ becomes JSON.
+        // Inner to outer: a panic becomes a 500 page; the caller is authenticated
+        // before any route runs; errors under /api/ become JSON; every response, a
+        // refusal included, gets the security headers.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             error::panicked,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
+        ))
         .layer(axum::middleware::from_fn(error::json_under_api))
+        .layer(axum::middleware::from_fn(auth::security_headers))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
 }

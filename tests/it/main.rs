@@ -3,7 +3,10 @@
 
 mod support;
 
+mod auth;
+mod auth_serve;
 mod browser;
+mod browser_resolve;
 mod cli;
 mod demo;
 mod export;
@@ -13,4 +16,5 @@ mod metrics;
 mod page_indexes;
 mod pages;
 mod prometheus_e2e;
+mod resolve;
 mod ui_seed;

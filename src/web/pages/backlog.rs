@@ -38,6 +38,11 @@ struct BacklogPage {
     rows: Vec<KeyRow>,
     next: Option<String>,
     first: Option<String>,
+    /// Show the bulk resolve form and a checkbox per row.
+    can_resolve: bool,
+    /// How many keys "all keys matching this filter" stands for now.
+    in_scope: i64,
+    max_batch: i64,
 }
 
 async fn backlog(
@@ -94,6 +99,11 @@ async fn backlog(
         rows: page.keys.iter().map(|k| KeyRow::new(k, now)).collect(),
         next,
         first: after.as_ref().map(|_| link("/backlog", &base)),
+        can_resolve: crate::web::auth::page_context()
+            .user
+            .is_some_and(|u| u.can_resolve),
+        in_scope: unknown + expired_leases,
+        max_batch: super::resolve_bulk::MAX_BATCH as i64,
     };
     Ok(Html(view.render()?))
 }

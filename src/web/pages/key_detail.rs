@@ -209,6 +209,8 @@ struct KeyPage {
     tally: Tally,
     siblings: Option<Siblings>,
     api: String,
+    /// The resolve form, for callers who may resolve an undecided key.
+    resolve: Option<super::resolve::FormView>,
 }
 
 fn verdict(r: &Record, tally: &Tally, now: DateTime<Utc>) -> String {
@@ -323,6 +325,10 @@ async fn key_page(
         }
     }
     let lease_expired = record.lease_expired(now);
+    let ctx = crate::web::auth::page_context();
+    let may_resolve = ctx.user.as_ref().is_some_and(|u| u.can_resolve);
+    let resolve = (may_resolve && record.is_undecided(now))
+        .then(|| super::resolve::FormView::new(&record, now, ctx.csrf_token.clone()));
     let past_retention = record.provider_retention_until <= now;
     let view = KeyPage {
         layout: Layout::new(format!("Key {}", short_key(&record.key)), "keys")
@@ -352,6 +358,7 @@ async fn key_page(
         tally,
         siblings,
         api: format!("/api/v1/keys/{key}"),
+        resolve,
         links: KeyLinks {
             tool: link("/keys", &[("tool", Some(&record.tool))]),
             workflow: link("/keys", &[("workflow_id", Some(&record.workflow_id))]),

@@ -8,6 +8,8 @@ mod diff;
 mod key_detail;
 mod keys;
 mod overview;
+mod resolve;
+mod resolve_bulk;
 
 pub use overview::OverviewCache;
 pub mod params;
@@ -29,6 +31,8 @@ pub fn router() -> Router<AppState> {
         .merge(backlog::router())
         .merge(search::router())
         .merge(api::router())
+        .merge(resolve::router())
+        .merge(resolve_bulk::router())
 }
 
 /// What `templates/base.html` needs on every page.
@@ -43,6 +47,8 @@ pub struct Layout {
     pub js: String,
     pub icon: String,
     pub version: &'static str,
+    /// Who is signed in, and the CSRF token of the page's forms.
+    pub ctx: crate::web::auth::PageContext,
 }
 
 impl Layout {
@@ -55,6 +61,7 @@ impl Layout {
             js: assets::url("app.js"),
             icon: assets::url("favicon.svg"),
             version: env!("CARGO_PKG_VERSION"),
+            ctx: crate::web::auth::page_context(),
         }
     }
 
@@ -96,6 +103,8 @@ pub struct KeyRow {
     pub intent_id: String,
     pub business_ref: Option<String>,
     pub badge: Badge,
+    /// The fencing token as listed: a bulk resolve expects each key still at it.
+    pub token: i64,
     pub attempts: i64,
     pub created: When,
     pub updated: When,
@@ -118,6 +127,7 @@ impl KeyRow {
             intent_id: k.intent_id.clone(),
             business_ref: k.business_ref.clone(),
             badge: status_badge(k.status, k.lease_expired(now)),
+            token: k.fencing_token,
             attempts: k.attempt_count,
             created: when(k.created_at, now),
             updated: when(k.updated_at, now),

@@ -1,8 +1,10 @@
 //! Shared test harness: a fresh database per test on either backend.
 
+pub mod auth;
 pub mod pg;
 pub mod provider;
 pub mod server;
+pub mod webdriver;
 
 use idemwatch::store::{Store, StoreOptions};
 use sqlx::Connection;

@@ -1,0 +1,217 @@
+//! Authentication flags of `serve` (docs/AUTH.md), and the two helpers that write the
+//! auth file's secrets: `idemwatch hash-password` and `idemwatch new-token`.
+
+use crate::auth::{AuthFile, Authenticator, Mode, Role, secrets};
+use anyhow::{Context, bail};
+use clap::Args;
+use std::fmt;
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// The shortest `--session-secret` accepted: it signs sessions and CSRF tokens.
+pub const MIN_SECRET_BYTES: usize = 32;
+
+#[derive(Clone, Args)]
+pub struct AuthArgs {
+    /// The auth file (TOML): built-in users or trusted proxy headers, and API tokens.
+    /// Without one, `serve` listens on loopback only and the local user is admin.
+    #[arg(long, env = "IDEMWATCH_AUTH_FILE")]
+    pub auth_file: Option<PathBuf>,
+    /// Signs session cookies and CSRF tokens; at least 32 characters. Give every
+    /// replica the same one. Without it each process makes a random one: logins end
+    /// when it restarts, and a session from one replica is unknown to another.
+    #[arg(long, env = "IDEMWATCH_SESSION_SECRET", hide_env_values = true)]
+    pub session_secret: Option<String>,
+    /// Serve on a non-loopback address without an auth file: everyone who can reach
+    /// the port is admin and can resolve keys. Only behind something else that
+    /// authenticates.
+    #[arg(long, env = "IDEMWATCH_INSECURE_NO_AUTH")]
+    pub insecure_no_auth: bool,
+    /// Mark cookies `Secure` (sent over HTTPS only). Also set per request when a proxy
+    /// says `X-Forwarded-Proto: https`.
+    #[arg(long, env = "IDEMWATCH_COOKIE_SECURE")]
+    pub cookie_secure: bool,
+}
+
+/// The session secret is never printed.
+impl fmt::Debug for AuthArgs {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AuthArgs")
+            .field("auth_file", &self.auth_file)
+            .field(
+                "session_secret",
+                &self.session_secret.as_ref().map(|_| "<redacted>"),
+            )
+            .field("insecure_no_auth", &self.insecure_no_auth)
+            .field("cookie_secure", &self.cookie_secure)
+            .finish()
+    }
+}
+
+impl AuthArgs {
+    /// The authenticator `serve` uses on `listen`, or why it must not start.
+    pub fn authenticator(&self, listen: SocketAddr) -> anyhow::Result<Authenticator> {
+        let secret = match &self.session_secret {
+            Some(s) if s.len() < MIN_SECRET_BYTES => bail!(
+                "--session-secret is {} characters; use at least {MIN_SECRET_BYTES} \
+                 (e.g. `openssl rand -hex 32`)",
+                s.len()
+            ),
+            Some(s) => Some(s.as_bytes()),
+            None => None,
+        };
+        let file = match &self.auth_file {
+            Some(path) => Some(AuthFile::load(path).map_err(anyhow::Error::msg)?),
+            None => None,
+        };
+        match &file {
+            None if !listen.ip().is_loopback() && !self.insecure_no_auth => bail!(
+                "refusing to serve on {listen} without authentication: anyone who can reach \
+                 it could resolve keys. Give an auth file (--auth-file, see docs/AUTH.md), \
+                 listen on a loopback address (--listen 127.0.0.1:8080), or, only behind \
+                 something else that authenticates, pass --insecure-no-auth"
+            ),
+            None if !listen.ip().is_loopback() => tracing::warn!(
+                %listen,
+                "--insecure-no-auth: everyone who can reach this address is admin"
+            ),
+            None => tracing::info!("no auth file: loopback only, the local user is admin"),
+            Some(f) => {
+                tracing::info!(mode = ?f.mode, users = f.users.len(), tokens = f.tokens.len(), "authentication on")
+            }
+        }
+        if secret.is_none() && file.as_ref().is_some_and(|f| f.mode == Mode::Builtin) {
+            tracing::warn!(
+                "no --session-secret: a random one is used, so logins end when this process \
+                 restarts and do not carry over to other replicas"
+            );
+        }
+        Ok(Authenticator::new(file, secret))
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct NewTokenArgs {
+    /// Who or what uses the token (recorded as `token:NAME` in the attempt log).
+    #[arg(long)]
+    pub name: String,
+    /// Role of the token (repeat for several): viewer, resolver, auditor, admin.
+    #[arg(long = "role", default_value = "viewer")]
+    pub roles: Vec<Role>,
+}
+
+/// `idemwatch hash-password`: the first line of standard input, as an argon2id PHC
+/// string for `password_hash` in the auth file. Reading stdin keeps the password out
+/// of the shell history and the process list.
+pub fn hash_password_command(input: impl BufRead) -> anyhow::Result<String> {
+    let mut line = String::new();
+    let mut input = input;
+    input
+        .read_line(&mut line)
+        .context("cannot read the password from standard input")?;
+    let password = line.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        bail!("no password on standard input (e.g. `idemwatch hash-password < file`)");
+    }
+    secrets::hash_password(password).map_err(anyhow::Error::msg)
+}
+
+/// `idemwatch new-token`: a new token, shown once, and the auth file entry that stores
+/// only its SHA-256.
+pub fn new_token_command(args: NewTokenArgs) -> anyhow::Result<String> {
+    let name = args.name.trim();
+    if name.is_empty() || name.contains(['"', '\\', '\n']) {
+        bail!("--name must be non-empty and contain no quotes, backslashes or newlines");
+    }
+    let token = secrets::new_token();
+    let roles: Vec<String> = args.roles.iter().map(|r| format!("\"{r}\"")).collect();
+    Ok(format!(
+        "token: {token}\n\
+         (shown once: store it in the script's secret store now)\n\
+         \n\
+         # add to the auth file:\n\
+         [[tokens]]\n\
+         name = \"{name}\"\n\
+         sha256 = \"{}\"\n\
+         roles = [{}]",
+        secrets::hash_token(&token),
+        roles.join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args() -> AuthArgs {
+        AuthArgs {
+            auth_file: None,
+            session_secret: None,
+            insecure_no_auth: false,
+            cookie_secure: false,
+        }
+    }
+
+    #[test]
+    fn without_auth_only_loopback_is_served_unless_insecure_is_explicit() {
+        let public: SocketAddr = "0.0.0.0:8080".parse().unwrap();
+        let err = args().authenticator(public).unwrap_err().to_string();
+        assert!(
+            err.contains("without authentication") && err.contains("--insecure-no-auth"),
+            "{err}"
+        );
+        assert!(
+            args()
+                .authenticator("127.0.0.1:8080".parse().unwrap())
+                .is_ok()
+        );
+        assert!(args().authenticator("[::1]:8080".parse().unwrap()).is_ok());
+        let insecure = AuthArgs {
+            insecure_no_auth: true,
+            ..args()
+        };
+        assert!(insecure.authenticator(public).is_ok());
+    }
+
+    #[test]
+    fn a_short_session_secret_is_refused_and_never_printed() {
+        let short = AuthArgs {
+            session_secret: Some("hunter2".into()),
+            ..args()
+        };
+        let err = short
+            .authenticator("127.0.0.1:1".parse().unwrap())
+            .unwrap_err();
+        assert!(err.to_string().contains("at least 32"), "{err}");
+        assert!(!format!("{short:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn a_new_token_prints_the_entry_that_matches_it() {
+        let out = new_token_command(NewTokenArgs {
+            name: "nightly-export".into(),
+            roles: vec![Role::Auditor],
+        })
+        .unwrap();
+        let token = out
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("token: "))
+            .unwrap();
+        let file = AuthFile::parse(&format!(
+            "mode = \"builtin\"\n{}",
+            out.split_once("# add to the auth file:\n").unwrap().1
+        ))
+        .unwrap();
+        assert_eq!(file.tokens[0].sha256, secrets::hash_token(token));
+        assert_eq!(file.tokens[0].roles, [Role::Auditor]);
+    }
+
+    #[test]
+    fn hash_password_reads_one_line_and_refuses_nothing() {
+        let phc = hash_password_command("correct horse\n".as_bytes()).unwrap();
+        assert!(secrets::verify_password("correct horse", &phc));
+        assert!(hash_password_command("\n".as_bytes()).is_err());
+    }
+}

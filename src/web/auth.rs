@@ -1,0 +1,411 @@
+//! Who is calling, and what they may do (docs/AUTH.md).
+//!
+//! [`authenticate`] runs on every request: it finds the [`Principal`] (bearer token,
+//! session cookie, trusted proxy headers, or the local admin when no auth file is
+//! configured), puts it in the request's extensions, and answers 401 (or a redirect
+//! to `/login` for a page in built-in mode) when nobody is signed in. Every page and
+//! API path needs the `View` permission; [`require_resolve`] and [`require_export`]
+//! guard the routes that change keys or download the log.
+//!
+//! Public, with no sign-in: `/healthz`, `/readyz` (load balancers probe without
+//! credentials), `/metrics` (Prometheus scrapes without them; it carries counts per
+//! tool, never a key, an id or a business ref), `/static/*` (the CSS, the script and
+//! the icon) and `/login` itself.
+//!
+//! CSRF: a random `idemwatch_csrf` cookie is issued to every browser that lacks one;
+//! forms carry `csrf_token`, the server's HMAC of that cookie (signed double submit),
+//! and a state-changing request without the matching token is refused with 403
+//! before anything is read from its body or written. JSON requests authenticated by
+//! ambient browser state (session cookie, proxy, local admin) must send the token in
+//! `X-CSRF-Token`; bearer-token requests need none (a browser never adds the token).
+
+use super::pages::params::link;
+use super::{AppState, Error};
+use crate::auth::{AuthError, CSRF_COOKIE, Mode, Permission, Principal, Via, cookie, secrets};
+use axum::extract::{ConnectInfo, FromRequestParts, OptionalFromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Redirect, Response};
+use std::net::SocketAddr;
+
+/// The header a JSON request authenticated by a cookie carries its CSRF token in.
+pub const CSRF_HEADER: &str = "x-csrf-token";
+
+/// On every response, error pages and static files included.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+     style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; \
+     base-uri 'none'";
+
+tokio::task_local! {
+    /// The caller of the request being handled, for the header of every page.
+    static CONTEXT: PageContext;
+}
+
+/// What every page shows about its reader: who is signed in, and the CSRF token its
+/// forms (sign out, resolve) carry.
+#[derive(Debug, Clone, Default)]
+pub struct PageContext {
+    pub user: Option<SignedIn>,
+    pub csrf_token: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct SignedIn {
+    pub name: String,
+    /// `resolver, viewer`.
+    pub roles: String,
+    pub can_resolve: bool,
+    /// A login session, which the sign-out button ends.
+    pub has_session: bool,
+}
+
+impl SignedIn {
+    fn new(p: &Principal) -> Self {
+        Self {
+            name: p.name.clone(),
+            roles: p
+                .roles
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            can_resolve: p.can(Permission::Resolve),
+            has_session: p.via == Via::Session,
+        }
+    }
+}
+
+/// The page context of the request being handled (empty outside a request).
+/// Read by `Layout::new`, so every page gets it without each handler passing it on.
+pub fn page_context() -> PageContext {
+    CONTEXT.try_with(Clone::clone).unwrap_or_default()
+}
+
+/// The CSRF token forms of this request must carry (bound to its CSRF cookie).
+#[derive(Debug, Clone)]
+pub struct Csrf {
+    pub token: String,
+}
+
+fn is_public(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/metrics" | "/login") || path.starts_with("/static/")
+}
+
+/// Paths for scripts: errors in JSON, never a login redirect.
+fn is_api(path: &str) -> bool {
+    path.starts_with("/api/") || path.starts_with("/export/")
+}
+
+/// Middleware: authenticates the request and checks the `View` permission.
+pub async fn authenticate(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let path = request.uri().path().to_string();
+    let public = is_public(&path);
+    let headers = request.headers();
+
+    // The browser's CSRF cookie, or a new one for this response to set.
+    let sent = cookie(headers, CSRF_COOKIE)
+        .filter(|c| {
+            c.len() == 43
+                && c.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+        .map(str::to_string);
+    let issued = sent.is_none().then(new_csrf_cookie);
+    let csrf_cookie = sent.or_else(|| issued.clone()).unwrap_or_default();
+    let csrf_token = state.auth.csrf_token(&csrf_cookie);
+    let secure = state.cookie_secure || forwarded_https(headers);
+
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let now = state.clock.now().timestamp();
+    let principal = match state.auth.authenticate(headers, peer, now) {
+        Ok(p) => p,
+        Err(AuthError::BadToken) if public => None,
+        Err(AuthError::BadToken) => {
+            tracing::info!(path, "bad bearer token");
+            return Error::Unauthorized(
+                "The bearer token is not valid: it is not in the auth file (or was removed)."
+                    .into(),
+            )
+            .into_response();
+        }
+    };
+
+    let refusal = match &principal {
+        _ if public => None,
+        None => Some(not_signed_in(&state, &request, &path)),
+        Some(p) if !p.can(Permission::View) => Some(
+            Error::Forbidden(format!(
+                "Reading idemwatch needs one of the roles viewer, resolver, auditor or admin; {} has none. Ask an admin to add a role (docs/AUTH.md).",
+                p.name
+            ))
+            .into_response(),
+        ),
+        Some(_) => None,
+    };
+    let mut response = match refusal {
+        Some(refused) => refused,
+        None => {
+            let context = PageContext {
+                user: principal.as_ref().map(SignedIn::new),
+                csrf_token: csrf_token.clone(),
+            };
+            request.extensions_mut().insert(Csrf { token: csrf_token });
+            if let Some(p) = principal {
+                request.extensions_mut().insert(p);
+            }
+            CONTEXT.scope(context, next.run(request)).await
+        }
+    };
+    let new_cookie = issued
+        .filter(|_| !path.starts_with("/static/"))
+        .and_then(|value| cookie_header(CSRF_COOKIE, &value, None, secure));
+    if let Some(v) = new_cookie {
+        response.headers_mut().append(header::SET_COOKIE, v);
+    }
+    response
+}
+
+/// 401, or in built-in mode a page request goes to the login form and comes back.
+fn not_signed_in(state: &AppState, request: &Request, path: &str) -> Response {
+    let page_read = matches!(*request.method(), Method::GET | Method::HEAD);
+    match state.auth.mode() {
+        Some(Mode::Builtin) if page_read && !is_api(path) => {
+            let back = request
+                .uri()
+                .path_and_query()
+                .map_or(path, |pq| pq.as_str());
+            Redirect::to(&link("/login", &[("next", Some(back))])).into_response()
+        }
+        Some(Mode::Builtin) => Error::Unauthorized(
+            "Sign in at /login, or send `Authorization: Bearer <token>` (docs/AUTH.md).".into(),
+        )
+        .into_response(),
+        _ => Error::Unauthorized(
+            "No signed-in user: sign in through the company login in front of idemwatch, or send `Authorization: Bearer <token>` (docs/AUTH.md).".into(),
+        )
+        .into_response(),
+    }
+}
+
+fn new_csrf_cookie() -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secrets::random_bytes())
+}
+
+/// The proxy in front says the browser used HTTPS: cookies get `Secure`.
+fn forwarded_https(headers: &HeaderMap) -> bool {
+    headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"))
+}
+
+/// `Set-Cookie` for one of our cookies: HttpOnly (no script reads it), SameSite=Strict
+/// (no other site's page sends it), `Secure` over HTTPS. `max_age` None: until the
+/// browser closes; Some(0) deletes it.
+pub fn cookie_header(
+    name: &str,
+    value: &str,
+    max_age: Option<i64>,
+    secure: bool,
+) -> Option<HeaderValue> {
+    let mut text = format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict");
+    if let Some(age) = max_age {
+        text.push_str(&format!("; Max-Age={age}"));
+    }
+    if secure {
+        text.push_str("; Secure");
+    }
+    HeaderValue::from_str(&text).ok()
+}
+
+/// Whether this request's cookies should be `Secure`.
+pub fn secure_cookies(state: &AppState, headers: &HeaderMap) -> bool {
+    state.cookie_secure || forwarded_https(headers)
+}
+
+/// Refuses a form whose `csrf_token` does not match this browser's CSRF cookie. A
+/// bearer-token caller needs none: a browser never sends a token on its own.
+pub fn check_form_csrf(
+    state: &AppState,
+    principal: Option<&Principal>,
+    headers: &HeaderMap,
+    token: Option<&str>,
+) -> Result<(), Error> {
+    if principal.is_some_and(|p| p.via == Via::Token) {
+        return Ok(());
+    }
+    let ok = token.is_some_and(|t| state.auth.csrf_valid(cookie(headers, CSRF_COOKIE), t));
+    if ok {
+        Ok(())
+    } else {
+        tracing::info!("form refused: missing or wrong CSRF token");
+        Err(Error::Forbidden(
+            "This form's security token is missing or out of date (CSRF check). Nothing was changed: reload the page and submit it again.".into(),
+        ))
+    }
+}
+
+/// A JSON request that changes something: bearer tokens need nothing more; anyone
+/// authenticated by the browser (cookie, proxy, local admin) must send `X-CSRF-Token`.
+pub fn check_api_csrf(
+    state: &AppState,
+    principal: &Principal,
+    headers: &HeaderMap,
+) -> Result<(), Error> {
+    if principal.via == Via::Token {
+        return Ok(());
+    }
+    let token = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
+    let ok = token.is_some_and(|t| state.auth.csrf_valid(cookie(headers, CSRF_COOKIE), t));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Forbidden(
+            "A request signed in by the browser (not by a bearer token) must carry the X-CSRF-Token header (GET /api/v1/csrf gives one). Nothing was changed.".into(),
+        ))
+    }
+}
+
+/// Route middleware: only callers who may resolve keys get through.
+pub async fn require_resolve(request: Request, next: Next) -> Response {
+    require(Permission::Resolve, request, next).await
+}
+
+/// Route middleware: only callers who may download exports get through.
+pub async fn require_export(request: Request, next: Next) -> Response {
+    require(Permission::Export, request, next).await
+}
+
+async fn require(permission: Permission, request: Request, next: Next) -> Response {
+    let Some(p) = request.extensions().get::<Principal>() else {
+        return Error::Unauthorized("Sign in first.".into()).into_response();
+    };
+    if p.can(permission) {
+        return next.run(request).await;
+    }
+    let (what, role) = match permission {
+        Permission::Resolve => ("Resolving keys", "resolver"),
+        Permission::Export => ("Downloading exports", "auditor"),
+        Permission::View => ("Reading idemwatch", "viewer"),
+    };
+    let has = if p.roles.is_empty() {
+        "no role".to_string()
+    } else {
+        p.roles
+            .iter()
+            .map(|r| r.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    tracing::info!(user = %p.name, ?permission, "forbidden");
+    Error::Forbidden(format!(
+        "{what} needs the {role} role (or admin); {} has: {has}. Nothing was changed.",
+        p.name
+    ))
+    .into_response()
+}
+
+/// Middleware (outermost): the security headers on every response.
+pub async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    response
+}
+
+/// The caller, for handlers: `async fn h(principal: Principal, …)`.
+impl<S: Send + Sync> FromRequestParts<S> for Principal {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
+        parts
+            .extensions
+            .get::<Principal>()
+            .cloned()
+            .ok_or_else(|| Error::Unauthorized("Sign in first.".into()))
+    }
+}
+
+/// The caller if anyone is signed in (public paths such as `/login`).
+impl<S: Send + Sync> OptionalFromRequestParts<S> for Principal {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Option<Self>, Self::Rejection> {
+        Ok(parts.extensions.get::<Principal>().cloned())
+    }
+}
+
+/// This request's CSRF token, for handlers that render a form outside the layout.
+impl<S: Send + Sync> FromRequestParts<S> for Csrf {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Error> {
+        parts
+            .extensions
+            .get::<Csrf>()
+            .cloned()
+            .ok_or_else(|| Error::Internal("no CSRF token: the auth middleware is missing".into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_probes_metrics_static_files_and_the_login_are_public() {
+        for p in [
+            "/healthz",
+            "/readyz",
+            "/metrics",
+            "/login",
+            "/static/app.css",
+        ] {
+            assert!(is_public(p), "{p}");
+        }
+        for p in [
+            "/",
+            "/keys",
+            "/backlog",
+            "/api/v1/keys/x",
+            "/export/attempts.csv",
+            "/logout",
+            "/metricsx",
+            "/login/x",
+        ] {
+            assert!(!is_public(p), "{p}");
+        }
+    }
+
+    #[test]
+    fn cookies_are_http_only_strict_and_secure_when_asked() {
+        let v = cookie_header("c", "v", None, false).unwrap();
+        assert_eq!(v, "c=v; Path=/; HttpOnly; SameSite=Strict");
+        let v = cookie_header("c", "", Some(0), true).unwrap();
+        assert_eq!(
+            v,
+            "c=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure"
+        );
+    }
+}

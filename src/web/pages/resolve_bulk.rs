@@ -1,0 +1,278 @@
+//! `POST /backlog/resolve`: one decision for many backlog keys.
+//!
+//! The keys are the ones ticked on the backlog, or exactly the backlog's current
+//! filter (its `tool`), never more: the first post lists the keys it found, with the
+//! fencing token of each, and the count; the confirming post acts on exactly that
+//! list, each key through the guard on its own with its own expected token. A batch
+//! is at most [`MAX_BATCH`] keys. Marking done is not offered in bulk: it needs each
+//! key's own evidence (the provider's resource id).
+
+use super::Layout;
+use super::params::Params;
+use super::resolve::{KeyState, guard, label, meaning, parse_key, parse_resolution};
+use crate::auth::Principal;
+use crate::guard::{Resolution, ResolveRequest};
+use crate::web::auth::{Csrf, check_form_csrf, require_resolve};
+use crate::web::{AppState, Error};
+use askama::Template;
+use axum::Router;
+use axum::extract::rejection::FormRejection;
+use axum::extract::{Form, State};
+use axum::http::HeaderMap;
+use axum::middleware::from_fn;
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::post;
+
+/// The most keys one bulk resolve acts on.
+pub const MAX_BATCH: usize = 1000;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route(
+        "/backlog/resolve",
+        post(bulk).layer(from_fn(require_resolve)),
+    )
+}
+
+/// One key of a batch, with the fencing token the person saw (`<key>.<token>` in forms).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Item {
+    pub key: String,
+    pub token: i64,
+}
+
+impl Item {
+    fn parse(text: &str) -> Result<Item, Error> {
+        let bad = || {
+            Error::bad_request(
+                "key",
+                "each selected key must be written <key>.<fencing token>; reload the backlog",
+            )
+        };
+        let (key, token) = text.trim().split_once('.').ok_or_else(bad)?;
+        Ok(Item {
+            key: parse_key(key).map_err(|_| bad())?.to_string(),
+            token: token.parse().map_err(|_| bad())?,
+        })
+    }
+
+    /// The value of the item's hidden input or checkbox.
+    pub fn value(&self) -> String {
+        format!("{}.{}", self.key, self.token)
+    }
+}
+
+/// One row of the confirmation table.
+struct Row {
+    item: Item,
+    state: Option<KeyState>,
+}
+
+#[derive(Template)]
+#[template(path = "resolve_bulk_confirm.html")]
+struct ConfirmPage {
+    layout: Layout,
+    /// "the 12 keys you selected" / "all 37 backlog keys of issue_refund".
+    scope: String,
+    resolution: &'static str,
+    resolution_value: &'static str,
+    meaning: &'static str,
+    reason: String,
+    rows: Vec<Row>,
+    csrf_token: String,
+}
+
+/// How one key of a confirmed batch ended.
+struct Outcome {
+    key: String,
+    short: String,
+    /// "Resolved", or the refusal's title.
+    result: &'static str,
+    ok: bool,
+    why: String,
+}
+
+#[derive(Template)]
+#[template(path = "resolve_bulk_result.html")]
+struct ResultPage {
+    layout: Layout,
+    resolution: &'static str,
+    resolved: usize,
+    refused: usize,
+    outcomes: Vec<Outcome>,
+}
+
+async fn bulk(
+    State(state): State<AppState>,
+    principal: Principal,
+    csrf: Csrf,
+    headers: HeaderMap,
+    form: Result<Form<Vec<(String, String)>>, FormRejection>,
+) -> Result<Response, Error> {
+    let Form(pairs) = form.map_err(|e| Error::bad_request("form", e.body_text()))?;
+    let p = Params(pairs);
+    check_form_csrf(&state, Some(&principal), &headers, p.get("csrf_token"))?;
+    let resolution = parse_resolution(p.get("resolution"))?;
+    if resolution == Resolution::Done {
+        return Err(Error::bad_request(
+            "resolution",
+            "marking done needs each key's own evidence (the provider's resource id): resolve those keys one at a time from their pages",
+        ));
+    }
+    let request = |expected_token| ResolveRequest {
+        resolution,
+        reason: p.get("reason").unwrap_or_default().to_string(),
+        evidence: None,
+        result: None,
+        actor: principal.actor(),
+        expected_token,
+    };
+    request(None).validate()?;
+    let selected: Vec<Item> =
+        p.0.iter()
+            .filter(|(k, v)| k == "key" && !v.trim().is_empty())
+            .map(|(_, v)| Item::parse(v))
+            .collect::<Result<_, _>>()?;
+
+    if p.get("confirm") == Some("yes") {
+        // Exactly the listed keys, each under the token shown for it.
+        check_size(selected.len(), "key")?;
+        let guard = guard(&state);
+        let mut outcomes = Vec::with_capacity(selected.len());
+        for item in &selected {
+            let key = parse_key(&item.key)?;
+            let done = guard.resolve(&key, &request(Some(item.token))).await;
+            let short = crate::web::filters::short_key(&item.key);
+            outcomes.push(match done {
+                Ok(_) => Outcome {
+                    key: item.key.clone(),
+                    short,
+                    result: "Resolved",
+                    ok: true,
+                    why: String::new(),
+                },
+                Err(e) => {
+                    let e = Error::from(e);
+                    Outcome {
+                        key: item.key.clone(),
+                        short,
+                        result: match e.status().as_u16() {
+                            409 => "Conflict: changed since you looked",
+                            422 => "Not resolvable",
+                            404 => "Not found",
+                            _ => "Failed",
+                        },
+                        ok: false,
+                        why: e.to_string(),
+                    }
+                }
+            });
+        }
+        let resolved = outcomes.iter().filter(|o| o.ok).count();
+        tracing::info!(user = %principal.name, resolved, refused = outcomes.len() - resolved, "bulk resolve");
+        let page = ResultPage {
+            layout: Layout::new("Bulk resolve: result", "backlog"),
+            resolution: label(resolution),
+            resolved,
+            refused: outcomes.len() - resolved,
+            outcomes,
+        };
+        return Ok(Html(page.render()?).into_response());
+    }
+
+    // Step 1: find the keys and show them; nothing is written.
+    let now = state.clock.now();
+    let (scope, rows) = if p.get("scope") == Some("filter") {
+        let tool = p.text("tool")?;
+        let wanted = u32::try_from(MAX_BATCH + 1).unwrap_or(u32::MAX);
+        let page = state
+            .store
+            .backlog(tool.as_deref(), None, wanted, now)
+            .await?;
+        if page.keys.len() > MAX_BATCH {
+            return Err(Error::bad_request(
+                "scope",
+                format!(
+                    "more than {MAX_BATCH} backlog keys match this filter, and a batch is at most {MAX_BATCH}: filter by one tool, or tick the keys to resolve"
+                ),
+            ));
+        }
+        let scope = match &tool {
+            Some(t) => format!("all {} backlog keys of tool {t}", page.keys.len()),
+            None => format!("all {} backlog keys", page.keys.len()),
+        };
+        let rows = page
+            .keys
+            .iter()
+            .map(|k| Row {
+                item: Item {
+                    key: k.key.clone(),
+                    token: k.fencing_token,
+                },
+                state: None,
+            })
+            .collect();
+        (scope, rows)
+    } else {
+        if selected.is_empty() {
+            return Err(Error::bad_request(
+                "key",
+                "tick at least one key, or choose all keys matching the filter",
+            ));
+        }
+        check_size(selected.len(), "key")?;
+        (
+            format!("the {} keys you selected", selected.len()),
+            selected
+                .into_iter()
+                .map(|item| Row { item, state: None })
+                .collect(),
+        )
+    };
+    let mut rows: Vec<Row> = rows;
+    for row in &mut rows {
+        row.state = state
+            .store
+            .record(&row.item.key)
+            .await?
+            .map(|r| KeyState::new(&r, now));
+    }
+    let page = ConfirmPage {
+        layout: Layout::new("Confirm bulk resolve", "backlog"),
+        scope,
+        resolution: label(resolution),
+        resolution_value: resolution.as_str(),
+        meaning: meaning(resolution),
+        reason: p.get("reason").unwrap_or_default().to_string(),
+        rows,
+        csrf_token: csrf.token,
+    };
+    Ok(Html(page.render()?).into_response())
+}
+
+fn check_size(n: usize, field: &'static str) -> Result<(), Error> {
+    if n > MAX_BATCH {
+        return Err(Error::bad_request(
+            field,
+            format!("{n} keys selected; a batch is at most {MAX_BATCH}"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_item_is_a_key_and_the_token_seen() {
+        let key = "a".repeat(64);
+        let item = Item::parse(&format!("{key}.3")).unwrap();
+        assert_eq!((item.key.as_str(), item.token), (key.as_str(), 3));
+        assert_eq!(item.value(), format!("{key}.3"));
+        for bad in [key.clone(), format!("{key}.x"), "abc.1".to_string()] {
+            assert!(Item::parse(&bad).is_err(), "{bad}");
+        }
+        assert!(check_size(MAX_BATCH, "key").is_ok());
+        assert!(check_size(MAX_BATCH + 1, "key").is_err());
+    }
+}
