@@ -19,7 +19,7 @@ use std::time::Duration;
 
 #[derive(Clone, Args)]
 pub struct DemoArgs {
-    /// Address to listen on. Loopback by default: there is no authentication yet.
+    /// Address to listen on. Loopback by default; any other address needs `--auth-file`.
     #[arg(long, env = "IDEMWATCH_DEMO_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Database for the demo's keys: `sqlite://FILE` or `postgres://…`. Default: a new
