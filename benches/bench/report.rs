@@ -10,9 +10,6 @@ impl Latencies {
         samples.sort();
         Self(samples)
     }
-    pub fn count(&self) -> usize {
-        self.0.len()
-    }
     fn quantile_ms(&self, q: f64) -> f64 {
         if self.0.is_empty() {
             return f64::NAN;
