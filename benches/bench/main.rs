@@ -97,9 +97,9 @@ async fn main() {
         guard::run(&lite, "SQLite", plan, &mut figures).await;
     }
     if wants("tailer") {
-        let (pg, _) = fresh_postgres("tailer").await;
+        let (pg, url) = fresh_postgres("tailer").await;
         tailer::ingest(&pg, plan, scale.tail_rows, &mut figures).await;
-        tailer::lag(&pg, 2000, 10, &mut figures).await;
+        tailer::lag(&pg, &url, 2000, 10, &mut figures).await;
     }
     let seeded = ["pages", "export", "footprint", "exporter"];
     if seeded.iter().any(|a| wants(a)) {

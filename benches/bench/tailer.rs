@@ -7,7 +7,7 @@ use super::seed;
 use super::slices::{Plan, median};
 use idemwatch::guard::{Guard, GuardSettings, SystemClock};
 use idemwatch::metrics::Metrics;
-use idemwatch::store::Store;
+use idemwatch::store::{Store, StoreOptions};
 use idemwatch::tail::{TailSettings, Tailer};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -68,7 +68,7 @@ pub async fn ingest(store: &Store, plan: Plan, rows: u64, figures: &mut Vec<Figu
 /// k-th completion (in the order the guard calls returned) is observed when the
 /// counter reaches k. Lag = observed − returned (the return follows the commit by a
 /// round trip, so this slightly understates it).
-pub async fn lag(store: &Store, rate: u64, seconds: u64, figures: &mut Vec<Figure>) {
+pub async fn lag(store: &Store, url: &str, rate: u64, seconds: u64, figures: &mut Vec<Figure>) {
     let metrics = Arc::new(Metrics::default());
     let slot = metrics.slot("issue_refund", "bench");
     let done = metrics
@@ -77,7 +77,14 @@ pub async fn lag(store: &Store, rate: u64, seconds: u64, figures: &mut Vec<Figur
         .with_label_values(&slot.values(&["DONE"]));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let tailer = Tailer::new(metrics.clone(), TailSettings::default());
-    let tail_task = tokio::spawn(tailer.run(store.clone(), stop_rx.clone()));
+    // As `serve` does: the tailer on a 2-connection pool of its own, so that guard
+    // calls waiting for connections do not queue it behind them.
+    let options = StoreOptions {
+        max_connections: 2,
+        ..StoreOptions::default()
+    };
+    let tail_store = Store::connect(url, &options).await.unwrap();
+    let tail_task = tokio::spawn(tailer.run(tail_store, stop_rx.clone()));
     tokio::time::sleep(Duration::from_millis(500)).await;
     let base = done.get();
 
