@@ -52,7 +52,12 @@ fn run_measured(mut cmd: Command) -> (Duration, u64) {
             let mut err = String::new();
             if !status.success() {
                 use std::io::Read;
-                child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+                child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
                 panic!("{cmd:?} failed: {err}");
             }
             break;
@@ -69,13 +74,7 @@ const EXPORT_SQL: &str = "SELECT a.id, a.key, a.seq, a.occurred_at, a.tenant, a.
     FROM idempotency_attempts a JOIN idempotency_records r ON r.key = a.key";
 
 /// Exports of the newest `rows` attempt rows (via `--since`), alternating with psql.
-pub async fn run(
-    store: &Store,
-    url: &str,
-    bin: &Path,
-    sizes: &[u64],
-    figures: &mut Vec<Figure>,
-) {
+pub async fn run(store: &Store, url: &str, bin: &Path, sizes: &[u64], figures: &mut Vec<Figure>) {
     let total: i64 = sqlx::query_scalar("SELECT count(*) FROM idempotency_attempts")
         .fetch_one(seed::pg(store))
         .await
@@ -120,7 +119,9 @@ pub async fn run(
                     .as_ref()
                     .map(|s| format!(" WHERE a.occurred_at >= '{s}'"))
                     .unwrap_or_default();
-                let sql = format!("COPY ({EXPORT_SQL}{filter} ORDER BY a.key, a.seq) TO STDOUT (FORMAT csv, HEADER)");
+                let sql = format!(
+                    "COPY ({EXPORT_SQL}{filter} ORDER BY a.key, a.seq) TO STDOUT (FORMAT csv, HEADER)"
+                );
                 let mut cmd = Command::new("psql");
                 cmd.args(["-X", "-q", url, "-c", &sql]);
                 let (t, _) = run_measured(cmd);
@@ -156,7 +157,13 @@ pub async fn footprint(url: &str, bin: &Path, figures: &mut Vec<Figure>) {
         .unwrap()
         .port();
     let mut child = Command::new(bin)
-        .args(["serve", "--database-url", url, "--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "serve",
+            "--database-url",
+            url,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -172,7 +179,10 @@ pub async fn footprint(url: &str, bin: &Path, figures: &mut Vec<Figure>) {
                 break started.elapsed();
             }
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "serve did not become ready");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "serve did not become ready"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     tokio::time::sleep(Duration::from_secs(5)).await;

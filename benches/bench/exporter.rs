@@ -13,7 +13,9 @@ use std::sync::Arc;
 
 /// Series in the text format: every line that is not a comment.
 fn series(text: &str) -> usize {
-    text.lines().filter(|l| !l.is_empty() && !l.starts_with('#')).count()
+    text.lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .count()
 }
 
 /// Metrics with at least `target` series: tools added until the text has that many.
@@ -79,9 +81,15 @@ pub async fn scrape(store: &Store, plan: Plan, figures: &mut Vec<Figure>) {
 }
 
 /// What an exporter without the partial index would run on every scrape.
-const NAIVE: &str = "SELECT tool, tenant, status, count(*) FROM idempotency_records GROUP BY tool, tenant, status";
+const NAIVE: &str =
+    "SELECT tool, tenant, status, count(*) FROM idempotency_records GROUP BY tool, tenant, status";
 
-pub async fn backlog_refresh(store: &Store, rounds: usize, records: u64, figures: &mut Vec<Figure>) {
+pub async fn backlog_refresh(
+    store: &Store,
+    rounds: usize,
+    records: u64,
+    figures: &mut Vec<Figure>,
+) {
     let m = Metrics::default();
     let pool = seed::pg(store);
     let (refresh, naive) = alternate_each(

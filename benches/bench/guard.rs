@@ -173,7 +173,11 @@ async fn replay(guard: &Guard, backend: &str, plan: Plan, figures: &mut Vec<Figu
             format!("guard replay p99, {what}, 8 workers ({backend})"),
             "ms",
             l.p99_ms(),
-            format!("p50 {:.2} ms, {:.0} replays/s", l.p50_ms(), side.median_rate()),
+            format!(
+                "p50 {:.2} ms, {:.0} replays/s",
+                l.p50_ms(),
+                side.median_rate()
+            ),
             None,
         ));
     }

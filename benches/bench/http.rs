@@ -51,7 +51,12 @@ impl Pool {
 
     /// GET `path`, asserting `expect`; the body length.
     pub async fn get(&self, path: &str, expect: u16) -> usize {
-        let mut c = self.0.lock().unwrap().pop().expect("one connection per worker");
+        let mut c = self
+            .0
+            .lock()
+            .unwrap()
+            .pop()
+            .expect("one connection per worker");
         let (status, len) = c.get(path).await;
         self.0.lock().unwrap().push(c);
         assert_eq!(status, expect, "GET {path}");

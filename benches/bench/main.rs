@@ -133,8 +133,7 @@ async fn main() {
         if wants("exporter") {
             exporter::scrape(&pg, plan, &mut figures).await;
             if scale.backlog_records > scale.keys {
-                let took =
-                    seed::seed(&pg, scale.keys, scale.backlog_records, 10, 0, false).await;
+                let took = seed::seed(&pg, scale.keys, scale.backlog_records, 10, 0, false).await;
                 figures.push(report::Figure::plain(
                     format!("seeding records up to {}", scale.backlog_records),
                     "s",

@@ -34,7 +34,8 @@ pub async fn run(store: &Store, keys: u64, plan: Plan, clients: usize, figures: 
     let page = move || {
         let (p, n) = (p.clone(), n.clone());
         async move {
-            p.get(&format!("/keys/{}", key_of(pick(&n, keys))), 200).await;
+            p.get(&format!("/keys/{}", key_of(pick(&n, keys))), 200)
+                .await;
         }
     };
     let (s, n) = (store.clone(), next.clone());
@@ -50,14 +51,20 @@ pub async fn run(store: &Store, keys: u64, plan: Plan, clients: usize, figures: 
                 .unwrap();
         }
     };
-    push(figures, "key detail /keys/{key}", alternate(plan, clients, page, sql).await, clients);
+    push(
+        figures,
+        "key detail /keys/{key}",
+        alternate(plan, clients, page, sql).await,
+        clients,
+    );
 
     // Search by business ref, typed without its prefix, as the search box redirects.
     let (p, n) = (pool.clone(), next.clone());
     let page = move || {
         let (p, n) = (p.clone(), n.clone());
         async move {
-            p.get(&format!("/keys?business_ref=B-{}", pick(&n, keys)), 200).await;
+            p.get(&format!("/keys?business_ref=B-{}", pick(&n, keys)), 200)
+                .await;
         }
     };
     let (s, n) = (store.clone(), next.clone());
@@ -71,7 +78,12 @@ pub async fn run(store: &Store, keys: u64, plan: Plan, clients: usize, figures: 
             assert_eq!(s.list_keys(&f, None, 50).await.unwrap().keys.len(), 1);
         }
     };
-    push(figures, "search by business ref /keys?business_ref=B-n", alternate(plan, clients, page, sql).await, clients);
+    push(
+        figures,
+        "search by business ref /keys?business_ref=B-n",
+        alternate(plan, clients, page, sql).await,
+        clients,
+    );
 
     // The keys list 1,000 rows deep (the cursor a "next page" link carries there).
     let p = pool.clone();
@@ -86,10 +98,22 @@ pub async fn run(store: &Store, keys: u64, plan: Plan, clients: usize, figures: 
     let sql = move || {
         let (s, c) = (s.clone(), cursor.clone());
         async move {
-            assert_eq!(s.list_keys(&KeyFilter::default(), Some(&c), 50).await.unwrap().keys.len(), 50);
+            assert_eq!(
+                s.list_keys(&KeyFilter::default(), Some(&c), 50)
+                    .await
+                    .unwrap()
+                    .keys
+                    .len(),
+                50
+            );
         }
     };
-    push(figures, "keys page 1,000 rows deep /keys?after=…", alternate(plan, clients, page, sql).await, clients);
+    push(
+        figures,
+        "keys page 1,000 rows deep /keys?after=…",
+        alternate(plan, clients, page, sql).await,
+        clients,
+    );
 }
 
 fn push(

@@ -33,7 +33,13 @@ fn pool(store: &Store) -> &PgPool {
 /// Records `from..to` (key numbers). Key `i < unknown` is UNKNOWN (the backlog), the
 /// rest DONE; `attempts` is their attempt_count. Key `i` was created `i` seconds before
 /// the base time, so listings newest first run in key-number order.
-pub async fn insert_records(conn: &mut sqlx::PgConnection, from: u64, to: u64, attempts: u64, unknown: u64) {
+pub async fn insert_records(
+    conn: &mut sqlx::PgConnection,
+    from: u64,
+    to: u64,
+    attempts: u64,
+    unknown: u64,
+) {
     let sql = format!(
         "INSERT INTO idempotency_records (key, tenant, tool, workflow_id, step_id, intent_id, \
          business_ref, fingerprint, business_args, status, fencing_token, lease_until, attempt_count, \
@@ -55,7 +61,13 @@ pub async fn insert_records(conn: &mut sqlx::PgConnection, from: u64, to: u64, a
 
 /// `attempts` rows per key for keys `from..to`: claimed, replays, then completed (or
 /// marked_unknown for the backlog keys).
-pub async fn insert_attempts(conn: &mut sqlx::PgConnection, from: u64, to: u64, attempts: u64, unknown: u64) {
+pub async fn insert_attempts(
+    conn: &mut sqlx::PgConnection,
+    from: u64,
+    to: u64,
+    attempts: u64,
+    unknown: u64,
+) {
     let sql = format!(
         "INSERT INTO idempotency_attempts (key, tenant, tool, seq, kind, fencing_token, actor, detail, \
          duration_ms, occurred_at, prev_hash, hash) \
