@@ -35,7 +35,9 @@ fn proc_kb(pid: u32, field: &str) -> Option<u64> {
 
 /// Runs `cmd` to completion; wall time and the peak RSS (VmHWM, polled every 5 ms;
 /// it only grows, so the last reading before exit is the peak up to 5 ms before).
-fn run_measured(mut cmd: Command) -> (Duration, u64) {
+/// Also the child's CPU time (utime + stime from /proc/<pid>/stat, polled likewise;
+/// clock ticks of 1/100 s, Linux's USER_HZ).
+fn run_measured(mut cmd: Command) -> (Duration, u64, f64) {
     let started = Instant::now();
     let mut child = cmd
         .stdout(Stdio::null())
@@ -43,10 +45,13 @@ fn run_measured(mut cmd: Command) -> (Duration, u64) {
         .spawn()
         .unwrap();
     let pid = child.id();
-    let mut peak = 0;
+    let (mut peak, mut cpu) = (0, 0.0);
     loop {
         if let Some(kb) = proc_kb(pid, "VmHWM") {
             peak = peak.max(kb);
+        }
+        if let Some(s) = cpu_seconds(pid) {
+            cpu = s;
         }
         if let Some(status) = child.try_wait().unwrap() {
             let mut err = String::new();
@@ -64,7 +69,16 @@ fn run_measured(mut cmd: Command) -> (Duration, u64) {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    (started.elapsed(), peak)
+    (started.elapsed(), peak, cpu)
+}
+
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
 }
 
 /// The export's query (src/store/export.rs, unfiltered) for psql's COPY.
@@ -103,7 +117,8 @@ pub async fn run(store: &Store, url: &str, bin: &Path, sizes: &[u64], figures: &
             None => total,
         };
         let repeats = if n > 2_000_000 { 1 } else { 3 };
-        let (mut ours, mut theirs, mut peak) = (Vec::new(), Vec::new(), 0);
+        let (mut ours, mut theirs, mut peak, mut cpu_share) =
+            (Vec::new(), Vec::new(), 0, Vec::new());
         for i in 0..repeats * 2 {
             if (i % 2 == 0) == (i / 2 % 2 == 0) {
                 let mut cmd = Command::new(bin);
@@ -111,8 +126,9 @@ pub async fn run(store: &Store, url: &str, bin: &Path, sizes: &[u64], figures: &
                 if let Some(s) = &since {
                     cmd.args(["--since", s]);
                 }
-                let (t, kb) = run_measured(cmd);
+                let (t, kb, cpu) = run_measured(cmd);
                 ours.push(n as f64 / t.as_secs_f64());
+                cpu_share.push(cpu / t.as_secs_f64());
                 peak = peak.max(kb);
             } else {
                 let filter = since
@@ -124,7 +140,7 @@ pub async fn run(store: &Store, url: &str, bin: &Path, sizes: &[u64], figures: &
                 );
                 let mut cmd = Command::new("psql");
                 cmd.args(["-X", "-q", url, "-c", &sql]);
-                let (t, _) = run_measured(cmd);
+                let (t, _, _) = run_measured(cmd);
                 theirs.push(n as f64 / t.as_secs_f64());
             }
         }
@@ -136,7 +152,11 @@ pub async fn run(store: &Store, url: &str, bin: &Path, sizes: &[u64], figures: &
             base,
             Some((">= 200,000 rows/s", rate >= 200_000.0)),
         );
-        f.note = "baseline: psql COPY (same query) TO STDOUT CSV; whole-process wall time".into();
+        f.note = format!(
+            "baseline: psql COPY (same query) TO STDOUT CSV; whole-process wall time; \
+             idemwatch busy {:.0}% of one core",
+            100.0 * super::slices::median(&cpu_share)
+        );
         figures.push(f);
         figures.push(Figure::plain(
             format!("export peak RSS, {n} rows"),

@@ -46,6 +46,7 @@ impl Figure {
         baseline: f64,
         target: Option<(&str, bool)>,
     ) -> Figure {
+        eprintln!("measured: {name}: {value:.2} {unit} (baseline {baseline:.2})");
         Figure {
             name,
             unit: unit.into(),
@@ -64,6 +65,7 @@ impl Figure {
         note: String,
         target: Option<(&str, bool)>,
     ) -> Figure {
+        eprintln!("measured: {name}: {value:.2} {unit} ({note})");
         Figure {
             name,
             unit: unit.into(),
