@@ -142,8 +142,7 @@ async fn main() {
                     None,
                 ));
             }
-            exporter::backlog_refresh(&pg, 2 * plan.rounds, scale.backlog_records, &mut figures)
-                .await;
+            exporter::backlog_refresh(&pg, plan.rounds, scale.backlog_records, &mut figures).await;
         }
     }
     report::print(&figures);

@@ -10,7 +10,10 @@ impl Latencies {
         samples.sort();
         Self(samples)
     }
-    fn quantile_ms(&self, q: f64) -> f64 {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    pub fn quantile_ms(&self, q: f64) -> f64 {
         if self.0.is_empty() {
             return f64::NAN;
         }
