@@ -119,7 +119,7 @@ pub async fn run(store: &Store, url: &str, bin: &Path, sizes: &[u64], figures: &
         let repeats = if n > 2_000_000 { 1 } else { 3 };
         let (mut ours, mut theirs, mut peak, mut cpu_share) =
             (Vec::new(), Vec::new(), 0, Vec::new());
-        for i in 0..repeats * 2 {
+        for i in 0..repeats * 2u32 {
             if i.is_multiple_of(2) == (i / 2).is_multiple_of(2) {
                 let mut cmd = Command::new(bin);
                 cmd.args(["export", "--format", "csv", "--database-url", url]);
