@@ -139,7 +139,9 @@ pub async fn run(store: &Store, url: &str, bin: &Path, sizes: &[u64], figures: &
                     "COPY ({EXPORT_SQL}{filter} ORDER BY a.key, a.seq) TO STDOUT (FORMAT csv, HEADER)"
                 );
                 let mut cmd = Command::new("psql");
-                cmd.args(["-X", "-q", url, "-c", &sql]);
+                // The same session settings as idemwatch's pool (src/store/mod.rs).
+                cmd.args(["-X", "-q", url, "-c", &sql])
+                    .env("PGOPTIONS", "-c jit=off");
                 let (t, _, _) = run_measured(cmd);
                 theirs.push(n as f64 / t.as_secs_f64());
             }
@@ -153,7 +155,7 @@ pub async fn run(store: &Store, url: &str, bin: &Path, sizes: &[u64], figures: &
             Some((">= 200,000 rows/s", rate >= 200_000.0)),
         );
         f.note = format!(
-            "baseline: psql COPY (same query) TO STDOUT CSV; whole-process wall time; \
+            "baseline: psql COPY (same query, jit off as ours) TO STDOUT CSV; whole-process wall time; \
              idemwatch busy {:.0}% of one core",
             100.0 * super::slices::median(&cpu_share)
         );
