@@ -1,10 +1,19 @@
 //! `cargo bench --bench bench [-- AREA…]`: idemwatch's benchmarks, each compared with a
 //! baseline measured in the same run. Method and results: docs/PERFORMANCE.md.
 //!
-//! Environment: `BENCH_SECONDS` (per measurement, default 5), `TEST_DATABASE_URL` (an
-//! existing PostgreSQL; otherwise a throwaway cluster is started as in the tests).
+//! Areas: guard, tailer, pages, export, footprint, exporter (all when none is named).
+//!
+//! Environment: `BENCH_SCALE` (`small`, the default, or `full`: 1 M keys / 10 M
+//! attempts, 10 M records for the backlog), `BENCH_KEYS` / `BENCH_BACKLOG_RECORDS` to
+//! override, `BENCH_ROUNDS` × `BENCH_SLICE_MS` (interleaved slices per side, default
+//! 10 × 500 ms), `TEST_DATABASE_URL` (an existing PostgreSQL; otherwise a throwaway
+//! cluster is started as in the tests).
 
+mod export;
+mod exporter;
 mod guard;
+mod http;
+mod pages;
 #[path = "../../tests/it/support/pg.rs"]
 #[allow(
     dead_code,
@@ -12,15 +21,17 @@ mod guard;
 )]
 mod pg;
 mod report;
+mod seed;
+mod slices;
+mod tailer;
 
 use idemwatch::store::{Store, StoreOptions};
-use std::time::Duration;
 
-async fn fresh_postgres() -> Store {
+async fn fresh_postgres(tag: &str) -> (Store, String) {
     let admin = pg::admin_url()
         .await
         .unwrap_or_else(|why| panic!("PostgreSQL is needed for benchmarks: {why}"));
-    let name = format!("idemwatch_bench_{}", std::process::id());
+    let name = format!("idemwatch_bench_{tag}_{}", std::process::id());
     let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin)
         .await
         .unwrap();
@@ -45,7 +56,7 @@ async fn fresh_postgres() -> Store {
     .await
     .unwrap();
     store.migrate().await.unwrap();
-    store
+    (store, url)
 }
 
 async fn fresh_sqlite(dir: &std::path::Path) -> Store {
@@ -74,18 +85,96 @@ async fn main() {
     }
     let areas: Vec<String> = args.into_iter().filter(|a| !a.starts_with('-')).collect();
     let wants = |area: &str| areas.is_empty() || areas.iter().any(|a| a == area);
-    let seconds = std::env::var("BENCH_SECONDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
-    let duration = Duration::from_secs(seconds);
+    let scale = Scale::from_env();
+    let plan = slices::Plan::from_env();
+    println!("scale: {scale:?}; {plan:?}");
     let mut figures = Vec::new();
     if wants("guard") {
-        let pg = fresh_postgres().await;
-        guard::run(&pg, "PostgreSQL", duration, &mut figures).await;
+        let (pg, _) = fresh_postgres("guard").await;
+        guard::run(&pg, "PostgreSQL", plan, &mut figures).await;
         let dir = tempfile::tempdir().unwrap();
         let lite = fresh_sqlite(dir.path()).await;
-        guard::run(&lite, "SQLite", duration, &mut figures).await;
+        guard::run(&lite, "SQLite", plan, &mut figures).await;
+    }
+    if wants("tailer") {
+        let (pg, url) = fresh_postgres("tailer").await;
+        tailer::ingest(&pg, plan, scale.tail_rows, &mut figures).await;
+        tailer::lag(&pg, &url, 2000, 10, &mut figures).await;
+    }
+    let seeded = ["pages", "export", "footprint", "exporter"];
+    if seeded.iter().any(|a| wants(a)) {
+        let (pg, url) = fresh_postgres("seeded").await;
+        let version: String = sqlx::query_scalar("SELECT version()")
+            .fetch_one(seed::pg(&pg))
+            .await
+            .unwrap();
+        println!("{version}");
+        let took = seed::seed(&pg, 0, scale.keys, 10, scale.unknown, true).await;
+        figures.push(report::Figure::plain(
+            format!("seeding {} keys / {} attempts", scale.keys, scale.keys * 10),
+            "s",
+            took,
+            "INSERT … SELECT generate_series, indexes rebuilt after".into(),
+            None,
+        ));
+        if wants("pages") {
+            pages::run(&pg, scale.keys, plan, 8, &mut figures).await;
+        }
+        let bin = (wants("export") || wants("footprint")).then(export::release_binary);
+        if let Some(bin) = &bin {
+            if wants("export") {
+                let sizes = [100_000, scale.keys * 10];
+                export::run(&pg, &url, bin, &sizes, &mut figures).await;
+            }
+            if wants("footprint") {
+                export::footprint(&url, bin, &mut figures).await;
+            }
+        }
+        if wants("exporter") {
+            exporter::scrape(&pg, plan, &mut figures).await;
+            if scale.backlog_records > scale.keys {
+                let took = seed::seed(&pg, scale.keys, scale.backlog_records, 10, 0, false).await;
+                figures.push(report::Figure::plain(
+                    format!("seeding records up to {}", scale.backlog_records),
+                    "s",
+                    took,
+                    "records only (no attempts) for the backlog figure".into(),
+                    None,
+                ));
+            }
+            exporter::backlog_refresh(&pg, plan.rounds, scale.backlog_records, &mut figures).await;
+        }
     }
     report::print(&figures);
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Scale {
+    keys: u64,
+    unknown: u64,
+    backlog_records: u64,
+    tail_rows: u64,
+}
+
+impl Scale {
+    fn from_env() -> Scale {
+        let full = std::env::var("BENCH_SCALE").is_ok_and(|s| s == "full");
+        let get = |name: &str, default: u64| {
+            std::env::var(name)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(default)
+        };
+        let (keys, records, tail) = if full {
+            (1_000_000, 10_000_000, 500_000)
+        } else {
+            (100_000, 1_000_000, 100_000)
+        };
+        Scale {
+            keys: get("BENCH_KEYS", keys),
+            unknown: 10_000,
+            backlog_records: get("BENCH_BACKLOG_RECORDS", records),
+            tail_rows: get("BENCH_TAIL_ROWS", tail),
+        }
+    }
 }

@@ -10,10 +10,10 @@ impl Latencies {
         samples.sort();
         Self(samples)
     }
-    pub fn count(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.0.len()
     }
-    fn quantile_ms(&self, q: f64) -> f64 {
+    pub fn quantile_ms(&self, q: f64) -> f64 {
         if self.0.is_empty() {
             return f64::NAN;
         }
@@ -49,6 +49,7 @@ impl Figure {
         baseline: f64,
         target: Option<(&str, bool)>,
     ) -> Figure {
+        eprintln!("measured: {name}: {value:.2} {unit} (baseline {baseline:.2})");
         Figure {
             name,
             unit: unit.into(),
@@ -67,6 +68,7 @@ impl Figure {
         note: String,
         target: Option<(&str, bool)>,
     ) -> Figure {
+        eprintln!("measured: {name}: {value:.2} {unit} ({note})");
         Figure {
             name,
             unit: unit.into(),

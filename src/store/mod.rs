@@ -83,6 +83,16 @@ impl Store {
                 let pool = PgPoolOptions::new()
                     .max_connections(options.max_connections)
                     .acquire_timeout(options.acquire_timeout)
+                    // PostgreSQL's JIT (on by default from cost 100,000) compiles the
+                    // big export and verify statements for ~0.25 s and then saves
+                    // nothing on a streaming join (docs/PERFORMANCE.md, export). A SET
+                    // rather than a startup option: PgBouncer refuses unknown ones.
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            sqlx::Executor::execute(conn, "SET jit = off").await?;
+                            Ok(())
+                        })
+                    })
                     .connect(url)
                     .await?;
                 Ok(Store::Postgres(pool))

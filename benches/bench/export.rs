@@ -1,0 +1,238 @@
+//! The release binary as a child process: `idemwatch export --format csv` (stdout to
+//! /dev/null) next to `psql` running `COPY (the same query) TO STDOUT CSV`, with the
+//! exporter's peak RSS; then the footprint of `idemwatch serve`.
+
+use super::http::Client;
+use super::report::Figure;
+use super::seed;
+use idemwatch::store::Store;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Builds the release binary (a no-op when it is current) and returns its path.
+pub fn release_binary() -> PathBuf {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--bin", "idemwatch"])
+        .status()
+        .unwrap();
+    assert!(status.success(), "cargo build --release failed");
+    let dir = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    Path::new(&dir).join("release/idemwatch")
+}
+
+/// A `/proc/<pid>/status` field in kB, e.g. `VmHWM`.
+fn proc_kb(pid: u32, field: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    text.lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Runs `cmd` to completion; wall time and the peak RSS (VmHWM, polled every 5 ms;
+/// it only grows, so the last reading before exit is the peak up to 5 ms before).
+/// Also the child's CPU time (utime + stime from /proc/<pid>/stat, polled likewise;
+/// clock ticks of 1/100 s, Linux's USER_HZ).
+fn run_measured(mut cmd: Command) -> (Duration, u64, f64) {
+    let started = Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (mut peak, mut cpu) = (0, 0.0);
+    loop {
+        if let Some(kb) = proc_kb(pid, "VmHWM") {
+            peak = peak.max(kb);
+        }
+        if let Some(s) = cpu_seconds(pid) {
+            cpu = s;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            if !status.success() {
+                use std::io::Read;
+                child
+                    .stderr
+                    .take()
+                    .unwrap()
+                    .read_to_string(&mut err)
+                    .unwrap();
+                panic!("{cmd:?} failed: {err}");
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (started.elapsed(), peak, cpu)
+}
+
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+/// The export's query (src/store/export.rs, unfiltered) for psql's COPY.
+const EXPORT_SQL: &str = "SELECT a.id, a.key, a.seq, a.occurred_at, a.tenant, a.tool, r.workflow_id, r.step_id, \
+    r.intent_id, r.business_ref, r.status, a.kind, a.actor, a.fencing_token, a.duration_ms, \
+    a.detail, a.prev_hash, a.hash, r.log_seq, r.log_hash \
+    FROM idempotency_attempts a JOIN idempotency_records r ON r.key = a.key";
+
+/// Exports of the newest `rows` attempt rows (via `--since`), alternating with psql.
+pub async fn run(store: &Store, url: &str, bin: &Path, sizes: &[u64], figures: &mut Vec<Figure>) {
+    let total: i64 = sqlx::query_scalar("SELECT count(*) FROM idempotency_attempts")
+        .fetch_one(seed::pg(store))
+        .await
+        .unwrap();
+    for &rows in sizes {
+        let since: Option<String> = if rows as i64 >= total {
+            None
+        } else {
+            let t: chrono::DateTime<chrono::Utc> = sqlx::query_scalar(
+                "SELECT occurred_at FROM idempotency_attempts ORDER BY occurred_at DESC OFFSET $1 LIMIT 1",
+            )
+            .bind(rows as i64 - 1)
+            .fetch_one(seed::pg(store))
+            .await
+            .unwrap();
+            Some(idemwatch::guard::rfc3339(t))
+        };
+        let n: i64 = match &since {
+            Some(s) => sqlx::query_scalar(
+                "SELECT count(*) FROM idempotency_attempts WHERE occurred_at >= $1::timestamptz",
+            )
+            .bind(s)
+            .fetch_one(seed::pg(store))
+            .await
+            .unwrap(),
+            None => total,
+        };
+        let repeats = if n > 2_000_000 { 1 } else { 3 };
+        let (mut ours, mut theirs, mut peak, mut cpu_share) =
+            (Vec::new(), Vec::new(), 0, Vec::new());
+        for i in 0..repeats * 2u32 {
+            if i.is_multiple_of(2) == (i / 2).is_multiple_of(2) {
+                let mut cmd = Command::new(bin);
+                cmd.args(["export", "--format", "csv", "--database-url", url]);
+                if let Some(s) = &since {
+                    cmd.args(["--since", s]);
+                }
+                let (t, kb, cpu) = run_measured(cmd);
+                ours.push(n as f64 / t.as_secs_f64());
+                cpu_share.push(cpu / t.as_secs_f64());
+                peak = peak.max(kb);
+            } else {
+                let filter = since
+                    .as_ref()
+                    .map(|s| format!(" WHERE a.occurred_at >= '{s}'"))
+                    .unwrap_or_default();
+                let sql = format!(
+                    "COPY ({EXPORT_SQL}{filter} ORDER BY a.key, a.seq) TO STDOUT (FORMAT csv, HEADER)"
+                );
+                let mut cmd = Command::new("psql");
+                // The same session settings as idemwatch's pool (src/store/mod.rs).
+                cmd.args(["-X", "-q", url, "-c", &sql])
+                    .env("PGOPTIONS", "-c jit=off");
+                let (t, _, _) = run_measured(cmd);
+                theirs.push(n as f64 / t.as_secs_f64());
+            }
+        }
+        let (rate, base) = (super::slices::median(&ours), super::slices::median(&theirs));
+        let mut f = Figure::ratio(
+            format!("export --format csv, {n} rows (PostgreSQL)"),
+            "rows/s",
+            rate,
+            base,
+            Some((">= 200,000 rows/s", rate >= 200_000.0)),
+        );
+        f.note = format!(
+            "baseline: psql COPY (same query, jit off as ours) TO STDOUT CSV; whole-process wall time; \
+             idemwatch busy {:.0}% of one core",
+            100.0 * super::slices::median(&cpu_share)
+        );
+        figures.push(f);
+        figures.push(Figure::plain(
+            format!("export peak RSS, {n} rows"),
+            "MiB",
+            peak as f64 / 1024.0,
+            "VmHWM of the child process".into(),
+            Some(("< 64 MiB", (peak as f64 / 1024.0) < 64.0)),
+        ));
+    }
+}
+
+/// `serve` against the seeded database: idle RSS once /readyz answers and it has
+/// been idle 5 s (tailer, backlog refresher and pruner running), and the binary size.
+pub async fn footprint(url: &str, bin: &Path, figures: &mut Vec<Figure>) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new(bin)
+        .args([
+            "serve",
+            "--database-url",
+            url,
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let addr = format!("127.0.0.1:{port}").parse().unwrap();
+    let started = Instant::now();
+    let ready = loop {
+        if let Ok(Ok(_)) =
+            tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr)).await
+        {
+            let mut c = Client::connect(addr).await;
+            if c.get("/readyz").await.0 == 200 {
+                break started.elapsed();
+            }
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "serve did not become ready"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let rss = proc_kb(child.id(), "VmRSS").unwrap_or(0) as f64 / 1024.0;
+    let mut c = Client::connect(addr).await;
+    for path in ["/", "/keys", "/backlog", "/metrics"] {
+        c.get(path).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = proc_kb(child.id(), "VmRSS").unwrap_or(0) as f64 / 1024.0;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    figures.push(Figure::plain(
+        "serve idle RSS (PostgreSQL)".into(),
+        "MiB",
+        rss,
+        format!(
+            "ready in {:.2} s; {after:.1} MiB after one request to each of /, /keys, /backlog, /metrics",
+            ready.as_secs_f64()
+        ),
+        Some(("< 40 MiB", rss < 40.0)),
+    ));
+    let size = std::fs::metadata(bin).unwrap().len() as f64 / (1024.0 * 1024.0);
+    figures.push(Figure::plain(
+        "release binary size".into(),
+        "MiB",
+        size,
+        bin.display().to_string(),
+        None,
+    ));
+}

@@ -1,0 +1,73 @@
+//! A minimal keep-alive HTTP/1.1 client (hyper's connection API) and a pool of
+//! connections, one per concurrent client.
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+pub struct Client {
+    sender: SendRequest<Empty<Bytes>>,
+}
+
+impl Client {
+    pub async fn connect(addr: SocketAddr) -> Client {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.unwrap();
+        tokio::spawn(conn);
+        Client { sender }
+    }
+
+    /// GET `path`; the status and the body length (the body is read in full).
+    pub async fn get(&mut self, path: &str) -> (u16, usize) {
+        self.sender.ready().await.unwrap();
+        let req = hyper::Request::get(path)
+            .header(hyper::header::HOST, "127.0.0.1")
+            .body(Empty::new())
+            .unwrap();
+        let resp = self.sender.send_request(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, body.len())
+    }
+}
+
+/// Connections shared by the workers of a measurement: each call takes one and gives
+/// it back, so `n` workers on `n` connections never wait for each other.
+#[derive(Clone)]
+pub struct Pool(Arc<Mutex<Vec<Client>>>);
+
+impl Pool {
+    pub async fn new(addr: SocketAddr, n: usize) -> Pool {
+        let mut clients = Vec::new();
+        for _ in 0..n {
+            clients.push(Client::connect(addr).await);
+        }
+        Pool(Arc::new(Mutex::new(clients)))
+    }
+
+    /// GET `path`, asserting `expect`; the body length.
+    pub async fn get(&self, path: &str, expect: u16) -> usize {
+        let mut c = self
+            .0
+            .lock()
+            .unwrap()
+            .pop()
+            .expect("one connection per worker");
+        let (status, len) = c.get(path).await;
+        self.0.lock().unwrap().push(c);
+        assert_eq!(status, expect, "GET {path}");
+        len
+    }
+}
+
+/// Serves `app` on a free loopback port in this process.
+pub async fn serve(app: axum::Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
