@@ -66,10 +66,7 @@ impl TryFrom<SummaryRow> for KeySummary {
     type Error = StoreError;
     fn try_from(r: SummaryRow) -> Result<Self, StoreError> {
         Ok(KeySummary {
-            status: r
-                .status
-                .parse()
-                .map_err(|e| StoreError::Corrupt(format!("record {}: {e}", r.key)))?,
+            status: super::rows::status_of(&r.key, &r.status)?,
             key: r.key,
             tenant: r.tenant,
             tool: r.tool,

@@ -1,10 +1,16 @@
 //! Row shapes as sqlx decodes them, and their conversion into domain values.
 
 use super::StoreError;
-use crate::guard::{Attempt, Record};
+use crate::guard::{Attempt, Record, Status};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::types::Json;
+
+/// A stored status this version cannot read is a corrupt row, named by its key.
+pub(crate) fn status_of(key: &str, text: &str) -> Result<Status, StoreError> {
+    text.parse()
+        .map_err(|e| StoreError::Corrupt(format!("record {key}: {e}")))
+}
 
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct RecordRow {
@@ -35,10 +41,7 @@ impl TryFrom<RecordRow> for Record {
     type Error = StoreError;
     fn try_from(r: RecordRow) -> Result<Record, StoreError> {
         Ok(Record {
-            status: r
-                .status
-                .parse()
-                .map_err(|e| StoreError::Corrupt(format!("record {}: {e}", r.key)))?,
+            status: status_of(&r.key, &r.status)?,
             key: r.key,
             tenant: r.tenant,
             tool: r.tool,
