@@ -14,7 +14,7 @@ mod roles;
 pub mod secrets;
 
 pub use config::{ApiToken, AuthFile, Mode, ProxySettings, User};
-pub use roles::{Permission, Principal, Role, Via};
+pub use roles::{Permission, Principal, Role, Scope, Via};
 
 use axum::http::HeaderMap;
 use ipnet::IpNet;
@@ -105,10 +105,15 @@ impl Authenticator {
         let hash = secrets::hash_token(token);
         let file = self.file.as_ref()?;
         let t = file.tokens.iter().find(|t| t.sha256 == hash)?;
+        let set = |l: &Option<Vec<String>>| l.as_ref().map(|l| l.iter().cloned().collect());
         Some(Principal {
             name: t.name.clone(),
             roles: t.roles.iter().copied().collect(),
             via: Via::Token,
+            scope: Scope {
+                tenants: set(&t.tenants),
+                tools: set(&t.tools),
+            },
         })
     }
 
@@ -135,6 +140,7 @@ impl Authenticator {
             name: user.to_string(),
             roles,
             via: Via::Proxy,
+            scope: Scope::default(),
         })
     }
 
@@ -173,6 +179,7 @@ impl Authenticator {
             name: user.name.clone(),
             roles: user.roles.iter().copied().collect(),
             via: Via::Session,
+            scope: Scope::default(),
         })
     }
 

@@ -12,17 +12,22 @@ mod engine;
 mod error;
 pub mod key;
 mod operation;
+mod policy;
 mod record;
 mod status;
+mod steps;
+mod tools_file;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use decide::{Admission, ResolveRequest};
+pub use decide::{Admission, Lookup, ResolveRequest, differing_fields};
 pub use engine::{Guard, GuardSettings, Outcome, ToolCall};
 pub use error::GuardError;
 pub use key::{BusinessArgs, FencingToken, Fingerprint, IdempotencyKey, Intent, KeyError};
 pub use operation::{ErrorClass, Operation};
+pub use policy::{ToolPolicies, ToolPolicy};
 pub use record::{
     Attempt, AttemptDraft, ChainFields, GENESIS_HASH, RETENTION_MARGIN, Record, chain_hash,
     rfc3339, seal,
 };
 pub use status::{AttemptKind, Resolution, Status, UnknownName};
+pub use steps::{Admitted, CallOutcome, Reconciled};

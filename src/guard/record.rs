@@ -57,9 +57,14 @@ impl Record {
     /// or a tenth of the retention when that is shorter (providers that forget keys
     /// after minutes).
     pub fn provider_remembers_key(&self, now: DateTime<Utc>) -> bool {
+        now < self.resend_safe_until()
+    }
+
+    /// Until when a resend is safe: the provider's deadline less the margin above.
+    pub fn resend_safe_until(&self) -> DateTime<Utc> {
         let retention = self.provider_retention_until - self.created_at;
         let margin = RETENTION_MARGIN.min(retention / 10);
-        now + margin < self.provider_retention_until
+        self.provider_retention_until - margin
     }
 }
 
@@ -94,8 +99,8 @@ impl AttemptDraft {
         self.detail = detail;
         self
     }
-    pub fn duration_ms(mut self, ms: i64) -> Self {
-        self.duration_ms = Some(ms);
+    pub fn duration_ms(mut self, ms: impl Into<Option<i64>>) -> Self {
+        self.duration_ms = ms.into();
         self
     }
 }

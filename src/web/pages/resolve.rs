@@ -9,9 +9,7 @@
 
 use super::{Badge, Layout, status_badge};
 use crate::auth::Principal;
-use crate::guard::{
-    Guard, GuardError, GuardSettings, IdempotencyKey, Record, Resolution, ResolveRequest, Status,
-};
+use crate::guard::{Guard, GuardError, IdempotencyKey, Record, Resolution, ResolveRequest, Status};
 use crate::web::auth::{Csrf, check_form_csrf, require_resolve};
 use crate::web::filters::{When, compact, duration, pretty, short_key, when};
 use crate::web::{AppState, Error};
@@ -34,12 +32,8 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The guard the web layer resolves through: the store and clock of the pages.
-pub fn guard(state: &AppState) -> Guard {
-    Guard::new(
-        state.store.clone(),
-        state.clock.clone(),
-        GuardSettings::default(),
-    )
+pub fn guard(state: &AppState) -> &Guard {
+    &state.guard
 }
 
 /// A whole key from a path: 64 lowercase hex digits.

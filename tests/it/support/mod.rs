@@ -1,6 +1,7 @@
 //! Shared test harness: a fresh database per test on either backend.
 
 pub mod auth;
+pub mod guard_api;
 pub mod pg;
 pub mod provider;
 pub mod server;
