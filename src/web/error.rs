@@ -287,10 +287,6 @@ tokio::task_local! {
     static WANTS_PROBLEM: bool;
 }
 
-/// Marks a response whose body already is the error's problem document.
-#[derive(Debug, Clone, Copy)]
-struct Rendered;
-
 #[derive(Template)]
 #[template(path = "error.html")]
 struct ErrorPage<'a> {
@@ -311,9 +307,7 @@ impl IntoResponse for Error {
         }
         let problem = self.problem();
         let mut response = if WANTS_PROBLEM.try_with(|w| *w).unwrap_or(false) {
-            let mut r = problem.response();
-            r.extensions_mut().insert(Rendered);
-            r
+            problem.response()
         } else {
             let page = ErrorPage {
                 layout: Layout::new(problem.title, ""),
@@ -356,7 +350,7 @@ pub async fn json_under_api(request: Request, next: Next) -> Response {
     }
     let response = WANTS_PROBLEM.scope(true, next.run(request)).await;
     let status = response.status();
-    let done = response.extensions().get::<Rendered>().is_some();
+    let done = response.extensions().get::<problem::Rendered>().is_some();
     if done || !(status.is_client_error() || status.is_server_error()) {
         return response;
     }

@@ -15,6 +15,11 @@ use serde_json::{Map, Value, json};
 
 pub const CONTENT_TYPE: &str = "application/problem+json";
 
+/// Marks a response whose body already is a problem document, so the middleware that
+/// rewrites other error responses (`error::json_under_api`) leaves it alone.
+#[derive(Debug, Clone, Copy)]
+pub struct Rendered;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Problem {
     pub status: StatusCode,
@@ -94,6 +99,7 @@ impl Problem {
             .headers_mut()
             .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
         self.add_headers(&mut response);
+        response.extensions_mut().insert(Rendered);
         response
     }
 

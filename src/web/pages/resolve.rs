@@ -432,11 +432,15 @@ async fn refused(
         .ok_or_else(|| Error::NotFound(format!("No key {key} is recorded.")))?;
     let error = Error::from(e);
     let status = error.status();
-    let title = match &error {
-        Error::Conflict(_) if current.status == Status::InProgress => "A worker holds this key",
-        Error::Conflict(_) => "Someone else acted first",
-        Error::Unprocessable(_) => "This key cannot be resolved that way",
-        Error::BadRequest { .. } => return form_again(&current, form, error, now, csrf_token),
+    let title = match (&error, status) {
+        (Error::BadRequest { .. }, _) => {
+            return form_again(&current, form, error, now, csrf_token);
+        }
+        (_, StatusCode::CONFLICT) if current.status == Status::InProgress => {
+            "A worker holds this key"
+        }
+        (_, StatusCode::CONFLICT) => "Someone else acted first",
+        (_, StatusCode::UNPROCESSABLE_ENTITY) => "This key cannot be resolved that way",
         _ => return Err(error),
     };
     let page = RefusedPage {
