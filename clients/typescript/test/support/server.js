@@ -4,7 +4,7 @@
 // are skipped loudly, and under CI=true they fail.
 
 import { spawn, spawnSync } from "node:child_process";
-import { createWriteStream, existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -49,16 +49,20 @@ export async function startServer(backend) {
   const help = spawnSync(serverBinary(), ["serve", "--help"], { encoding: "utf8" }).stdout ?? "";
   // A short lease margin keeps the killed-worker case to seconds, where the server has one.
   if (help.includes("--lease-margin")) args.push("--lease-margin", "2s");
-  const logPath = join(tmp, "serve.log");
-  const log = createWriteStream(logPath);
   const child = spawn(serverBinary(), args, { env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn" }, stdio: ["ignore", "pipe", "pipe"] });
-  child.stdout.pipe(log);
-  child.stderr.pipe(log);
+  let output = "";
+  const keep = (chunk) => (output = (output + chunk).slice(-20_000));
+  child.stdout.on("data", keep);
+  child.stderr.on("data", keep);
+  const exited = new Promise((r) => child.once("close", r));
   const url = `http://127.0.0.1:${port}`;
-  const tail = () => (existsSync(logPath) ? readFileSync(logPath, "utf8").split("\n").slice(-40).join("\n") : "");
+  const tail = () => output.split("\n").slice(-40).join("\n");
   const deadline = Date.now() + 60_000;
   while (Date.now() < deadline) {
-    if (child.exitCode !== null) throw new Error(`idemwatch serve (${backend}) exited ${child.exitCode}:\n${tail()}`);
+    if (child.exitCode !== null) {
+      await exited;
+      throw new Error(`idemwatch serve (${backend}) exited ${child.exitCode}:\n${tail()}`);
+    }
     try {
       const r = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(2000) });
       if (r.status === 200) {
