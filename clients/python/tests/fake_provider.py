@@ -38,6 +38,7 @@ class FakeProvider:
         self.received: list[dict[str, Any]] = []
         self.calls = 0
         self.latency = 0.0
+        ThreadingHTTPServer.request_queue_size = 64
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
