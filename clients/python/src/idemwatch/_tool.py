@@ -70,7 +70,7 @@ def _classify(classify: Classify | None, exc: BaseException) -> ErrorClass:
 
 def backoff_delay(attempt: int, retry_after: float | None, base: float, cap: float) -> float:
     """Exponential backoff with jitter, never sooner than the server's ``retry_after``."""
-    exp = min(cap, base * (2**attempt))
+    exp = min(cap, base * 2.0**attempt)
     return max(retry_after or 0.0, exp) + random.uniform(0, base / 2)
 
 
