@@ -34,6 +34,8 @@ CASES = [
     (problem("lease_lost", 409, current_token=3), idemwatch.LeaseLost, False),
     (problem("payload_mismatch", 422, stored_fingerprint="s", fingerprint="f", differing_fields=["amount_p"]), idemwatch.PayloadMismatch, False),
     (problem("unavailable", 503, retry_after=2), idemwatch.Unavailable, True),
+    (problem("internal", 500), idemwatch.Unavailable, True),
+    (problem("too_large", 413), idemwatch.InvalidRequest, False),
 ]
 
 

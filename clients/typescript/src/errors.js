@@ -111,6 +111,11 @@ const BY_CODE = {
   lease_lost: LeaseLost,
   payload_mismatch: PayloadMismatch,
   unavailable: Unavailable,
+  internal: Unavailable,
+  timeout: Unavailable,
+  // A client bug, not a passing condition: retrying the same request cannot help.
+  too_large: InvalidRequest,
+  method_not_allowed: InvalidRequest,
 };
 
 /** A `Retry-After` header: delay-seconds or an HTTP date. */

@@ -43,6 +43,8 @@ const CASES = [
   [problem("lease_lost", 409, { current_token: 3 }), LeaseLost, false],
   [problem("payload_mismatch", 422, { stored_fingerprint: "s", fingerprint: "f", differing_fields: ["amount_p"] }), PayloadMismatch, false],
   [problem("unavailable", 503, { retry_after: 2 }), Unavailable, true],
+  [problem("internal", 500), Unavailable, true],
+  [problem("too_large", 413), InvalidRequest, false],
 ];
 
 for (const [doc, Cls, retryable] of CASES) {

@@ -176,6 +176,11 @@ _BY_CODE: dict[str, type[IdemwatchError]] = {
     "lease_lost": LeaseLost,
     "payload_mismatch": PayloadMismatch,
     "unavailable": Unavailable,
+    "internal": Unavailable,
+    "timeout": Unavailable,
+    # A client bug, not a passing condition: retrying the same request cannot help.
+    "too_large": InvalidRequest,
+    "method_not_allowed": InvalidRequest,
 }
 
 
