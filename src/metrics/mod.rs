@@ -47,8 +47,8 @@ metric_families! {
         idempotency_transitions_total: IntCounterVec["tool", "tenant", "status"],
         /// Manual resolutions of undecided keys by a person: done, failed, release.
         idempotency_resolutions_total: IntCounterVec["tool", "tenant", "resolution"],
-        /// Keys handed to a person: UNKNOWN, not found at a provider that has already
-        /// forgotten the key.
+        /// Escalation events, not keys: a key left UNKNOWN for a person (not found at a
+        /// provider that has already forgotten it); every redelivery counts again.
         idempotency_escalations_total: IntCounterVec["tool", "tenant"],
         /// Keys in UNKNOWN now: the provider may or may not have performed the effect.
         idempotency_unknown_backlog: IntGaugeVec["tool", "tenant"],

@@ -1,10 +1,14 @@
 //! Shared test harness: a fresh database per test on either backend.
 
+pub mod alertmanager;
 pub mod auth;
+pub mod dashboard;
 pub mod pg;
+pub mod process;
 pub mod provider;
 pub mod server;
 pub mod webdriver;
+pub mod webhook;
 
 use idemwatch::store::{Store, StoreOptions};
 use sqlx::Connection;
