@@ -208,6 +208,41 @@ pub fn settle(
     (vec![attempt], Ok(()))
 }
 
+/// What a takeover does after looking the effect up at the provider: record the
+/// effect it found; resend while that is safe (not found, or a failed lookup on a key
+/// a person released); otherwise stay UNKNOWN (a failed lookup) or ask a person (not
+/// found, and a resend is no longer safe). `lookup` is the lookup's result or why it
+/// failed; `before` is the record as the takeover found it.
+pub fn after_lookup(
+    before: &Record,
+    lookup: Result<Option<Value>, String>,
+    duration_ms: i64,
+    now: DateTime<Utc>,
+) -> Settlement {
+    let remembers = before.provider_remembers_key(now);
+    match lookup {
+        Ok(Some(result)) => Settlement::ReconciledFound {
+            result,
+            duration_ms,
+        },
+        Ok(None) if remembers => Settlement::Resent {
+            reason: "not found at the provider, which still remembers the key",
+        },
+        Err(_) if remembers && before.release_approved => Settlement::Resent {
+            reason: "provider lookup failed; a person released the key for resend",
+        },
+        Err(reason) => Settlement::Unknown {
+            reason,
+            duration_ms: Some(duration_ms),
+        },
+        Ok(None) => Settlement::Escalated {
+            reason:
+                "not found at the provider, which has forgotten the key: a resend could pay twice"
+                    .to_string(),
+        },
+    }
+}
+
 fn settlement_kind(s: &Settlement) -> AttemptKind {
     match s {
         Settlement::Completed { .. } => AttemptKind::Completed,

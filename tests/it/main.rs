@@ -10,6 +10,7 @@ mod browser_resolve;
 mod cli;
 mod demo;
 mod export;
+mod guard_clock;
 mod guard_faults;
 mod guard_random;
 mod metrics;
