@@ -2,6 +2,7 @@
 //! attempt rows that describe what it did; the store writes the record change and the
 //! rows in one transaction.
 
+use super::deadline::LeaseState;
 use super::key::BusinessArgs;
 use super::record::{AttemptDraft, Record};
 use super::status::{AttemptKind, Resolution, Status};
@@ -65,7 +66,7 @@ pub fn admit_existing(
                 Admission::ReplayFailure { error },
             )
         }
-        Status::InProgress if rec.lease_until > now => {
+        Status::InProgress if rec.lease_state(now) == LeaseState::Held => {
             let attempt = draft(AttemptKind::InFlightRejected)
                 .detail(json!({ "lease_until": rec.lease_until }));
             (
@@ -202,6 +203,7 @@ pub fn settle(
             draft(AttemptKind::Escalated).detail(json!({
                 "reason": reason,
                 "provider_retention_until": rec.provider_retention_until,
+                "resend_safe_until": rec.resend_safe_until,
             }))
         }
     };
@@ -219,7 +221,7 @@ pub fn after_lookup(
     duration_ms: i64,
     now: DateTime<Utc>,
 ) -> Settlement {
-    let remembers = before.provider_remembers_key(now);
+    let remembers = before.resend_safe(now);
     match lookup {
         Ok(Some(result)) => Settlement::ReconciledFound {
             result,
@@ -236,9 +238,10 @@ pub fn after_lookup(
             duration_ms: Some(duration_ms),
         },
         Ok(None) => Settlement::Escalated {
-            reason:
-                "not found at the provider, which has forgotten the key: a resend could pay twice"
-                    .to_string(),
+            reason: "not found at the provider, and a resend is no longer safe (the provider \
+                     forgets the key within the safety margin, or already has): a resend could \
+                     pay twice"
+                .to_string(),
         },
     }
 }
@@ -299,15 +302,17 @@ pub fn resolve(
                 rec.status
             ),
         })
-    } else if rec.status == Status::InProgress && rec.lease_until > now {
+    } else if rec.lease_state(now) == LeaseState::Held {
         Some(Refusal::InFlight {
             lease_until: rec.lease_until,
         })
-    } else if req.resolution == Resolution::Release && !rec.provider_remembers_key(now) {
+    } else if req.resolution == Resolution::Release && !rec.resend_safe(now) {
         Some(Refusal::NotResolvable {
             why: format!(
-                "the provider forgot this key at {}, so a resend could perform the effect twice; \
-                 check the provider and mark the key done or failed instead",
+                "a resend is no longer safe since {} (the provider forgets this key at {}), so \
+                 it could perform the effect twice; check the provider and mark the key done or \
+                 failed instead",
+                rec.resend_safe_until.format("%Y-%m-%d %H:%M:%S UTC"),
                 rec.provider_retention_until.format("%Y-%m-%d %H:%M:%S UTC")
             ),
         })

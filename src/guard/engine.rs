@@ -1,6 +1,7 @@
 //! The guarded wrapper: claim, execute, settle, take over, reconcile, resolve.
 
 use super::clock::Clock;
+use super::deadline::resend_safe_until;
 use super::decide::{self, Admission, Refusal, ResolveRequest, Settlement};
 use super::error::GuardError;
 use super::key::{BusinessArgs, IdempotencyKey, Intent};
@@ -124,6 +125,8 @@ impl Guard {
         let lease = self.lease(op);
         let build = || {
             let now = self.clock.now();
+            // The provider starts remembering the key at the first send.
+            let provider_retention_until = now + op.key_retention();
             let record = Record {
                 key: key.to_string(),
                 tenant: call.intent.tenant.clone(),
@@ -140,8 +143,8 @@ impl Guard {
                 attempt_count: 1,
                 result: None,
                 error: None,
-                // The provider starts remembering the key at the first send.
-                provider_retention_until: now + op.key_retention(),
+                provider_retention_until,
+                resend_safe_until: resend_safe_until(now, provider_retention_until),
                 release_approved: false,
                 created_at: now,
                 updated_at: now,

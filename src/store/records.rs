@@ -33,6 +33,7 @@ macro_rules! bind_claim {
             .bind($r.result.as_ref().map(Json))
             .bind(&$r.error)
             .bind($r.provider_retention_until)
+            .bind($r.resend_safe_until)
             .bind($r.release_approved)
             .bind($r.created_at)
             .bind($r.updated_at)

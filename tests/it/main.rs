@@ -16,6 +16,7 @@ mod guard_random;
 mod metrics;
 mod page_indexes;
 mod pages;
+mod past_retention;
 mod prometheus_e2e;
 mod resolve;
 mod ui_seed;
