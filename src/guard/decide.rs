@@ -2,6 +2,7 @@
 //! attempt rows that describe what it did; the store writes the record change and the
 //! rows in one transaction.
 
+use super::deadline::LeaseState;
 use super::key::BusinessArgs;
 use super::record::{AttemptDraft, Record};
 use super::status::{AttemptKind, Resolution, Status};
@@ -65,7 +66,7 @@ pub fn admit_existing(
                 Admission::ReplayFailure { error },
             )
         }
-        Status::InProgress if rec.lease_until > now => {
+        Status::InProgress if rec.lease_state(now) == LeaseState::Held => {
             let attempt = draft(AttemptKind::InFlightRejected)
                 .detail(json!({ "lease_until": rec.lease_until }));
             (
@@ -202,10 +203,47 @@ pub fn settle(
             draft(AttemptKind::Escalated).detail(json!({
                 "reason": reason,
                 "provider_retention_until": rec.provider_retention_until,
+                "resend_safe_until": rec.resend_safe_until,
             }))
         }
     };
     (vec![attempt], Ok(()))
+}
+
+/// What a takeover does after looking the effect up at the provider: record the
+/// effect it found; resend while that is safe (not found, or a failed lookup on a key
+/// a person released); otherwise stay UNKNOWN (a failed lookup) or ask a person (not
+/// found, and a resend is no longer safe). `lookup` is the lookup's result or why it
+/// failed; `before` is the record as the takeover found it.
+pub fn after_lookup(
+    before: &Record,
+    lookup: Result<Option<Value>, String>,
+    duration_ms: i64,
+    now: DateTime<Utc>,
+) -> Settlement {
+    let remembers = before.resend_safe(now);
+    match lookup {
+        Ok(Some(result)) => Settlement::ReconciledFound {
+            result,
+            duration_ms,
+        },
+        Ok(None) if remembers => Settlement::Resent {
+            reason: "not found at the provider, which still remembers the key",
+        },
+        Err(_) if remembers && before.release_approved => Settlement::Resent {
+            reason: "provider lookup failed; a person released the key for resend",
+        },
+        Err(reason) => Settlement::Unknown {
+            reason,
+            duration_ms: Some(duration_ms),
+        },
+        Ok(None) => Settlement::Escalated {
+            reason: "not found at the provider, and a resend is no longer safe (the provider \
+                     forgets the key within the safety margin, or already has): a resend could \
+                     pay twice"
+                .to_string(),
+        },
+    }
 }
 
 fn settlement_kind(s: &Settlement) -> AttemptKind {
@@ -264,15 +302,17 @@ pub fn resolve(
                 rec.status
             ),
         })
-    } else if rec.status == Status::InProgress && rec.lease_until > now {
+    } else if rec.lease_state(now) == LeaseState::Held {
         Some(Refusal::InFlight {
             lease_until: rec.lease_until,
         })
-    } else if req.resolution == Resolution::Release && !rec.provider_remembers_key(now) {
+    } else if req.resolution == Resolution::Release && !rec.resend_safe(now) {
         Some(Refusal::NotResolvable {
             why: format!(
-                "the provider forgot this key at {}, so a resend could perform the effect twice; \
-                 check the provider and mark the key done or failed instead",
+                "a resend is no longer safe since {} (the provider forgets this key at {}), so \
+                 it could perform the effect twice; check the provider and mark the key done or \
+                 failed instead",
+                rec.resend_safe_until.format("%Y-%m-%d %H:%M:%S UTC"),
                 rec.provider_retention_until.format("%Y-%m-%d %H:%M:%S UTC")
             ),
         })

@@ -1,6 +1,7 @@
 //! The guarded wrapper: claim, execute, settle, take over, reconcile, resolve.
 
 use super::clock::Clock;
+use super::deadline::resend_safe_until;
 use super::decide::{self, Admission, Refusal, ResolveRequest, Settlement};
 use super::error::GuardError;
 use super::key::{BusinessArgs, IdempotencyKey, Intent};
@@ -8,7 +9,7 @@ use super::operation::{ErrorClass, Operation};
 use super::record::{AttemptDraft, GENESIS_HASH, Record};
 use super::status::{AttemptKind, Status};
 use crate::store::{Claim, Store, StoreError};
-use chrono::TimeDelta;
+use chrono::{DateTime, TimeDelta, Utc};
 use futures::FutureExt;
 use serde_json::Value;
 use std::panic::AssertUnwindSafe;
@@ -110,7 +111,10 @@ impl Guard {
         }
     }
 
-    /// The atomic claim, or the decision for an existing key.
+    /// The atomic claim, or the decision for an existing key. The clock is read
+    /// inside the store's transaction, after any wait for the lock: a row written
+    /// after a wait carries the time it was written, and a takeover's lease starts
+    /// when the takeover does.
     pub async fn admit<O: Operation>(
         &self,
         key: &IdempotencyKey,
@@ -118,40 +122,45 @@ impl Guard {
         args: &BusinessArgs,
         op: &O,
     ) -> Result<Admission, GuardError> {
-        let now = self.clock.now();
         let lease = self.lease(op);
-        let record = Record {
-            key: key.to_string(),
-            tenant: call.intent.tenant.clone(),
-            tool: call.intent.tool.clone(),
-            workflow_id: call.intent.workflow_id.clone(),
-            step_id: call.intent.step_id.clone(),
-            intent_id: call.intent.intent_id.clone(),
-            business_ref: call.business_ref.clone(),
-            fingerprint: args.fingerprint.0.clone(),
-            business_args: args.value.clone(),
-            status: Status::InProgress,
-            fencing_token: 1,
-            lease_until: now + lease,
-            attempt_count: 1,
-            result: None,
-            error: None,
+        let build = || {
+            let now = self.clock.now();
             // The provider starts remembering the key at the first send.
-            provider_retention_until: now + op.key_retention(),
-            release_approved: false,
-            created_at: now,
-            updated_at: now,
-            log_seq: 0,
-            log_hash: GENESIS_HASH.to_string(),
+            let provider_retention_until = now + op.key_retention();
+            let record = Record {
+                key: key.to_string(),
+                tenant: call.intent.tenant.clone(),
+                tool: call.intent.tool.clone(),
+                workflow_id: call.intent.workflow_id.clone(),
+                step_id: call.intent.step_id.clone(),
+                intent_id: call.intent.intent_id.clone(),
+                business_ref: call.business_ref.clone(),
+                fingerprint: args.fingerprint.0.clone(),
+                business_args: args.value.clone(),
+                status: Status::InProgress,
+                fencing_token: 1,
+                lease_until: now + lease,
+                attempt_count: 1,
+                result: None,
+                error: None,
+                provider_retention_until,
+                resend_safe_until: resend_safe_until(now, provider_retention_until),
+                release_approved: false,
+                created_at: now,
+                updated_at: now,
+                log_seq: 0,
+                log_hash: GENESIS_HASH.to_string(),
+            };
+            let claimed = AttemptDraft::new(AttemptKind::Claimed, 1, &call.actor, now)
+                .detail(serde_json::json!({ "lease_until": record.lease_until }));
+            (record, claimed)
         };
-        let claimed = AttemptDraft::new(AttemptKind::Claimed, 1, &call.actor, now)
-            .detail(serde_json::json!({ "lease_until": record.lease_until }));
         loop {
-            if let Claim::Created = self.store.claim(record.clone(), claimed.clone()).await? {
+            if let Claim::Created = self.store.claim(build).await? {
                 return Ok(Admission::New { token: 1 });
             }
             let decided = self.store.with_locked(key.as_str(), |rec| {
-                decide::admit_existing(rec, args, &call.actor, now, lease)
+                decide::admit_existing(rec, args, &call.actor, self.clock.now(), lease)
             });
             match decided.await {
                 Ok(admission) => return Ok(admission),
@@ -230,11 +239,28 @@ impl Guard {
         settlement: Settlement,
         actor: &str,
     ) -> Result<(), GuardError> {
-        let now = self.clock.now();
+        self.settle_with(key, token, actor, |_| settlement)
+            .await
+            .map(drop)
+    }
+
+    /// The fenced write of the settlement `choose` makes from the time read under the
+    /// row lock; returns what it chose.
+    async fn settle_with(
+        &self,
+        key: &IdempotencyKey,
+        token: i64,
+        actor: &str,
+        choose: impl FnOnce(DateTime<Utc>) -> Settlement,
+    ) -> Result<Settlement, GuardError> {
         let written = self
             .store
             .with_locked(key.as_str(), |rec| {
-                decide::settle(rec, token, settlement, actor, now)
+                let now = self.clock.now();
+                let settlement = choose(now);
+                let (attempts, written) =
+                    decide::settle(rec, token, settlement.clone(), actor, now);
+                (attempts, written.map(|()| settlement))
             })
             .await?;
         written.map_err(|stale| {
@@ -247,7 +273,9 @@ impl Guard {
         })
     }
 
-    /// After a takeover: look the effect up at the provider before any resend.
+    /// After a takeover: look the effect up at the provider before any resend. What
+    /// follows the lookup (record the effect found, resend, stay UNKNOWN or ask a
+    /// person) is decided under the row lock, at the time the row is written.
     async fn reconcile<O: Operation>(
         &self,
         key: &IdempotencyKey,
@@ -264,58 +292,34 @@ impl Guard {
         )
         .await;
         let duration_ms = elapsed_ms(started);
-        let now = self.clock.now();
-        let remembers = before.provider_remembers_key(now);
-        let lookup_failure = match lookup {
-            Ok(Ok(Ok(Some(found)))) => {
-                let settlement = Settlement::ReconciledFound {
-                    result: found.clone(),
-                    duration_ms,
-                };
-                self.settle(key, token, settlement, actor).await?;
-                return Ok(Outcome {
-                    key: key.clone(),
-                    result: found,
-                    replayed: true,
-                });
-            }
-            Ok(Ok(Ok(None))) => None,
-            Ok(Ok(Err(e))) => Some(format!("provider lookup failed: {e}")),
-            Ok(Err(_panic)) => Some("provider lookup panicked".to_string()),
-            Err(_elapsed) => Some("provider lookup timed out".to_string()),
+        let lookup = match lookup {
+            Ok(Ok(Ok(found))) => Ok(found),
+            Ok(Ok(Err(e))) => Err(format!("provider lookup failed: {e}")),
+            Ok(Err(_panic)) => Err("provider lookup panicked".to_string()),
+            Err(_elapsed) => Err("provider lookup timed out".to_string()),
         };
-        match lookup_failure {
-            None if remembers => {
-                let reason = "not found at the provider, which still remembers the key";
-                self.settle(key, token, Settlement::Resent { reason }, actor)
-                    .await?;
-                self.execute(key, token, args, op, actor).await
-            }
-            Some(_) if remembers && before.release_approved => {
-                let reason = "provider lookup failed; a person released the key for resend";
-                self.settle(key, token, Settlement::Resent { reason }, actor)
-                    .await?;
-                self.execute(key, token, args, op, actor).await
-            }
-            Some(reason) => {
-                let settlement = Settlement::Unknown {
-                    reason: reason.clone(),
-                    duration_ms: Some(duration_ms),
-                };
-                self.settle(key, token, settlement, actor).await?;
-                Err(GuardError::OutcomeUnknown {
-                    key: key.to_string(),
-                    reason,
-                })
-            }
-            None => {
-                let reason = "not found at the provider, which has forgotten the key: a resend could pay twice".to_string();
-                self.settle(key, token, Settlement::Escalated { reason }, actor)
-                    .await?;
-                Err(GuardError::NeedsHumanReview {
-                    key: key.to_string(),
-                    provider_retention_until: before.provider_retention_until,
-                })
+        let settled = self
+            .settle_with(key, token, actor, |now| {
+                decide::after_lookup(before, lookup, duration_ms, now)
+            })
+            .await?;
+        match settled {
+            Settlement::ReconciledFound { result, .. } => Ok(Outcome {
+                key: key.clone(),
+                result,
+                replayed: true,
+            }),
+            Settlement::Resent { .. } => self.execute(key, token, args, op, actor).await,
+            Settlement::Unknown { reason, .. } => Err(GuardError::OutcomeUnknown {
+                key: key.to_string(),
+                reason,
+            }),
+            Settlement::Escalated { .. } => Err(GuardError::NeedsHumanReview {
+                key: key.to_string(),
+                provider_retention_until: before.provider_retention_until,
+            }),
+            Settlement::Completed { .. } | Settlement::Failed { .. } => {
+                unreachable!("a lookup settles as found, resent, unknown or escalated")
             }
         }
     }
@@ -329,11 +333,10 @@ impl Guard {
         req: &ResolveRequest,
     ) -> Result<Record, GuardError> {
         validate_resolution(req)?;
-        let now = self.clock.now();
         let decided = self
             .store
             .with_locked(key.as_str(), |rec| {
-                let (attempts, outcome) = decide::resolve(rec, req, now);
+                let (attempts, outcome) = decide::resolve(rec, req, self.clock.now());
                 (
                     attempts,
                     outcome
@@ -352,7 +355,7 @@ impl Guard {
 
     /// What [`Guard::resolve`] would write over `record` now, or why it would refuse,
     /// without writing anything: the confirmation step shows this before a person
-    /// commits. The real resolve decides again under the row lock.
+    /// commits. The real resolve decides again under the row lock, at its own time.
     pub fn preview_resolve(
         &self,
         record: &Record,

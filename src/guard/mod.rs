@@ -7,6 +7,7 @@
 
 pub mod canonical;
 pub mod clock;
+mod deadline;
 mod decide;
 mod engine;
 mod error;
@@ -16,13 +17,13 @@ mod record;
 mod status;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use deadline::{LeaseState, RETENTION_MARGIN, resend_safe, resend_safe_until};
 pub use decide::{Admission, ResolveRequest};
 pub use engine::{Guard, GuardSettings, Outcome, ToolCall};
 pub use error::GuardError;
 pub use key::{BusinessArgs, FencingToken, Fingerprint, IdempotencyKey, Intent, KeyError};
 pub use operation::{ErrorClass, Operation};
 pub use record::{
-    Attempt, AttemptDraft, ChainFields, GENESIS_HASH, RETENTION_MARGIN, Record, chain_hash,
-    rfc3339, seal,
+    Attempt, AttemptDraft, ChainFields, GENESIS_HASH, Record, chain_hash, rfc3339, seal,
 };
 pub use status::{AttemptKind, Resolution, Status, UnknownName};

@@ -57,11 +57,12 @@ metric_families! {
         idempotency_expired_leases: IntGaugeVec["tool", "tenant"],
         /// Creation time (Unix seconds) of the oldest UNKNOWN key; 0 when there is none.
         idempotency_unknown_oldest_created_timestamp_seconds: GaugeVec["tool", "tenant"],
-        /// Earliest provider key retention deadline (Unix seconds) of an UNKNOWN key
-        /// whose deadline has not passed yet; 0 when there is none.
+        /// Earliest instant (Unix seconds) after which a resend of an UNKNOWN key is no
+        /// longer safe (its resend_safe_until: the provider's key retention deadline less
+        /// the safety margin), among those not passed yet; 0 when there is none.
         idempotency_unknown_earliest_retention_deadline_timestamp_seconds: GaugeVec["tool", "tenant"],
-        /// UNKNOWN keys the provider has already forgotten: a resend could perform the
-        /// effect twice, only a person can resolve them.
+        /// UNKNOWN keys past retention (resend_safe_until passed): a resend could
+        /// perform the effect twice, only a person can resolve them.
         idempotency_unknown_past_retention: IntGaugeVec["tool", "tenant"],
         /// Provider call latency as the guard measured it (completed, failed and
         /// marked_unknown attempts).
