@@ -4,11 +4,20 @@
 //! servers, prints what it measured (`cargo test … -- --nocapture`), and those figures
 //! are the ones in docs/OPERATIONS.md, "When the database fails".
 
+mod cluster;
+mod crash_restart;
+mod failover;
+mod load;
+mod monitor;
+mod pgbouncer;
+mod replica;
 mod sqlite;
 
 use crate::support::pg;
+use crate::support::server::{Server, get};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// A program a scenario needs, or `None` after a loud skip message; under `CI=true`
 /// a missing program fails the run instead (`.ci/run` installs `package`).
@@ -41,4 +50,33 @@ pub fn assert_verifies(url: &str) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `idemwatch serve` on `url` with a quick tailer and backlog refresher, so that the
+/// outside view (`/readyz`, `idemwatch_db_up`) follows the database closely.
+pub async fn watching_serve(url: &str) -> Server {
+    let args = [
+        "--tail-poll-interval",
+        "200ms",
+        "--backlog-refresh-interval",
+        "1s",
+        "--prune-interval",
+        "0",
+    ];
+    Server::start("serve", url, &args).await
+}
+
+/// Waits until the tailer of the service at `addr` has read `rows` attempt rows, and
+/// checks that it read exactly that many: no gap, no double count. Returns `/metrics`.
+pub async fn assert_tail_counted(addr: &str, rows: i64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, metrics) = get(addr, "/metrics").await.expect("/metrics");
+        let counted = load::metric_sum(&metrics, "idemwatch_tail_events_total");
+        if counted >= rows as f64 || Instant::now() > deadline {
+            assert_eq!(counted, rows as f64, "tail events vs attempt rows");
+            return metrics;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
