@@ -8,7 +8,7 @@
 use super::cluster::{Cluster, execute, wait_until_up};
 use super::load::{Load, metric_sum};
 use super::monitor::Monitor;
-use super::{assert_tail_counted, assert_verifies, watching_serve};
+use super::{assert_tail_counted, assert_verifies, recover_and_check, watching_serve};
 use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -30,18 +30,7 @@ async fn a_crash_and_restart_loses_no_acknowledged_call_and_makes_no_duplicate()
     pg.start();
     let accepting = restarting.elapsed();
     wait_until_up(&url, Duration::from_secs(30)).await;
-    // Keep the load on until the service has seen the database come back.
-    monitor
-        .wait_for(
-            |s| s.ready == 200 && s.db_up == Some(1.0),
-            restarting,
-            Duration::from_secs(30),
-        )
-        .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (tally, finisher) = load.stop().await;
-    finisher.settle_and_check(&tally).await;
-    let samples = monitor.stop().await;
+    let (tally, finisher, samples) = recover_and_check(monitor, load, restarting).await;
 
     // From the outside: /readyz 503 and idemwatch_db_up 0 during the outage, both back.
     let not_ready = samples.iter().find(|s| s.at >= crashed && s.ready == 503);

@@ -8,7 +8,7 @@
 use super::cluster::{Cluster, FrontAddress, execute, wait_until_up};
 use super::load::Load;
 use super::monitor::Monitor;
-use super::{assert_tail_counted, assert_verifies, watching_serve};
+use super::{assert_tail_counted, assert_verifies, recover_and_check, watching_serve};
 use sqlx::Connection;
 use std::time::{Duration, Instant};
 
@@ -73,19 +73,9 @@ async fn a_promoted_standby_takes_over_with_every_acknowledged_write() {
     front.repoint(standby.port);
     let repointed = Instant::now();
 
-    monitor
-        .wait_for(
-            |s| s.ready == 200 && s.db_up == Some(1.0),
-            repointed,
-            Duration::from_secs(30),
-        )
-        .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let (tally, finisher) = load.stop().await;
     // Every success the guard answered, on the old primary or the new, is on the new
     // one; one effect per intent.
-    finisher.settle_and_check(&tally).await;
-    let samples = monitor.stop().await;
+    let (tally, _, samples) = recover_and_check(monitor, load, repointed).await;
 
     let rows: i64 = scalar(&new_primary, "SELECT count(*) FROM idempotency_attempts").await;
     // The tailer counted every row once across the failover.

@@ -80,3 +80,21 @@ pub async fn assert_tail_counted(addr: &str, rows: i64) -> String {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Keeps the load on until the service watched by `monitor` is ready with its database
+/// up again (after `since`), then stops the load, finishes the intents that were cut
+/// off and checks the books (one effect per intent, every success in the log).
+pub async fn recover_and_check(
+    monitor: monitor::Monitor,
+    load: load::Load,
+    since: Instant,
+) -> (load::Tally, load::Finisher, Vec<monitor::Sample>) {
+    let recovered = |s: &monitor::Sample| s.ready == 200 && s.db_up == Some(1.0);
+    monitor
+        .wait_for(recovered, since, Duration::from_secs(30))
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (tally, finisher) = load.stop().await;
+    finisher.settle_and_check(&tally).await;
+    (tally, finisher, monitor.stop().await)
+}
