@@ -83,6 +83,10 @@ metric_families! {
         idemwatch_tail_held_back_seconds: Gauge,
         /// Duration of the last backlog gauge refresh.
         idemwatch_backlog_refresh_duration_seconds: Gauge,
+        /// PostgreSQL hot standby: how far its replay is behind the primary (now minus
+        /// the commit time of the last replayed transaction; 0 when it has replayed
+        /// all it received). 0 on a primary and on SQLite. Refreshed with the backlog.
+        idemwatch_replica_lag_seconds: Gauge,
         /// Always 1; the version label says which idemwatch this is.
         idemwatch_build_info: IntGaugeVec["version"],
     }

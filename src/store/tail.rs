@@ -154,6 +154,14 @@ pub const BACKLOG: &str = concat!(
     GROUP BY tool, tenant"
 );
 
+/// A hot standby's replay lag in seconds; NULL on a primary. A standby that has
+/// replayed everything it received reads 0 (the timestamp of the last replayed commit
+/// alone would grow while the primary is idle).
+pub const REPLICA_LAG_POSTGRES: &str = "SELECT CASE \
+    WHEN NOT pg_is_in_recovery() THEN NULL \
+    WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0::float8 \
+    ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0)::float8 END";
+
 #[derive(sqlx::FromRow)]
 struct HeadRow {
     xmin: i64,
@@ -248,6 +256,20 @@ impl Store {
                 })
             }
             Store::Sqlite(_) => Ok(TailPending::default()),
+        }
+    }
+
+    /// How far behind its primary this database replays, when it is a PostgreSQL hot
+    /// standby; `None` on a primary and on SQLite.
+    pub async fn replica_lag(&self) -> Result<Option<Duration>, StoreError> {
+        match self {
+            Store::Postgres(pool) => {
+                let lag: Option<f64> = sqlx::query_scalar(REPLICA_LAG_POSTGRES)
+                    .fetch_one(pool)
+                    .await?;
+                Ok(lag.map(|s| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or_default()))
+            }
+            Store::Sqlite(_) => Ok(None),
         }
     }
 

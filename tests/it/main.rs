@@ -8,6 +8,7 @@ mod auth_serve;
 mod browser;
 mod browser_resolve;
 mod cli;
+mod db_faults;
 mod demo;
 mod export;
 mod guard_clock;

@@ -43,6 +43,22 @@ impl TestDb {
         }
     }
 
+    /// A store on `url`, already migrated (the fault scenarios' own servers).
+    pub async fn at(url: &str) -> TestDb {
+        let options = StoreOptions {
+            max_connections: 12,
+            ..StoreOptions::default()
+        };
+        let store = Store::connect(url, &options)
+            .await
+            .expect("open the database");
+        TestDb {
+            store,
+            url: url.to_string(),
+            _dir: None,
+        }
+    }
+
     /// A fresh database in the test cluster, or `None` (with a loud message) when
     /// PostgreSQL is not installed here. Under `CI=true` a missing server fails.
     pub async fn postgres() -> Option<TestDb> {
@@ -99,10 +115,10 @@ fn replace_database(url: &str, name: &str) -> String {
 #[macro_export]
 macro_rules! both_backends {
     ($(#[$meta:meta])* async fn $name:ident($db:ident: TestDb) $body:block) => {
-        mod $name {
+        pub(crate) mod $name {
             #[allow(unused_imports)]
             use super::*;
-            async fn body($db: $crate::support::TestDb) $body
+            pub(crate) async fn body($db: $crate::support::TestDb) $body
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn sqlite() {
