@@ -5,6 +5,7 @@
 //! No HTTP here, and no sqlx types in the API: the store is reached through
 //! [`crate::store::Store`], whose errors arrive as [`crate::store::StoreError`].
 
+pub mod binding;
 pub mod canonical;
 pub mod clock;
 mod deadline;

@@ -177,7 +177,11 @@ impl Attempt {
 }
 
 /// Extends `record`'s chain with `draft`, returning the sealed row (id not yet known).
-pub fn seal(record: &mut Record, draft: AttemptDraft) -> Attempt {
+/// The row's `detail` gains `state`: digests of the record as it is after this row
+/// (see [`super::binding`]), so the chain covers what replays return, not only the
+/// order of events. Every writer seals through here, so every row is bound.
+pub fn seal(record: &mut Record, mut draft: AttemptDraft) -> Attempt {
+    draft.detail = super::binding::bind_state(draft.detail, record);
     let seq = record.log_seq + 1;
     let prev_hash = record.log_hash.clone();
     let hash = chain_hash(
@@ -220,10 +224,10 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn record() -> Record {
+    pub(crate) fn record() -> Record {
         let t = DateTime::parse_from_rfc3339("2026-11-29T14:02:11.402Z")
             .unwrap()
             .to_utc();
