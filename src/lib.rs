@@ -5,6 +5,7 @@ pub mod auth;
 pub mod cli;
 pub mod demo;
 pub mod duration;
+pub mod evidence;
 pub mod export;
 pub mod guard;
 pub mod metrics;

@@ -17,6 +17,9 @@ async fn main() -> ExitCode {
         // verify has its own exit statuses: 0 intact, 1 broken, 2 could not verify.
         Command::Verify(args) => return cli::verify_command(args).await,
         Command::Prune(args) => cli::prune_command(args).await,
+        Command::Checkpoint(args) => cli::checkpoint_command(args).await,
+        Command::NewSigningKey(args) => cli::new_signing_key_command(args),
+        Command::PublicKey(args) => cli::public_key_command(args),
         Command::HashPassword => {
             cli::hash_password_command(std::io::stdin().lock()).map(|out| println!("{out}"))
         }

@@ -1,13 +1,19 @@
 //! The alerting side of idemwatch, checked from `cargo test`:
 //! - `promtool check rules` and `promtool test rules` on grafana/prometheus/;
 //! - every alert has a `## Name` section in docs/RUNBOOK.md, a `runbook_url` pointing at
-//!   it, a unit test where it fires and one where it stays silent;
+//!   it under the operator's `idemwatch_runbook_url` external label, a unit test where it
+//!   fires and one where it stays silent; every per-tool alert a `ui_url` under the
+//!   `idemwatch_url` external label;
 //! - every recording rule is evaluated by a unit test;
+//! - `amtool check-config` on grafana/alertmanager/alertmanager.yml, every alert routed
+//!   by its severity (critical pages, warning opens a ticket), and every alert an
+//!   inhibition names exists;
 //! - the dashboard file is there with its uid (full JSON checks live elsewhere).
 //!
 //! std only, so it compiles without any dev-dependency. promtool comes from Debian's
-//! `prometheus` package (or set `PROMTOOL=/path/to/promtool`). Without it the promtool
-//! tests skip loudly, except on CI (`CI=true`), where alerts must not ship untested.
+//! `prometheus` package (or set `PROMTOOL=/path/to/promtool`), amtool from
+//! `prometheus-alertmanager` (or `AMTOOL`). Without them these tests skip loudly, except
+//! on CI (`CI=true`), where alerts must not ship untested.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -18,7 +24,14 @@ use std::process::{Command, Output};
 const RULES: &str = "grafana/prometheus/idemwatch-rules.yml";
 const TESTS_DIR: &str = "grafana/prometheus/tests";
 const RUNBOOK: &str = "docs/RUNBOOK.md";
-const RUNBOOK_URL: &str = "https://github.com/idemwatch/idemwatch/blob/main/docs/RUNBOOK.md#";
+const ALERTMANAGER: &str = "grafana/alertmanager/alertmanager.yml";
+/// Every `runbook_url` starts with this, then `#<alertname lowercased>`: the operator's
+/// copy of the runbook, or the upstream one while the external label is not set.
+const RUNBOOK_BASE: &str = "{{ with $externalLabels.idemwatch_runbook_url }}{{ . }}{{ else }}\
+                            https://github.com/idemwatch/idemwatch/blob/main/docs/RUNBOOK.md{{ end }}";
+/// Every `ui_url` starts with this, then a page of the idemwatch UI.
+const UI_BASE: &str =
+    "{{ with $externalLabels.idemwatch_url }}{{ . }}{{ else }}http://127.0.0.1:8080{{ end }}/";
 const DASHBOARD: &str = "grafana/dashboards/idemwatch.json";
 
 fn root() -> &'static Path {
@@ -33,30 +46,48 @@ fn on_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true"))
 }
 
-/// The promtool to run, or `None` (after saying so on stderr) when it is missing
-/// outside CI.
-fn promtool() -> Option<String> {
-    let bin = std::env::var("PROMTOOL").unwrap_or_else(|_| "promtool".to_owned());
+/// The program to run (`$env_var`, else `name`), or `None` (after saying so on stderr)
+/// when it is missing outside CI. `package` is the Debian package that provides it.
+fn tool(name: &str, env_var: &str, package: &str, checks: &str) -> Option<String> {
+    let bin = std::env::var(env_var).unwrap_or_else(|_| name.to_owned());
     match Command::new(&bin).arg("--version").output() {
         Ok(_) => Some(bin),
         Err(e) if e.kind() == ErrorKind::NotFound => {
             assert!(
                 !on_ci(),
-                "promtool not found and CI=true: the Prometheus rules cannot be tested. \
-                 Install it (apt-get install prometheus) or set PROMTOOL to its path."
+                "{name} not found and CI=true: {checks} cannot be checked. \
+                 Install it (apt-get install {package}) or set {env_var} to its path."
             );
             // Straight to the stderr handle: the test harness captures `eprintln!` of
             // passing tests, and this must be seen.
-            let banner = "\n\
-                **********************************************************************\n\
-                *** SKIPPED: promtool not found (apt-get install prometheus)       ***\n\
-                *** The Prometheus rules and their unit tests were NOT checked.    ***\n\
-                **********************************************************************\n";
+            let stars = "*".repeat(78);
+            let banner = format!(
+                "\n{stars}\n*** SKIPPED: {name} not found (apt-get install {package})\n\
+                 *** {checks} were NOT checked.\n{stars}\n"
+            );
             let _ = std::io::stderr().write_all(banner.as_bytes());
             None
         }
         Err(e) => panic!("cannot run {bin}: {e}"),
     }
+}
+
+fn promtool() -> Option<String> {
+    tool(
+        "promtool",
+        "PROMTOOL",
+        "prometheus",
+        "The Prometheus rules and their unit tests",
+    )
+}
+
+fn amtool() -> Option<String> {
+    tool(
+        "amtool",
+        "AMTOOL",
+        "prometheus-alertmanager",
+        "The Alertmanager configuration and its routing",
+    )
 }
 
 fn assert_success(what: &str, out: &Output) {
@@ -200,33 +231,179 @@ fn every_alert_has_a_runbook_section_and_tests_that_fire_and_stay_silent() {
     assert!(problems.is_empty(), "\n{}", problems.join("\n"));
 }
 
-#[test]
-fn every_runbook_url_points_at_the_alerts_own_section() {
-    let rules = read(&root().join(RULES));
-    let mut current: Option<String> = None;
-    let mut urls: Vec<(String, String)> = Vec::new();
+/// One alert of the rules file: its name and its text, from its `- alert:` line up to
+/// the next rule or group.
+struct Alert {
+    name: String,
+    text: String,
+}
+
+impl Alert {
+    /// Values of the lines (trimmed) that start with `key`, quotes removed.
+    fn values(&self, key: &str) -> Vec<&str> {
+        self.text
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix(key))
+            .map(|v| v.trim().trim_matches(|c| c == '"' || c == '\''))
+            .collect()
+    }
+}
+
+fn alerts(rules: &str) -> Vec<Alert> {
+    let mut alerts: Vec<Alert> = Vec::new();
+    let mut in_alert = false;
     for line in rules.lines() {
         let trimmed = line.trim_start();
         let item = trimmed.strip_prefix("- ").unwrap_or(trimmed);
         if let Some(name) = item.strip_prefix("alert:") {
-            current = Some(name.trim().to_owned());
-        } else if item.starts_with("record:") {
-            current = None;
-        } else if let Some(url) = trimmed.strip_prefix("runbook_url:") {
-            let alert = current
-                .clone()
-                .unwrap_or_else(|| panic!("runbook_url outside an alert: {line}"));
-            urls.push((alert, url.trim().trim_matches('"').to_owned()));
+            alerts.push(Alert {
+                name: name.trim().to_owned(),
+                text: String::new(),
+            });
+            in_alert = true;
+        } else if trimmed.starts_with("- ")
+            && (item.starts_with("record:") || item.starts_with("name:"))
+        {
+            in_alert = false;
+        }
+        if let (true, Some(alert)) = (in_alert, alerts.last_mut()) {
+            alert.text.push_str(line);
+            alert.text.push('\n');
         }
     }
-    for alert in rule_names(&rules, "alert:") {
-        let expected = format!("{RUNBOOK_URL}{}", alert.to_lowercase());
-        let found: Vec<&str> = urls
-            .iter()
-            .filter(|(a, _)| *a == alert)
-            .map(|(_, u)| u.as_str())
-            .collect();
-        assert_eq!(found, [expected.as_str()], "{alert}: runbook_url");
+    assert!(!alerts.is_empty(), "no alerts found in {RULES}");
+    alerts
+}
+
+#[test]
+fn every_runbook_url_points_at_the_alerts_own_section() {
+    for alert in alerts(&read(&root().join(RULES))) {
+        let expected = format!("{RUNBOOK_BASE}#{}", alert.name.to_lowercase());
+        assert_eq!(
+            alert.values("runbook_url:"),
+            [expected.as_str()],
+            "{}: runbook_url",
+            alert.name
+        );
+    }
+}
+
+/// Alerts about a tool (`Idempotency*`) link to its keys in the UI; alerts about
+/// idemwatch itself (`Idemwatch*`) have no tool to link to.
+#[test]
+fn every_per_tool_alert_links_to_the_ui_under_the_operators_label() {
+    for alert in alerts(&read(&root().join(RULES))) {
+        let links = alert.values("ui_url:");
+        if alert.name.starts_with("Idempotency") {
+            assert_eq!(links.len(), 1, "{}: one ui_url expected", alert.name);
+            let link = links[0];
+            assert!(
+                link.starts_with(UI_BASE) && link.contains("tool={{ $labels.tool | urlquery }}"),
+                "{}: ui_url must start with {UI_BASE} and pass the tool query-encoded: {link}",
+                alert.name
+            );
+        } else {
+            assert_eq!(
+                links,
+                Vec::<&str>::new(),
+                "{}: no tool, no ui_url",
+                alert.name
+            );
+        }
+    }
+}
+
+#[test]
+fn amtool_accepts_the_alertmanager_config() {
+    let Some(amtool) = amtool() else { return };
+    let out = Command::new(&amtool)
+        .current_dir(root())
+        .args(["check-config", ALERTMANAGER])
+        .output()
+        .expect("run amtool check-config");
+    assert_success("amtool check-config", &out);
+}
+
+/// Critical pages, warning opens a ticket, whatever else an alert carries.
+#[test]
+fn every_alert_is_routed_by_its_severity() {
+    let Some(amtool) = amtool() else { return };
+    for alert in alerts(&read(&root().join(RULES))) {
+        let severity = alert.values("severity:");
+        let receiver = match severity[..] {
+            ["critical"] => "page",
+            ["warning"] => "ticket",
+            _ => panic!(
+                "{}: severity must be critical or warning: {severity:?}",
+                alert.name
+            ),
+        };
+        let out = Command::new(&amtool)
+            .current_dir(root())
+            .args(["config", "routes", "test", "--config.file", ALERTMANAGER])
+            .arg(format!("--verify.receivers={receiver}"))
+            .arg(format!("alertname={}", alert.name))
+            .arg(format!("severity={}", severity[0]))
+            .args([
+                "job=idemwatch",
+                "tool=issue_refund",
+                "instance=10.0.0.1:8080",
+            ])
+            .output()
+            .expect("run amtool config routes test");
+        assert_success(&format!("{} routed to {receiver}", alert.name), &out);
+    }
+}
+
+/// Every alert name an inhibition matches exists (a renamed alert would silently stop
+/// being inhibited), and the database-down inhibition covers every alert built on the
+/// backlog gauges.
+#[test]
+fn the_alertmanager_inhibitions_name_real_alerts() {
+    let alerts = alerts(&read(&root().join(RULES)));
+    let known: BTreeSet<&str> = alerts.iter().map(|a| a.name.as_str()).collect();
+    let config = read(&root().join(ALERTMANAGER));
+    let mut named: BTreeSet<String> = BTreeSet::new();
+    for line in config.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        for (i, _) in line.match_indices("alertname=") {
+            let rest = line[i + "alertname=".len()..].trim_start_matches('~');
+            let value = rest.trim_start_matches('"').split('"').next().unwrap_or("");
+            named.extend(value.split('|').map(str::to_owned));
+        }
+    }
+    assert!(!named.is_empty(), "no alertname matchers in {ALERTMANAGER}");
+    let unknown: Vec<&String> = named
+        .iter()
+        .filter(|n| !known.contains(n.as_str()))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "{ALERTMANAGER} names alerts that do not exist: {unknown:?}"
+    );
+
+    let backlog_alerts: Vec<&str> = alerts
+        .iter()
+        .filter(|a| {
+            a.text.contains("idempotency_unknown_") || a.text.contains("idempotency_expired_leases")
+        })
+        .map(|a| a.name.as_str())
+        .collect();
+    assert!(
+        backlog_alerts.len() >= 5,
+        "backlog alerts: {backlog_alerts:?}"
+    );
+    let db_down = config
+        .split("- source_matchers:")
+        .find(|rule| {
+            rule.contains(r#"alertname="IdemwatchDatabaseDown""#)
+                && rule.contains("IdempotencyUnknown")
+        })
+        .expect("an inhibition of the backlog alerts by IdemwatchDatabaseDown");
+    for alert in backlog_alerts {
+        assert!(
+            db_down.contains(alert),
+            "IdemwatchDatabaseDown does not inhibit {alert}"
+        );
     }
 }
 
@@ -261,7 +438,14 @@ fn the_dashboard_is_there_with_its_uid() {
         dashboard.contains(r#""uid": "idemwatch""#),
         "{DASHBOARD} lacks \"uid\": \"idemwatch\""
     );
-    for variable in ["datasource", "job", "instance", "tool", "idemwatch_url"] {
+    for variable in [
+        "datasource",
+        "job",
+        "instance",
+        "tool",
+        "idemwatch_url",
+        "runbook_url",
+    ] {
         assert!(
             dashboard.contains(&format!(r#""name": "{variable}""#)),
             "{DASHBOARD} lacks the template variable {variable}"

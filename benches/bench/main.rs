@@ -1,7 +1,8 @@
 //! `cargo bench --bench bench [-- AREA…]`: idemwatch's benchmarks, each compared with a
 //! baseline measured in the same run. Method and results: docs/PERFORMANCE.md.
 //!
-//! Areas: guard, tailer, pages, export, footprint, exporter (all when none is named).
+//! Areas: guard, tailer, pages, export, footprint, exporter, checkpoint (all when none
+//! is named).
 //!
 //! Environment: `BENCH_SCALE` (`small`, the default, or `full`: 1 M keys / 10 M
 //! attempts, 10 M records for the backlog), `BENCH_KEYS` / `BENCH_BACKLOG_RECORDS` to
@@ -9,6 +10,7 @@
 //! 10 × 500 ms), `TEST_DATABASE_URL` (an existing PostgreSQL; otherwise a throwaway
 //! cluster is started as in the tests).
 
+mod checkpoint;
 mod export;
 mod exporter;
 mod guard;
@@ -100,6 +102,18 @@ async fn main() {
         let (pg, url) = fresh_postgres("tailer").await;
         tailer::ingest(&pg, plan, scale.tail_rows, &mut figures).await;
         tailer::lag(&pg, &url, 2000, 10, &mut figures).await;
+    }
+    if wants("checkpoint") {
+        let (pg, _) = fresh_postgres("checkpoint").await;
+        let took = seed::seed(&pg, 0, scale.keys, 10, 0, true).await;
+        figures.push(report::Figure::plain(
+            format!("seeding {} keys / {} attempts", scale.keys, scale.keys * 10),
+            "s",
+            took,
+            "for the checkpoint area".into(),
+            None,
+        ));
+        checkpoint::run(&pg, scale.keys, &mut figures).await;
     }
     let seeded = ["pages", "export", "footprint", "exporter"];
     if seeded.iter().any(|a| wants(a)) {

@@ -111,6 +111,12 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
         metrics: args.metrics.clone(),
         auth: args.auth.clone(),
         guard: args.guard.clone(),
+        // The demo signs nothing: no key of its own to keep.
+        checkpoints: super::CheckpointArgs {
+            signing_key: None,
+            checkpoint_dir: None,
+            checkpoint_interval: crate::retention::HumanDuration::days(0),
+        },
     };
     // The same refusal as `serve`: a public address needs authentication.
     let auth = args.auth.authenticator(args.listen)?;

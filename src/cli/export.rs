@@ -3,7 +3,8 @@
 
 use super::{DatabaseArgs, redact_url};
 use crate::export::{
-    self, ExportFilter, FilterError, Format, Manifest, Report, sha256_of, verify_csv, verify_ndjson,
+    self, ExportFilter, FileEvidence, FilterError, Format, Manifest, Report, ndjson_manifest,
+    sha256_of, verify_csv_with, verify_ndjson_with,
 };
 use crate::store::{Store, StoreOptions};
 use anyhow::{Context, bail};
@@ -51,6 +52,14 @@ pub struct VerifyArgs {
     /// The manifest of a CSV file, if not FILE.manifest.json.
     #[arg(long, requires = "file")]
     pub manifest: Option<PathBuf>,
+    /// The public key (PEM) that checks checkpoint signatures; a signing key file
+    /// works too. Without it, signatures are not checked (and the output says so).
+    #[arg(long, env = "IDEMWATCH_PUBLIC_KEY")]
+    pub public_key: Option<PathBuf>,
+    /// Checkpoints kept outside the database (serve's --checkpoint-dir): each must be
+    /// in the database unchanged.
+    #[arg(long, env = "IDEMWATCH_CHECKPOINT_DIR", conflicts_with = "file")]
+    pub checkpoint_dir: Option<PathBuf>,
 }
 
 /// Opens the database for reading: the schema must already be current.
@@ -180,14 +189,27 @@ pub async fn verify_command(args: VerifyArgs) -> ExitCode {
 
 /// Verifies and prints the summary; returns the lines describing breaks (empty: intact).
 async fn verify(args: &VerifyArgs) -> anyhow::Result<Vec<String>> {
+    let public_key = args
+        .public_key
+        .as_deref()
+        .map(super::checkpoint::read_public_key)
+        .transpose()?;
     let (what, report, mut extra) = match &args.file {
         Some(path) => {
-            let (report, extra) = verify_file(path, args.manifest.as_deref()).await?;
+            let (report, extra) = verify_file(path, args.manifest.as_deref(), public_key).await?;
             (path.display().to_string(), report, extra)
         }
         None => {
+            let outside = export::Outside {
+                public_key,
+                checkpoints: args
+                    .checkpoint_dir
+                    .as_deref()
+                    .map(crate::evidence::read_dir)
+                    .transpose()?,
+            };
             let store = open_read_only(&args.database).await?;
-            let report = export::verify_database(&store).await;
+            let report = export::verify_database_with(&store, &outside).await;
             store.close().await;
             (
                 format!("database {}", redact_url(&args.database.database_url)),
@@ -196,6 +218,14 @@ async fn verify(args: &VerifyArgs) -> anyhow::Result<Vec<String>> {
             )
         }
     };
+    // The verdict comes first (scripts read the first line); notes follow it.
+    let mut notes: Vec<String> = report.notes.iter().map(|n| format!("note: {n}")).collect();
+    if report.unbound_keys > 0 {
+        notes.push(format!(
+            "note: {} keys were last written before state binding: their record's status, result and arguments are not covered by the chain",
+            report.unbound_keys
+        ));
+    }
     let mut lines = Vec::new();
     if let Some(first) = report.first_break() {
         lines.push(format!("BROKEN: {what}: first break at {first}"));
@@ -213,6 +243,11 @@ async fn verify(args: &VerifyArgs) -> anyhow::Result<Vec<String>> {
     lines.extend(extra.into_iter().map(|e| format!("also: {e}")));
     if lines.is_empty() {
         println!("{}", intact_line(&what, &report));
+        for note in notes {
+            println!("{note}");
+        }
+    } else {
+        lines.extend(notes);
     }
     Ok(lines)
 }
@@ -236,6 +271,7 @@ fn intact_line(what: &str, report: &Report) -> String {
 async fn verify_file(
     path: &Path,
     manifest_path: Option<&Path>,
+    public_key: Option<ed25519_dalek::VerifyingKey>,
 ) -> anyhow::Result<(Report, Vec<String>)> {
     let owned = path.to_path_buf();
     let manifest_path = manifest_path
@@ -248,7 +284,9 @@ async fn verify_file(
         let mut first = [0u8; 1];
         let n = open()?.read(&mut first)?;
         if n == 1 && first[0] == b'{' {
-            return Ok(verify_ndjson(BufReader::new(open()?))?);
+            let manifest = ndjson_manifest(BufReader::new(open()?))?;
+            let evidence = FileEvidence::of(manifest.as_ref(), public_key.as_ref());
+            return Ok(verify_ndjson_with(BufReader::new(open()?), evidence)?);
         }
         if n == 0 {
             bail!("{} is empty: not an idemwatch export", owned.display());
@@ -261,7 +299,12 @@ async fn verify_file(
         })?;
         let manifest: Manifest = serde_json::from_str(&text)
             .with_context(|| format!("{} is not a manifest", manifest_path.display()))?;
-        Ok(verify_csv(BufReader::new(open()?), &manifest)?)
+        let evidence = FileEvidence::of(Some(&manifest), public_key.as_ref());
+        Ok(verify_csv_with(
+            BufReader::new(open()?),
+            &manifest,
+            evidence,
+        )?)
     })
     .await??;
     let mut extra = Vec::new();

@@ -1,6 +1,7 @@
 //! The command line: every flag has an environment fallback (12-factor).
 
 mod auth;
+mod checkpoint;
 mod demo;
 mod export;
 mod inspect;
@@ -13,6 +14,10 @@ use std::fmt;
 use std::net::SocketAddr;
 
 pub use auth::{AuthArgs, NewTokenArgs, hash_password_command, new_token_command};
+pub use checkpoint::{
+    CheckpointArgs, CheckpointNowArgs, NewSigningKeyArgs, PublicKeyArgs, checkpoint_command,
+    new_signing_key_command, public_key_command,
+};
 pub use demo::{DemoArgs, demo_command};
 pub use export::{ExportArgs, VerifyArgs, export_command, verify_command};
 pub use inspect::{fingerprint_command, key_command};
@@ -50,6 +55,12 @@ pub enum Command {
     Verify(VerifyArgs),
     /// Delete expired DONE / FAILED keys now (the pruner of `serve`, once).
     Prune(PruneArgs),
+    /// Write a signed checkpoint of every key head changed since the last one, now.
+    Checkpoint(CheckpointNowArgs),
+    /// Write a new Ed25519 checkpoint signing key (PEM) and print its public key.
+    NewSigningKey(NewSigningKeyArgs),
+    /// Print the public key (PEM) of a checkpoint signing key.
+    PublicKey(PublicKeyArgs),
     /// Serve the app with synthetic traffic through the real guard (a first look).
     Demo(DemoArgs),
     /// Read a password from standard input and print its argon2 hash for the auth file.
@@ -118,6 +129,8 @@ pub struct ServeArgs {
     pub metrics: MetricsArgs,
     #[command(flatten)]
     pub guard: GuardArgs,
+    #[command(flatten)]
+    pub checkpoints: CheckpointArgs,
 }
 
 /// The guard over HTTP (`/api/v1/guard/*`).

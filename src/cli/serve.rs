@@ -159,8 +159,18 @@ pub async fn run_server(
     if let Some(pruner) = pruner(&store, retention, &metrics)? {
         tasks.spawn(pruner.run(stopped.clone()).map(|()| ("pruner", Ok(()))));
     }
+    if let Some(checkpointer) = args.checkpoints.checkpointer(&store, &metrics)? {
+        let interval = args.checkpoints.checkpoint_interval.to_std();
+        tasks.spawn(
+            checkpointer
+                .run(interval, stopped.clone())
+                .map(|()| ("checkpointer", Ok(()))),
+        );
+    }
     let mut server_stopped = stopped.clone();
-    let app = web::app(state).merge(extra);
+    let app = web::app(state)
+        .merge(args.checkpoints.router()?)
+        .merge(extra);
     tasks.spawn(async move {
         // The peer address: proxy headers are believed only from trusted proxies.
         let app = app.into_make_service_with_connect_info::<SocketAddr>();

@@ -5,6 +5,7 @@
 use super::filter::ExportFilter;
 use super::manifest::{Format, HASH_CHAIN, MANIFEST_VERSION, Manifest, ORDER, Source};
 use super::row::{COLUMNS, ExportRow};
+use crate::evidence::EvidenceSource;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -31,9 +32,19 @@ pub struct Encoder {
     last_key: Option<String>,
     first_at: Option<DateTime<Utc>>,
     last_at: Option<DateTime<Utc>>,
+    evidence: Option<Arc<EvidenceSource>>,
+    /// Each exported key with its last exported seq (only with evidence).
+    exported: Vec<(String, i64)>,
 }
 
 impl Encoder {
+    /// Puts the newest checkpoint and the inclusion proofs of the exported keys into
+    /// the manifest.
+    pub fn with_evidence(mut self, evidence: Option<Arc<EvidenceSource>>) -> Self {
+        self.evidence = evidence;
+        self
+    }
+
     /// Starts a file: for CSV the header row is appended to `out`.
     pub fn start(format: Format, source: Source, filter: ExportFilter, out: &mut Vec<u8>) -> Self {
         let csv = (format == Format::Csv).then(|| {
@@ -57,6 +68,8 @@ impl Encoder {
             last_key: None,
             first_at: None,
             last_at: None,
+            evidence: None,
+            exported: Vec::new(),
         };
         if let Some((w, shared)) = encoder.csv.as_mut() {
             let start = out.len();
@@ -85,6 +98,12 @@ impl Encoder {
         if self.last_key.as_deref() != Some(row.key.as_str()) {
             self.keys += 1;
             self.last_key = Some(row.key.clone());
+            if self.evidence.is_some() {
+                self.exported.push((row.key.clone(), row.seq));
+            }
+        }
+        if let Some(last) = self.exported.last_mut() {
+            last.1 = row.seq;
         }
         self.first_at = Some(
             self.first_at
@@ -114,6 +133,7 @@ impl Encoder {
             sha256: hex::encode(self.digest.finalize()),
             sha256_covers: self.format.sha256_covers().into(),
             hash_chain: HASH_CHAIN.into(),
+            evidence: self.evidence.as_ref().map(|e| e.evidence(&self.exported)),
         };
         if self.format == Format::Ndjson {
             let line = Tagged {

@@ -3,6 +3,7 @@
 
 use super::filter::ExportFilter;
 use super::row::micros;
+use crate::evidence::ExportEvidence;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -93,6 +94,10 @@ pub struct Manifest {
     pub sha256_covers: String,
     /// How each row's `hash` is computed, for a reader who has only the file.
     pub hash_chain: String,
+    /// The newest signed checkpoint and the inclusion proof of each exported key's
+    /// checkpointed head (absent before the first checkpoint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence: Option<ExportEvidence>,
 }
 
 pub const ORDER: &str = "key, seq";

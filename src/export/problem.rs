@@ -40,6 +40,38 @@ pub enum Problem {
     AfterManifest,
     /// The manifest disagrees with the file.
     ManifestMismatch(String),
+    /// The record's state differs from what its head row bound (`detail.state`):
+    /// the record was edited without a row saying so. `(column, bound, stored)`.
+    StateMismatch(Vec<(String, String, String)>),
+    /// The stored fingerprint is not the hash of the stored business arguments.
+    FingerprintMismatch {
+        fingerprint: String,
+        computed: String,
+    },
+    /// The head row's `detail.state` cannot be read.
+    BadState(String),
+    /// The key was in signed checkpoint `checkpoint` with its chain at `seq` and is
+    /// gone, and retention left no receipt: it was deleted.
+    KeyGone { checkpoint: u64, seq: i64 },
+    /// The chain ends before the seq a signed checkpoint recorded: rows were cut off
+    /// (and the record's head rolled back).
+    ShorterThanCheckpoint {
+        checkpoint: u64,
+        seq: i64,
+        last_seq: i64,
+    },
+    /// The row at the seq a signed checkpoint recorded has another hash: the chain was
+    /// rewritten after the checkpoint.
+    CheckpointMismatch {
+        checkpoint: u64,
+        expected: String,
+        found: String,
+    },
+    /// The signed checkpoints themselves: deleted, altered, out of order, or their
+    /// leaves changed.
+    Checkpoint(String),
+    /// An export's evidence (checkpoint, inclusion proofs) does not hold.
+    Evidence(String),
 }
 
 impl fmt::Display for Problem {
@@ -98,6 +130,47 @@ impl fmt::Display for Problem {
             Problem::ManifestMismatch(why) => {
                 write!(f, "the manifest does not match the file: {why}")
             }
+            Problem::StateMismatch(columns) => {
+                let names: Vec<String> = columns
+                    .iter()
+                    .map(|(c, bound, stored)| format!("{c} (chain {bound}, record {stored})"))
+                    .collect();
+                write!(
+                    f,
+                    "the record's {} differ from what its chain recorded: the record was edited",
+                    names.join(", ")
+                )
+            }
+            Problem::FingerprintMismatch {
+                fingerprint,
+                computed,
+            } => write!(
+                f,
+                "the fingerprint {fingerprint} is not the hash of the stored business arguments ({computed}): the arguments or the fingerprint were edited"
+            ),
+            Problem::BadState(why) => write!(f, "the head row's detail.state is unreadable: {why}"),
+            Problem::KeyGone { checkpoint, seq } => write!(
+                f,
+                "the key was in signed checkpoint {checkpoint} (chain at seq {seq}) and is gone, with no pruning receipt: it was deleted"
+            ),
+            Problem::ShorterThanCheckpoint {
+                checkpoint,
+                seq,
+                last_seq,
+            } => write!(
+                f,
+                "the chain ends at seq {last_seq} but signed checkpoint {checkpoint} recorded it at seq {seq}: rows were deleted and the head rolled back"
+            ),
+            Problem::CheckpointMismatch {
+                checkpoint,
+                expected,
+                found,
+            } => write!(
+                f,
+                "the row hashes to {found} but signed checkpoint {checkpoint} recorded {expected}: the chain was rewritten"
+            ),
+            Problem::Checkpoint(why) => write!(f, "checkpoints: {why}"),
+            Problem::Evidence(why) => write!(f, "evidence: {why}"),
         }
     }
 }

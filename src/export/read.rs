@@ -5,8 +5,11 @@
 use super::manifest::{Format, Manifest};
 use super::row::ExportRow;
 use super::verify::{ChainCheck, Problem, Report};
+use crate::evidence::Anchor;
+use ed25519_dalek::VerifyingKey;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 use std::io::{self, BufRead, Read};
 
 /// One NDJSON line.
@@ -17,9 +20,95 @@ enum Line {
     Manifest(Box<Manifest>),
 }
 
+/// What a file's manifest says about checkpoints, checked before its rows are read:
+/// the anchors each key's chain must pass, and what failed.
+#[derive(Debug, Default, Clone)]
+pub struct FileEvidence {
+    pub anchors: HashMap<String, Anchor>,
+    pub problems: Vec<String>,
+    pub notes: Vec<String>,
+}
+
+impl FileEvidence {
+    /// Checks `manifest`'s evidence: the checkpoint's signature with `key` (when
+    /// given) and every inclusion proof.
+    pub fn of(manifest: Option<&Manifest>, key: Option<&VerifyingKey>) -> FileEvidence {
+        let mut out = FileEvidence::default();
+        match manifest.and_then(|m| m.evidence.as_ref()) {
+            None => out.notes.push(
+                "no signed checkpoint in this file: the hash chains are checked, not whether rows or keys were removed".into(),
+            ),
+            Some(e) => {
+                let (anchors, problems) = e.check(key);
+                out.anchors = anchors;
+                out.problems = problems;
+                out.notes.push(format!(
+                    "signed checkpoint {} ({}) covers {} of the file's keys{}",
+                    e.checkpoint.body.seq,
+                    crate::guard::rfc3339(e.checkpoint.body.created_at),
+                    e.proofs.len(),
+                    if key.is_some() {
+                        ", signature verified"
+                    } else {
+                        "; its signature was not checked: give --public-key"
+                    }
+                ));
+            }
+        }
+        out
+    }
+
+    fn apply_before(&mut self, check: &mut ChainCheck) {
+        for p in self.problems.drain(..) {
+            check.file_problem(None, Problem::Evidence(p));
+        }
+        for n in self.notes.drain(..) {
+            check.note(n);
+        }
+    }
+}
+
+/// The manifest on the last line of an NDJSON file, if there is one.
+pub fn ndjson_manifest<R: BufRead>(reader: R) -> io::Result<Option<Manifest>> {
+    let mut last = None;
+    for line in reader.lines() {
+        let line = line?;
+        if !line.trim().is_empty() {
+            last = Some(line);
+        }
+    }
+    Ok(last.and_then(|l| match serde_json::from_str::<Line>(&l) {
+        Ok(Line::Manifest(m)) => Some(*m),
+        _ => None,
+    }))
+}
+
+/// The keys the evidence proves must be in the file.
+fn unseen_anchors(check: &mut ChainCheck) {
+    for (key, anchor) in check.take_unseen_anchors() {
+        check.key_problem(
+            &key,
+            Some(anchor.seq),
+            Problem::Evidence(format!(
+                "the manifest proves the key at seq {} but the file has no rows of it: they were removed",
+                anchor.seq
+            )),
+        );
+    }
+}
+
 /// Checks every chain in an NDJSON export and the manifest at its end.
-pub fn verify_ndjson<R: BufRead>(mut reader: R) -> io::Result<Report> {
-    let mut check = ChainCheck::new();
+pub fn verify_ndjson<R: BufRead>(reader: R) -> io::Result<Report> {
+    verify_ndjson_with(reader, FileEvidence::default())
+}
+
+/// [`verify_ndjson`] with the checkpoint evidence of its manifest, read beforehand.
+pub fn verify_ndjson_with<R: BufRead>(
+    mut reader: R,
+    mut evidence: FileEvidence,
+) -> io::Result<Report> {
+    let mut check = ChainCheck::with_anchors(std::mem::take(&mut evidence.anchors));
+    evidence.apply_before(&mut check);
     let mut digest = Sha256::new();
     let mut manifest: Option<(Manifest, u64)> = None;
     let mut rows = 0u64;
@@ -65,16 +154,27 @@ pub fn verify_ndjson<R: BufRead>(mut reader: R) -> io::Result<Report> {
             &hex::encode(digest.finalize()),
         ),
     }
+    unseen_anchors(&mut check);
     Ok(check.finish(since))
 }
 
 /// Checks every chain in a CSV export against its manifest (the sidecar).
 pub fn verify_csv<R: Read>(reader: R, manifest: &Manifest) -> io::Result<Report> {
+    verify_csv_with(reader, manifest, FileEvidence::default())
+}
+
+/// [`verify_csv`] with the checkpoint evidence of its manifest.
+pub fn verify_csv_with<R: Read>(
+    reader: R,
+    manifest: &Manifest,
+    mut evidence: FileEvidence,
+) -> io::Result<Report> {
     let mut hashing = HashingReader {
         inner: reader,
         digest: Sha256::new(),
     };
-    let mut check = ChainCheck::new();
+    let mut check = ChainCheck::with_anchors(std::mem::take(&mut evidence.anchors));
+    evidence.apply_before(&mut check);
     let mut rows = 0u64;
     let mut keys = KeyCounter::default();
     {
@@ -101,7 +201,9 @@ pub fn verify_csv<R: Read>(reader: R, manifest: &Manifest) -> io::Result<Report>
             }
             line += 1;
             if line == 1 {
-                if record.iter().ne(super::row::COLUMNS) {
+                let legacy = &super::row::COLUMNS[..super::row::LEGACY_COLUMNS];
+                if record.iter().ne(super::row::COLUMNS) && record.iter().ne(legacy.iter().copied())
+                {
                     check.file_problem(
                         Some(1),
                         Problem::Unreadable("the header row is not idemwatch's".into()),
@@ -131,6 +233,7 @@ pub fn verify_csv<R: Read>(reader: R, manifest: &Manifest) -> io::Result<Report>
         keys.count,
         &digest,
     );
+    unseen_anchors(&mut check);
     Ok(check.finish(manifest.time_filtered_start()))
 }
 

@@ -2,6 +2,7 @@
 //! share. The column order here is the public contract of the CSV header and of the
 //! NDJSON member order (docs/EXPORT.md).
 
+use crate::guard::binding::RecordState;
 use crate::guard::canonical::canonical_json;
 use crate::guard::{AttemptKind, ChainFields, Intent, Status, chain_hash, rfc3339};
 use chrono::{DateTime, Utc};
@@ -10,7 +11,7 @@ use serde_json::Value;
 
 /// The CSV header, in order. NDJSON objects carry the same members in the same
 /// order, after `"type": "attempt"`.
-pub const COLUMNS: [&str; 18] = [
+pub const COLUMNS: [&str; 24] = [
     "attempt_id",
     "key",
     "seq",
@@ -29,11 +30,22 @@ pub const COLUMNS: [&str; 18] = [
     "detail",
     "prev_hash",
     "hash",
+    "fingerprint",
+    "business_args",
+    "result",
+    "error",
+    "log_seq",
+    "log_hash",
 ];
+
+/// Files of earlier versions end after `hash`.
+pub const LEGACY_COLUMNS: usize = 18;
 
 /// An attempt row and the context of its key. `tenant` and `tool` are the attempt's
 /// own (hash-covered) columns; `workflow_id` … `current_status` come from the record,
 /// and `current_status` is the key's status at export time, not at `occurred_at`.
+/// So do the last six (`fingerprint` … `log_hash`): the record's state and chain head
+/// at export time, which the head row's `detail.state` binds (docs/EXPORT.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExportRow {
     pub attempt_id: i64,
@@ -55,6 +67,20 @@ pub struct ExportRow {
     pub detail: Value,
     pub prev_hash: String,
     pub hash: String,
+    // The record's state and head: absent from files of earlier versions, which
+    // then read as "not the head" (nothing to compare the state with).
+    #[serde(default)]
+    pub fingerprint: String,
+    #[serde(default)]
+    pub business_args: Value,
+    #[serde(default)]
+    pub result: Option<Value>,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub log_seq: i64,
+    #[serde(default)]
+    pub log_hash: String,
 }
 
 /// Where a key's chain ends according to its record (`log_seq`, `log_hash`): the
@@ -94,6 +120,23 @@ impl ExportRow {
         intent.key().map(|k| k.to_string()).unwrap_or_default()
     }
 
+    /// The record's state as exported beside this row.
+    pub fn record_state(&self) -> RecordState<'_> {
+        RecordState {
+            status: self.current_status,
+            fingerprint: &self.fingerprint,
+            business_args: &self.business_args,
+            business_ref: self.business_ref.as_deref(),
+            result: self.result.as_ref(),
+            error: self.error.as_deref(),
+        }
+    }
+
+    /// Whether this row is its record's head (the newest row when exported).
+    pub fn is_head(&self) -> bool {
+        self.seq == self.log_seq && self.hash == self.log_hash
+    }
+
     /// The hash this row's content and `prev_hash` must have.
     pub fn computed_hash(&self) -> String {
         chain_hash(&self.prev_hash, self.chain_fields())
@@ -101,7 +144,7 @@ impl ExportRow {
 
     /// The row as CSV fields, in [`COLUMNS`] order. `None` becomes an empty field;
     /// `detail` is its canonical (JCS) JSON text, the form the hash covers.
-    pub fn csv_fields(&self) -> [String; 18] {
+    pub fn csv_fields(&self) -> [String; 24] {
         [
             self.attempt_id.to_string(),
             self.key.clone(),
@@ -121,11 +164,27 @@ impl ExportRow {
             canonical_detail(&self.detail),
             self.prev_hash.clone(),
             self.hash.clone(),
+            self.fingerprint.clone(),
+            canonical_detail(&self.business_args),
+            self.result
+                .as_ref()
+                .map(canonical_detail)
+                .unwrap_or_default(),
+            self.error.clone().unwrap_or_default(),
+            self.log_seq.to_string(),
+            self.log_hash.clone(),
         ]
     }
 
     /// Reads a CSV record written by [`ExportRow::csv_fields`].
     pub fn from_csv_fields(fields: &csv::StringRecord) -> Result<ExportRow, String> {
+        if fields.len() == LEGACY_COLUMNS {
+            let mut padded = fields.clone();
+            for value in ["", "null", "", "", "0", ""] {
+                padded.push_field(value);
+            }
+            return Self::from_csv_fields(&padded);
+        }
         if fields.len() != COLUMNS.len() {
             return Err(format!(
                 "{} fields, expected {}",
@@ -165,6 +224,16 @@ impl ExportRow {
             detail: serde_json::from_str(&fields[15]).map_err(|e| format!("detail: {e}"))?,
             prev_hash: text(16),
             hash: text(17),
+            fingerprint: text(18),
+            business_args: serde_json::from_str(&fields[19])
+                .map_err(|e| format!("business_args: {e}"))?,
+            result: optional(20)
+                .map(|t| serde_json::from_str(&t))
+                .transpose()
+                .map_err(|e| format!("result: {e}"))?,
+            error: optional(21),
+            log_seq: int(22)?,
+            log_hash: text(23),
         })
     }
 }
@@ -247,7 +316,14 @@ pub(crate) mod tests {
             detail: json!({"reason": "line one,\r\nline \"two\" — €", "n": 4500}),
             prev_hash: GENESIS_HASH.into(),
             hash: String::new(),
+            fingerprint: String::new(),
+            business_args: json!({"amount_p": 4500}),
+            result: Some(json!({"refund_id": "rf_1"})),
+            error: None,
+            log_seq: 0,
+            log_hash: String::new(),
         };
+        row.fingerprint = crate::guard::binding::value_sha256(&row.business_args);
         row.key = row.derived_key();
         row.hash = row.computed_hash();
         row

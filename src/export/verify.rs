@@ -11,7 +11,10 @@
 
 pub use super::problem::{Break, Problem};
 use super::row::{ChainHead, ExportRow};
+pub use crate::evidence::Anchor;
 use crate::guard::GENESIS_HASH;
+use crate::guard::binding::{StateBinding, fingerprint_matches, value_sha256};
+use std::collections::HashMap;
 
 /// What a verification found. Intact when `breaks` is empty.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -22,6 +25,14 @@ pub struct Report {
     /// Keys whose chain starts after seq 1 in a `since`-filtered export: checked from
     /// their first row in the file.
     pub partial_keys: u64,
+    /// Keys whose head row predates state binding: their record's status, result …
+    /// are not covered by the chain (reported, not a break).
+    pub unbound_keys: u64,
+    /// Keys whose head is covered by a signed checkpoint and was found intact.
+    pub anchored_keys: u64,
+    /// Facts about the evidence that are not breaks (checkpoints read, signatures
+    /// not checked for want of a public key, …).
+    pub notes: Vec<String>,
     /// The first breaks, in stream order (at most [`MAX_BREAKS`]).
     pub breaks: Vec<Break>,
 }
@@ -48,6 +59,7 @@ struct KeyState {
     last_line: Option<u64>,
     /// Starts after seq 1.
     late: bool,
+    anchor: Option<Anchor>,
 }
 
 /// Feed rows with [`ChainCheck::push`], then [`ChainCheck::finish`].
@@ -61,11 +73,48 @@ pub struct ChainCheck {
     first_late_start: Option<Break>,
     /// Keys that start late and have no other break.
     late_starts: u64,
+    /// Checkpointed heads by key, consumed as keys arrive.
+    anchors: HashMap<String, Anchor>,
 }
 
 impl ChainCheck {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Checks each key's chain against where a signed checkpoint last saw it.
+    pub fn with_anchors(anchors: HashMap<String, Anchor>) -> Self {
+        ChainCheck {
+            anchors,
+            ..Self::default()
+        }
+    }
+
+    /// The anchored keys that never appeared in the stream (gone, or not exported).
+    pub fn take_unseen_anchors(&mut self) -> Vec<(String, Anchor)> {
+        let mut left: Vec<_> = self.anchors.drain().collect();
+        left.sort_by(|a, b| a.0.cmp(&b.0));
+        left
+    }
+
+    /// A finding about one key outside the row stream (e.g. a key gone).
+    pub fn key_problem(&mut self, key: &str, seq: Option<i64>, problem: Problem) {
+        self.ordinal += 1;
+        self.report.broken_keys += 1;
+        let b = Break {
+            key: Some(key.to_string()),
+            seq,
+            attempt_id: None,
+            line: None,
+            problem,
+            ordinal: self.ordinal,
+        };
+        self.add(b);
+    }
+
+    /// A fact worth printing that is not a break.
+    pub fn note(&mut self, note: String) {
+        self.report.notes.push(note);
     }
 
     /// Checks the next row. `head` is the record's head (database) or `None` (file).
@@ -88,6 +137,7 @@ impl ChainCheck {
                 last_id: row.attempt_id,
                 last_line: line,
                 late: false,
+                anchor: self.anchors.remove(&row.key),
             };
             if let Some(prev) = previous.filter(|p| p.key > row.key) {
                 self.fail(
@@ -121,6 +171,8 @@ impl ChainCheck {
                 );
             }
             self.check_hash(&mut state, row, line);
+            self.check_anchor(&mut state, row, line);
+            self.check_state(&mut state, row, line);
             self.current = Some(state);
             return;
         }
@@ -146,6 +198,8 @@ impl ChainCheck {
                 self.fail(&mut state, row, line, problem);
             } else {
                 self.check_hash(&mut state, row, line);
+                self.check_anchor(&mut state, row, line);
+                self.check_state(&mut state, row, line);
             }
         }
         state.last_seq = row.seq;
@@ -157,6 +211,7 @@ impl ChainCheck {
 
     /// A record whose attempts are all gone (database only).
     pub fn record_without_attempts(&mut self, key: &str) {
+        self.anchors.remove(key);
         self.ordinal += 1;
         self.report.keys += 1;
         self.report.broken_keys += 1;
@@ -209,26 +264,46 @@ impl ChainCheck {
         if state.late {
             self.late_starts += 1;
         }
+        if let Some(anchor) = &state.anchor
+            && !anchor.pruned
+        {
+            if state.last_seq < anchor.seq {
+                let problem = Problem::ShorterThanCheckpoint {
+                    checkpoint: anchor.checkpoint,
+                    seq: anchor.seq,
+                    last_seq: state.last_seq,
+                };
+                self.fail_at_end(state, problem);
+                return;
+            }
+            self.report.anchored_keys += 1;
+        }
         if let Some(head) = &state.head
             && (head.seq != state.last_seq || head.hash != state.last_hash)
         {
-            self.ordinal += 1;
-            self.report.broken_keys += 1;
-            let b = Break {
-                key: Some(state.key.clone()),
-                seq: Some(state.last_seq),
-                attempt_id: Some(state.last_id),
-                line: state.last_line,
-                problem: Problem::HeadMismatch {
-                    head_seq: head.seq,
-                    head_hash: head.hash.clone(),
-                    last_seq: state.last_seq,
-                    last_hash: state.last_hash.clone(),
-                },
-                ordinal: self.ordinal,
+            let problem = Problem::HeadMismatch {
+                head_seq: head.seq,
+                head_hash: head.hash.clone(),
+                last_seq: state.last_seq,
+                last_hash: state.last_hash.clone(),
             };
-            self.add(b);
+            self.fail_at_end(state, problem);
         }
+    }
+
+    /// A break found when a key's rows ended, placed at its last row.
+    fn fail_at_end(&mut self, state: &KeyState, problem: Problem) {
+        self.ordinal += 1;
+        self.report.broken_keys += 1;
+        let b = Break {
+            key: Some(state.key.clone()),
+            seq: Some(state.last_seq),
+            attempt_id: Some(state.last_id),
+            line: state.last_line,
+            problem,
+            ordinal: self.ordinal,
+        };
+        self.add(b);
     }
 
     /// The row's own checks: its hash, and its key against its intent.
@@ -248,6 +323,50 @@ impl ChainCheck {
                 computed,
             };
             self.fail(state, row, line, problem);
+        }
+    }
+
+    /// The row at the checkpointed seq must have the checkpointed hash.
+    fn check_anchor(&mut self, state: &mut KeyState, row: &ExportRow, line: Option<u64>) {
+        let Some(anchor) = &state.anchor else { return };
+        if state.broken || anchor.pruned || row.seq != anchor.seq || row.hash == anchor.hash {
+            return;
+        }
+        let problem = Problem::CheckpointMismatch {
+            checkpoint: anchor.checkpoint,
+            expected: anchor.hash.clone(),
+            found: row.hash.clone(),
+        };
+        self.fail(state, row, line, problem);
+    }
+
+    /// On the record's head row: the record's state must be what the row bound, and
+    /// the fingerprint the hash of the stored arguments.
+    fn check_state(&mut self, state: &mut KeyState, row: &ExportRow, line: Option<u64>) {
+        if state.broken || !row.is_head() {
+            return;
+        }
+        if !fingerprint_matches(&row.fingerprint, &row.business_args) {
+            let problem = Problem::FingerprintMismatch {
+                fingerprint: row.fingerprint.clone(),
+                computed: value_sha256(&row.business_args),
+            };
+            self.fail(state, row, line, problem);
+            return;
+        }
+        match StateBinding::from_detail(&row.detail) {
+            None => self.report.unbound_keys += 1,
+            Some(Err(why)) => self.fail(state, row, line, Problem::BadState(why)),
+            Some(Ok(binding)) => {
+                let found = binding.mismatches(row.record_state());
+                if !found.is_empty() {
+                    let columns = found
+                        .into_iter()
+                        .map(|m| (m.column.to_string(), short(&m.bound), short(&m.stored)))
+                        .collect();
+                    self.fail(state, row, line, Problem::StateMismatch(columns));
+                }
+            }
         }
     }
 
@@ -277,6 +396,15 @@ impl ChainCheck {
             self.report.breaks.sort_by_key(|b| b.ordinal);
             self.report.breaks.truncate(MAX_BREAKS);
         }
+    }
+}
+
+/// A digest shortened for a message (statuses and "none" stay whole).
+fn short(text: &str) -> String {
+    if text.len() == 64 {
+        format!("{}…", &text[..12])
+    } else {
+        text.to_string()
     }
 }
 
@@ -418,6 +546,52 @@ mod tests {
         let mut rows = low;
         rows.extend(high);
         assert!(check(&rows, false).is_intact());
+    }
+
+    #[test]
+    fn a_head_written_before_state_binding_is_not_bound_and_not_broken() {
+        let mut rows = chain();
+        let last = rows.len() - 1;
+        rows[last].log_seq = rows[last].seq;
+        rows[last].log_hash = rows[last].hash.clone();
+        let report = check(&rows, false);
+        assert!(report.is_intact(), "{:?}", report.breaks);
+        assert_eq!(report.unbound_keys, 1);
+    }
+
+    #[test]
+    fn an_anchor_catches_a_shorter_chain_and_a_rewritten_row() {
+        let rows = chain();
+        let anchor = |seq: i64, hash: &str| Anchor {
+            seq,
+            hash: hash.to_string(),
+            checkpoint: 7,
+            pruned: false,
+        };
+        let run = |rows: &[ExportRow], a: Anchor| {
+            let mut c = ChainCheck::with_anchors([(rows[0].key.clone(), a)].into());
+            for r in rows {
+                c.push(r, None, None);
+            }
+            c.finish(false)
+        };
+        let intact = run(&rows, anchor(2, &rows[1].hash));
+        assert!(intact.is_intact());
+        assert_eq!(intact.anchored_keys, 1);
+        let shorter = run(&rows[..1], anchor(2, &rows[1].hash));
+        assert!(matches!(
+            shorter.breaks[0].problem,
+            Problem::ShorterThanCheckpoint {
+                checkpoint: 7,
+                seq: 2,
+                last_seq: 1
+            }
+        ));
+        let rewritten = run(&rows, anchor(2, "f00"));
+        assert!(matches!(
+            rewritten.breaks[0].problem,
+            Problem::CheckpointMismatch { .. }
+        ));
     }
 
     #[test]

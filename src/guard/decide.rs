@@ -3,6 +3,7 @@
 //! rows in one transaction.
 
 use super::canonical::canonical_json;
+use super::deadline::LeaseState;
 use super::key::BusinessArgs;
 use super::record::{AttemptDraft, Record};
 use super::status::{AttemptKind, Resolution, Status};
@@ -80,7 +81,7 @@ pub fn admit_existing(
                 Admission::ReplayFailure { error },
             )
         }
-        Status::InProgress if rec.lease_until > now => {
+        Status::InProgress if rec.lease_state(now) == LeaseState::Held => {
             let attempt = draft(AttemptKind::InFlightRejected)
                 .detail(json!({ "lease_until": rec.lease_until }));
             (
@@ -219,6 +220,7 @@ pub fn settle(
             draft(AttemptKind::Escalated).detail(json!({
                 "reason": reason,
                 "provider_retention_until": rec.provider_retention_until,
+                "resend_safe_until": rec.resend_safe_until,
             }))
         }
     };
@@ -237,7 +239,7 @@ pub enum Lookup {
 }
 
 /// What a takeover does after its lookup, decided on the locked record (its token,
-/// retention and release are those of the takeover): record the effect found; resend
+/// deadlines and release are those of the takeover): record the effect found; resend
 /// while that is safe (not found, or a failed lookup on a key a person released);
 /// otherwise stay UNKNOWN (a failed lookup) or ask a person (not found, and a resend
 /// is no longer safe).
@@ -247,7 +249,7 @@ pub fn after_lookup(
     duration_ms: Option<i64>,
     now: DateTime<Utc>,
 ) -> Settlement {
-    let remembers = rec.provider_remembers_key(now);
+    let remembers = rec.resend_safe(now);
     match lookup {
         Lookup::Found(result) => Settlement::ReconciledFound {
             result,
@@ -264,9 +266,10 @@ pub fn after_lookup(
             duration_ms,
         },
         Lookup::NotFound => Settlement::Escalated {
-            reason:
-                "not found at the provider, which has forgotten the key: a resend could pay twice"
-                    .to_string(),
+            reason: "not found at the provider, and a resend is no longer safe (the provider \
+                     forgets the key within the safety margin, or already has): a resend could \
+                     pay twice"
+                .to_string(),
         },
     }
 }
@@ -344,15 +347,17 @@ pub fn resolve(
                 rec.status
             ),
         })
-    } else if rec.status == Status::InProgress && rec.lease_until > now {
+    } else if rec.lease_state(now) == LeaseState::Held {
         Some(Refusal::InFlight {
             lease_until: rec.lease_until,
         })
-    } else if req.resolution == Resolution::Release && !rec.provider_remembers_key(now) {
+    } else if req.resolution == Resolution::Release && !rec.resend_safe(now) {
         Some(Refusal::NotResolvable {
             why: format!(
-                "the provider forgot this key at {}, so a resend could perform the effect twice; \
-                 check the provider and mark the key done or failed instead",
+                "a resend is no longer safe since {} (the provider forgets this key at {}), so \
+                 it could perform the effect twice; check the provider and mark the key done or \
+                 failed instead",
+                rec.resend_safe_until.format("%Y-%m-%d %H:%M:%S UTC"),
                 rec.provider_retention_until.format("%Y-%m-%d %H:%M:%S UTC")
             ),
         })

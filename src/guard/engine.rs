@@ -240,10 +240,9 @@ impl Guard {
         req: &ResolveRequest,
     ) -> Result<Record, GuardError> {
         validate_resolution(req)?;
-        let now = self.clock.now();
         let decided = self
             .locked(key, |rec| {
-                let (attempts, outcome) = decide::resolve(rec, req, now);
+                let (attempts, outcome) = decide::resolve(rec, req, self.clock.now());
                 (
                     attempts,
                     outcome
@@ -257,7 +256,7 @@ impl Guard {
 
     /// What [`Guard::resolve`] would write over `record` now, or why it would refuse,
     /// without writing anything: the confirmation step shows this before a person
-    /// commits. The real resolve decides again under the row lock.
+    /// commits. The real resolve decides again under the row lock, at its own time.
     pub fn preview_resolve(
         &self,
         record: &Record,

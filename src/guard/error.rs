@@ -55,7 +55,7 @@ pub enum GuardError {
     /// The provider has forgotten the key and has no record of the effect: a resend
     /// could pay twice. A person must check and resolve the key.
     #[error(
-        "key {key} needs human review: the provider forgot the key at {provider_retention_until} and shows no effect"
+        "key {key} needs human review: a resend is no longer safe (the provider forgets the key at {provider_retention_until}) and the provider shows no effect"
     )]
     NeedsHumanReview {
         key: String,

@@ -5,8 +5,10 @@
 //! No HTTP here, and no sqlx types in the API: the store is reached through
 //! [`crate::store::Store`], whose errors arrive as [`crate::store::StoreError`].
 
+pub mod binding;
 pub mod canonical;
 pub mod clock;
+mod deadline;
 mod decide;
 mod engine;
 mod error;
@@ -19,6 +21,7 @@ mod steps;
 mod tools_file;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use deadline::{LeaseState, RETENTION_MARGIN, resend_safe, resend_safe_until};
 pub use decide::{Admission, Lookup, ResolveRequest, differing_fields};
 pub use engine::{Guard, GuardSettings, Outcome, ToolCall};
 pub use error::GuardError;
@@ -26,8 +29,7 @@ pub use key::{BusinessArgs, FencingToken, Fingerprint, IdempotencyKey, Intent, K
 pub use operation::{ErrorClass, Operation};
 pub use policy::{ToolPolicies, ToolPolicy};
 pub use record::{
-    Attempt, AttemptDraft, ChainFields, GENESIS_HASH, RETENTION_MARGIN, Record, chain_hash,
-    rfc3339, seal,
+    Attempt, AttemptDraft, ChainFields, GENESIS_HASH, Record, chain_hash, rfc3339, seal,
 };
 pub use status::{AttemptKind, Resolution, Status, UnknownName};
 pub use steps::{Admitted, CallOutcome, Reconciled};

@@ -2,14 +2,12 @@
 //! hash chain that makes each key's attempt log tamper-evident.
 
 use super::canonical::canonical_json;
+use super::deadline::{self, LeaseState};
 use super::key::sha256_hex;
 use super::status::{AttemptKind, Status};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
-
-/// How much earlier than the provider's own deadline the guard stops resending.
-pub const RETENTION_MARGIN: chrono::TimeDelta = chrono::TimeDelta::minutes(1);
 
 /// One row of `idempotency_records`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -29,7 +27,11 @@ pub struct Record {
     pub attempt_count: i64,
     pub result: Option<Value>,
     pub error: Option<String>,
+    /// The provider's own deadline for the key: the first send plus its key retention.
     pub provider_retention_until: DateTime<Utc>,
+    /// After this instant a resend is no longer safe ([`deadline::resend_safe_until`],
+    /// computed at the claim).
+    pub resend_safe_until: DateTime<Utc>,
     /// A person confirmed at the provider that the effect did not happen and allowed
     /// the next retry to resend even if the provider lookup fails.
     pub release_approved: bool,
@@ -41,9 +43,13 @@ pub struct Record {
 }
 
 impl Record {
+    pub fn lease_state(&self, now: DateTime<Utc>) -> LeaseState {
+        LeaseState::of(self.status, self.lease_until, now)
+    }
+
     /// IN_PROGRESS with a lease that ran out: the worker died or hung mid-call.
     pub fn lease_expired(&self, now: DateTime<Utc>) -> bool {
-        self.status == Status::InProgress && self.lease_until <= now
+        self.lease_state(now) == LeaseState::Expired
     }
 
     /// Whether a person (or a takeover) may act on this key now.
@@ -51,20 +57,9 @@ impl Record {
         self.status == Status::Unknown || self.lease_expired(now)
     }
 
-    /// Whether a resend with the same key is still safe. The deadline is the
-    /// provider's, measured on our clock, so a margin keeps clock skew and the
-    /// provider's own rounding from turning a resend into a second effect: a minute,
-    /// or a tenth of the retention when that is shorter (providers that forget keys
-    /// after minutes).
-    pub fn provider_remembers_key(&self, now: DateTime<Utc>) -> bool {
-        now < self.resend_safe_until()
-    }
-
-    /// Until when a resend is safe: the provider's deadline less the margin above.
-    pub fn resend_safe_until(&self) -> DateTime<Utc> {
-        let retention = self.provider_retention_until - self.created_at;
-        let margin = RETENTION_MARGIN.min(retention / 10);
-        self.provider_retention_until - margin
+    /// Whether a resend with the same key is still safe ([`deadline::resend_safe`]).
+    pub fn resend_safe(&self, now: DateTime<Utc>) -> bool {
+        deadline::resend_safe(self.resend_safe_until, now)
     }
 }
 
@@ -182,7 +177,11 @@ impl Attempt {
 }
 
 /// Extends `record`'s chain with `draft`, returning the sealed row (id not yet known).
-pub fn seal(record: &mut Record, draft: AttemptDraft) -> Attempt {
+/// The row's `detail` gains `state`: digests of the record as it is after this row
+/// (see [`super::binding`]), so the chain covers what replays return, not only the
+/// order of events. Every writer seals through here, so every row is bound.
+pub fn seal(record: &mut Record, mut draft: AttemptDraft) -> Attempt {
+    draft.detail = super::binding::bind_state(draft.detail, record);
     let seq = record.log_seq + 1;
     let prev_hash = record.log_hash.clone();
     let hash = chain_hash(
@@ -225,10 +224,10 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn record() -> Record {
+    pub(crate) fn record() -> Record {
         let t = DateTime::parse_from_rfc3339("2026-11-29T14:02:11.402Z")
             .unwrap()
             .to_utc();
@@ -249,6 +248,7 @@ mod tests {
             result: None,
             error: None,
             provider_retention_until: t,
+            resend_safe_until: t,
             release_approved: false,
             created_at: t,
             updated_at: t,
@@ -284,20 +284,6 @@ mod tests {
         let mut edited = a.clone();
         edited.detail = json!({"x": 1});
         assert_ne!(chain_hash(&a.prev_hash, edited.chain_fields()), a.hash);
-    }
-
-    #[test]
-    fn resending_stops_a_margin_before_the_providers_deadline() {
-        let mut r = record();
-        r.provider_retention_until = r.created_at + chrono::TimeDelta::hours(24);
-        let deadline = r.provider_retention_until;
-        assert!(r.provider_remembers_key(deadline - chrono::TimeDelta::seconds(61)));
-        assert!(!r.provider_remembers_key(deadline - chrono::TimeDelta::seconds(59)));
-        // A provider that remembers keys for 5 minutes: the margin is 30 s.
-        r.provider_retention_until = r.created_at + chrono::TimeDelta::minutes(5);
-        let deadline = r.provider_retention_until;
-        assert!(r.provider_remembers_key(deadline - chrono::TimeDelta::seconds(31)));
-        assert!(!r.provider_remembers_key(deadline - chrono::TimeDelta::seconds(29)));
     }
 
     #[test]

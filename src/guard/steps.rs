@@ -5,6 +5,7 @@
 //!
 //! [`Operation`]: super::Operation
 
+use super::deadline::resend_safe_until;
 use super::decide::{self, Admission, Lookup, Settlement};
 use super::engine::{Guard, ToolCall};
 use super::error::GuardError;
@@ -101,45 +102,60 @@ impl Guard {
         args: &BusinessArgs,
         policy: &ToolPolicy,
     ) -> Result<Admission, GuardError> {
-        let now = self.clock.now();
         let lease = policy.lease(self.settings.lease_margin);
-        let record = Record {
-            key: key.to_string(),
-            tenant: call.intent.tenant.clone(),
-            tool: call.intent.tool.clone(),
-            workflow_id: call.intent.workflow_id.clone(),
-            step_id: call.intent.step_id.clone(),
-            intent_id: call.intent.intent_id.clone(),
-            business_ref: call.business_ref.clone(),
-            fingerprint: args.fingerprint.0.clone(),
-            business_args: args.value.clone(),
-            status: Status::InProgress,
-            fencing_token: 1,
-            lease_until: now + lease,
-            attempt_count: 1,
-            result: None,
-            error: None,
+        // The clock is read inside the store's transaction, after any wait for the
+        // lock: a row written after a wait carries the time it was written, and a
+        // takeover's lease starts when the takeover does.
+        let claimed_lease = std::sync::Mutex::new(None);
+        let build = || {
+            let now = self.clock.now();
             // The provider starts remembering the key at the first send.
-            provider_retention_until: now + policy.key_retention,
-            release_approved: false,
-            created_at: now,
-            updated_at: now,
-            log_seq: 0,
-            log_hash: GENESIS_HASH.to_string(),
+            let provider_retention_until = now + policy.key_retention;
+            let record = Record {
+                key: key.to_string(),
+                tenant: call.intent.tenant.clone(),
+                tool: call.intent.tool.clone(),
+                workflow_id: call.intent.workflow_id.clone(),
+                step_id: call.intent.step_id.clone(),
+                intent_id: call.intent.intent_id.clone(),
+                business_ref: call.business_ref.clone(),
+                fingerprint: args.fingerprint.0.clone(),
+                business_args: args.value.clone(),
+                status: Status::InProgress,
+                fencing_token: 1,
+                lease_until: now + lease,
+                attempt_count: 1,
+                result: None,
+                error: None,
+                provider_retention_until,
+                resend_safe_until: resend_safe_until(now, provider_retention_until),
+                release_approved: false,
+                created_at: now,
+                updated_at: now,
+                log_seq: 0,
+                log_hash: GENESIS_HASH.to_string(),
+            };
+            *claimed_lease.lock().unwrap_or_else(|e| e.into_inner()) = Some(record.lease_until);
+            let claimed =
+                AttemptDraft::new(AttemptKind::Claimed, 1, &call.actor, now).detail(json!({
+                    "lease_until": record.lease_until,
+                    "policy": policy.to_json(&call.intent.tool),
+                }));
+            (record, claimed)
         };
-        let claimed = AttemptDraft::new(AttemptKind::Claimed, 1, &call.actor, now).detail(json!({
-            "lease_until": record.lease_until,
-            "policy": policy.to_json(&call.intent.tool),
-        }));
         loop {
-            if let Claim::Created = self.store.claim(record.clone(), claimed.clone()).await? {
+            if let Claim::Created = self.store.claim(build).await? {
+                let lease_until = claimed_lease
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .expect("a created claim built its record");
                 return Ok(Admission::New {
                     token: 1,
-                    lease_until: record.lease_until,
+                    lease_until,
                 });
             }
             let decided = self.locked(key, |rec| {
-                decide::admit_existing(rec, args, &call.actor, now, lease)
+                decide::admit_existing(rec, args, &call.actor, self.clock.now(), lease)
             });
             match decided.await {
                 Ok(admission) => return Ok(admission),
@@ -217,9 +233,9 @@ impl Guard {
         actor: &str,
         choose: impl FnOnce(&Record, chrono::DateTime<chrono::Utc>) -> Settlement,
     ) -> Result<(Settlement, Record), GuardError> {
-        let now = self.clock.now();
         let written = self
             .locked(key, |rec| {
+                let now = self.clock.now();
                 let settlement = choose(rec, now);
                 let (attempts, written) =
                     decide::settle(rec, token, settlement.clone(), actor, now);

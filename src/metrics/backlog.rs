@@ -55,13 +55,21 @@ pub async fn refresh(
 ) -> Result<(), StoreError> {
     let started = Instant::now();
     let f = metrics.families();
-    let groups = match store.backlog_by_tool(now).await {
-        Ok(groups) => groups,
+    let read = async {
+        Ok::<_, StoreError>((
+            store.backlog_by_tool(now).await?,
+            store.replica_lag().await?,
+        ))
+    };
+    let (groups, replica_lag) = match read.await {
+        Ok(read) => read,
         Err(e) => {
             f.idemwatch_db_up.set(0);
             return Err(e);
         }
     };
+    f.idemwatch_replica_lag_seconds
+        .set(replica_lag.map_or(0.0, |lag| lag.as_secs_f64()));
     let mut by_slot: HashMap<Slot, Backlog> = HashMap::new();
     for g in &groups {
         by_slot

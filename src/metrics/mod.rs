@@ -47,8 +47,8 @@ metric_families! {
         idempotency_transitions_total: IntCounterVec["tool", "tenant", "status"],
         /// Manual resolutions of undecided keys by a person: done, failed, release.
         idempotency_resolutions_total: IntCounterVec["tool", "tenant", "resolution"],
-        /// Keys handed to a person: UNKNOWN, not found at a provider that has already
-        /// forgotten the key.
+        /// Escalation events, not keys: a key left UNKNOWN for a person (not found at a
+        /// provider that has already forgotten it); every redelivery counts again.
         idempotency_escalations_total: IntCounterVec["tool", "tenant"],
         /// Keys in UNKNOWN now: the provider may or may not have performed the effect.
         idempotency_unknown_backlog: IntGaugeVec["tool", "tenant"],
@@ -57,11 +57,12 @@ metric_families! {
         idempotency_expired_leases: IntGaugeVec["tool", "tenant"],
         /// Creation time (Unix seconds) of the oldest UNKNOWN key; 0 when there is none.
         idempotency_unknown_oldest_created_timestamp_seconds: GaugeVec["tool", "tenant"],
-        /// Earliest provider key retention deadline (Unix seconds) of an UNKNOWN key
-        /// whose deadline has not passed yet; 0 when there is none.
+        /// Earliest instant (Unix seconds) after which a resend of an UNKNOWN key is no
+        /// longer safe (its resend_safe_until: the provider's key retention deadline less
+        /// the safety margin), among those not passed yet; 0 when there is none.
         idempotency_unknown_earliest_retention_deadline_timestamp_seconds: GaugeVec["tool", "tenant"],
-        /// UNKNOWN keys the provider has already forgotten: a resend could perform the
-        /// effect twice, only a person can resolve them.
+        /// UNKNOWN keys past retention (resend_safe_until passed): a resend could
+        /// perform the effect twice, only a person can resolve them.
         idempotency_unknown_past_retention: IntGaugeVec["tool", "tenant"],
         /// Provider call latency as the guard measured it (completed, failed and
         /// marked_unknown attempts).
@@ -82,6 +83,10 @@ metric_families! {
         idemwatch_tail_held_back_seconds: Gauge,
         /// Duration of the last backlog gauge refresh.
         idemwatch_backlog_refresh_duration_seconds: Gauge,
+        /// PostgreSQL hot standby: how far its replay is behind the primary (now minus
+        /// the commit time of the last replayed transaction; 0 when it has replayed
+        /// all it received). 0 on a primary and on SQLite. Refreshed with the backlog.
+        idemwatch_replica_lag_seconds: Gauge,
         /// Always 1; the version label says which idemwatch this is.
         idemwatch_build_info: IntGaugeVec["version"],
     }

@@ -12,7 +12,7 @@
 mod sql;
 
 use super::{Store, StoreError, on_pool};
-use crate::guard::Status;
+use crate::guard::{LeaseState, Status};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 pub use sql::BUCKET_SECONDS;
@@ -33,14 +33,24 @@ pub struct KeySummary {
     pub lease_until: DateTime<Utc>,
     pub attempt_count: i64,
     pub provider_retention_until: DateTime<Utc>,
+    pub resend_safe_until: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
 
 impl KeySummary {
+    pub fn lease_state(&self, now: DateTime<Utc>) -> LeaseState {
+        LeaseState::of(self.status, self.lease_until, now)
+    }
+
     /// IN_PROGRESS with a lease that ran out: the worker died or hung mid-call.
     pub fn lease_expired(&self, now: DateTime<Utc>) -> bool {
-        self.status == Status::InProgress && self.lease_until <= now
+        self.lease_state(now) == LeaseState::Expired
+    }
+
+    /// Whether a resend with the same key is still safe ([`crate::guard::resend_safe`]).
+    pub fn resend_safe(&self, now: DateTime<Utc>) -> bool {
+        crate::guard::resend_safe(self.resend_safe_until, now)
     }
 }
 
@@ -58,6 +68,7 @@ struct SummaryRow {
     lease_until: DateTime<Utc>,
     attempt_count: i64,
     provider_retention_until: DateTime<Utc>,
+    resend_safe_until: DateTime<Utc>,
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
 }
@@ -78,6 +89,7 @@ impl TryFrom<SummaryRow> for KeySummary {
             lease_until: r.lease_until,
             attempt_count: r.attempt_count,
             provider_retention_until: r.provider_retention_until,
+            resend_safe_until: r.resend_safe_until,
             created_at: r.created_at,
             updated_at: r.updated_at,
         })
@@ -234,7 +246,8 @@ pub struct BacklogSummary {
     pub tool: String,
     pub unknown: i64,
     pub expired_leases: i64,
-    /// UNKNOWN keys the provider has already forgotten: only a person can resolve them.
+    /// UNKNOWN keys past retention (`resend_safe_until` passed): only a person can
+    /// resolve them.
     pub past_retention: i64,
     pub oldest_unknown: Option<DateTime<Utc>>,
     pub oldest: Option<DateTime<Utc>>,

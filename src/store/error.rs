@@ -11,6 +11,10 @@ pub enum StoreError {
     /// The database cannot be reached now; retrying later may work.
     #[error("database unavailable: {0}")]
     Unavailable(String),
+    /// A write reached a read-only database: a PostgreSQL hot standby (SQLSTATE 25006,
+    /// `read_only_sql_transaction`). Retrying here never helps; writes go to the primary.
+    #[error("the database is a read-only standby: {0}")]
+    ReadOnly(String),
     /// A stored value that this version cannot read (a status it does not know…).
     #[error("corrupt row: {0}")]
     Corrupt(String),
@@ -36,7 +40,13 @@ impl From<sqlx::Error> for StoreError {
             sqlx::Error::Database(db) => {
                 // PostgreSQL: class 08 (connection), 57P (shutdown); SQLite: BUSY/LOCKED.
                 let code = db.code().unwrap_or_default();
-                if code.starts_with("08") || code.starts_with("57P") || code == "5" || code == "6" {
+                if code == "25006" {
+                    StoreError::ReadOnly(db.message().to_string())
+                } else if code.starts_with("08")
+                    || code.starts_with("57P")
+                    || code == "5"
+                    || code == "6"
+                {
                     StoreError::Unavailable(db.message().to_string())
                 } else {
                     StoreError::Other(db.message().to_string())

@@ -16,7 +16,8 @@ macro_rules! export_select {
     () => {
         "SELECT a.id, a.key, a.seq, a.occurred_at, a.tenant, a.tool, r.workflow_id, r.step_id, \
          r.intent_id, r.business_ref, r.status, a.kind, a.actor, a.fencing_token, a.duration_ms, \
-         a.detail, a.prev_hash, a.hash, r.log_seq, r.log_hash \
+         a.detail, a.prev_hash, a.hash, r.fingerprint, r.business_args, r.result, r.error, \
+         r.log_seq, r.log_hash \
          FROM idempotency_attempts a JOIN idempotency_records r ON r.key = a.key "
     };
 }
@@ -71,6 +72,10 @@ pub(crate) struct ExportRowDb {
     detail: Json<Value>,
     prev_hash: String,
     hash: String,
+    fingerprint: String,
+    business_args: Json<Value>,
+    result: Option<Json<Value>>,
+    error: Option<String>,
     log_seq: i64,
     log_hash: String,
 }
@@ -99,6 +104,12 @@ impl TryFrom<ExportRowDb> for (ExportRow, ChainHead) {
             detail: r.detail.0,
             prev_hash: r.prev_hash,
             hash: r.hash,
+            fingerprint: r.fingerprint,
+            business_args: r.business_args.0,
+            result: r.result.map(|j| j.0),
+            error: r.error,
+            log_seq: r.log_seq,
+            log_hash: r.log_hash.clone(),
         };
         let head = ChainHead {
             seq: r.log_seq,

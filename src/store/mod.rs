@@ -10,6 +10,7 @@
 mod browse;
 mod demo;
 mod error;
+mod evidence;
 mod export;
 mod prune;
 mod records;
@@ -22,6 +23,7 @@ pub use browse::{
     KeyFilter, KeyIndex, KeyPage, KeySummary,
 };
 pub use error::StoreError;
+pub use evidence::StoredCheckpoint;
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use records::Claim;
 pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};

@@ -156,6 +156,13 @@ impl PruneBatch {
         let wanted = self.keys.len();
         let (attempts, statuses) = match self.tx {
             Tx::Postgres(mut tx) => {
+                // The receipt first, in the same transaction: a pruned key is never
+                // taken for a deleted one (docs/EXPORT.md, retention).
+                sqlx::query(super::evidence::PRUNE_RECEIPTS_POSTGRES)
+                    .bind(&self.keys)
+                    .bind(Utc::now())
+                    .execute(&mut *tx)
+                    .await?;
                 let attempts = sqlx::query(DELETE_ATTEMPTS_POSTGRES)
                     .bind(&self.keys)
                     .execute(&mut *tx)
@@ -170,6 +177,11 @@ impl PruneBatch {
                 (attempts, statuses)
             }
             Tx::Sqlite(mut tx) => {
+                sqlx::query(super::evidence::PRUNE_RECEIPTS_SQLITE)
+                    .bind(Json(&self.keys))
+                    .bind(Utc::now())
+                    .execute(&mut *tx)
+                    .await?;
                 let attempts = sqlx::query(DELETE_ATTEMPTS_SQLITE)
                     .bind(Json(&self.keys))
                     .execute(&mut *tx)

@@ -33,6 +33,7 @@ macro_rules! bind_claim {
             .bind($r.result.as_ref().map(Json))
             .bind(&$r.error)
             .bind($r.provider_retention_until)
+            .bind($r.resend_safe_until)
             .bind($r.release_approved)
             .bind($r.created_at)
             .bind($r.updated_at)
@@ -108,18 +109,26 @@ macro_rules! locked_transaction {
 }
 
 impl Store {
-    /// Inserts `record` (status IN_PROGRESS, its first fencing token) and its first
-    /// attempt in one transaction, unless the key exists.
-    #[tracing::instrument(skip_all, fields(key = %record.key, tool = %record.tool))]
+    /// Inserts the record that `build` makes (status IN_PROGRESS, its first fencing
+    /// token) and its first attempt in one transaction, unless the key exists.
+    /// `build` runs once the transaction has begun (on SQLite: once BEGIN IMMEDIATE
+    /// holds the write lock), so the times it reads are not from before a wait.
+    #[tracing::instrument(skip_all, fields(key, tool))]
     pub async fn claim(
         &self,
-        mut record: Record,
-        draft: AttemptDraft,
+        build: impl FnOnce() -> (Record, AttemptDraft),
     ) -> Result<Claim, StoreError> {
-        let attempt = seal(&mut record, draft);
+        let seal_claim = |(mut record, draft): (Record, AttemptDraft)| {
+            let span = tracing::Span::current();
+            span.record("key", record.key.as_str());
+            span.record("tool", record.tool.as_str());
+            let attempt = seal(&mut record, draft);
+            (record, attempt)
+        };
         match self {
             Store::Postgres(pool) => {
                 let mut tx = pool.begin().await?;
+                let (record, attempt) = seal_claim(build());
                 let inserted: Option<String> = bind_claim!(sqlx::query_scalar(sql::CLAIM), record)
                     .fetch_optional(&mut *tx)
                     .await?;
@@ -131,6 +140,7 @@ impl Store {
             }
             Store::Sqlite(pool) => {
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                let (record, attempt) = seal_claim(build());
                 let inserted: Option<String> = bind_claim!(sqlx::query_scalar(sql::CLAIM), record)
                     .fetch_optional(&mut *tx)
                     .await?;

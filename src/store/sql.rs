@@ -3,7 +3,8 @@
 
 pub const RECORD_COLUMNS: &str = "key, tenant, tool, workflow_id, step_id, intent_id, business_ref, \
     fingerprint, business_args, status, fencing_token, lease_until, attempt_count, result, error, \
-    provider_retention_until, release_approved, created_at, updated_at, log_seq, log_hash";
+    provider_retention_until, resend_safe_until, release_approved, created_at, updated_at, log_seq, \
+    log_hash";
 
 pub const ATTEMPT_COLUMNS: &str = "id, key, tenant, tool, seq, kind, fencing_token, actor, detail, \
     duration_ms, occurred_at, prev_hash, hash";
@@ -12,25 +13,25 @@ pub const ATTEMPT_COLUMNS: &str = "id, key, tenant, tool, seq, kind, fencing_tok
 /// ours to commit and then inserts nothing, so exactly one caller gets a row back.
 pub const CLAIM: &str = "INSERT INTO idempotency_records (key, tenant, tool, workflow_id, step_id, \
     intent_id, business_ref, fingerprint, business_args, status, fencing_token, lease_until, \
-    attempt_count, result, error, provider_retention_until, release_approved, created_at, \
-    updated_at, log_seq, log_hash) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21) \
+    attempt_count, result, error, provider_retention_until, resend_safe_until, release_approved, \
+    created_at, updated_at, log_seq, log_hash) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22) \
     ON CONFLICT (key) DO NOTHING RETURNING key";
 
 /// Reads a record and holds it until commit. PostgreSQL locks the row; SQLite's
 /// transactions start with BEGIN IMMEDIATE, which already holds the one write lock.
 pub const LOCK_RECORD_POSTGRES: &str = "SELECT key, tenant, tool, workflow_id, step_id, intent_id, \
     business_ref, fingerprint, business_args, status, fencing_token, lease_until, attempt_count, \
-    result, error, provider_retention_until, release_approved, created_at, updated_at, log_seq, \
+    result, error, provider_retention_until, resend_safe_until, release_approved, created_at, updated_at, log_seq, \
     log_hash FROM idempotency_records WHERE key = $1 FOR UPDATE";
 pub const LOCK_RECORD_SQLITE: &str = "SELECT key, tenant, tool, workflow_id, step_id, intent_id, \
     business_ref, fingerprint, business_args, status, fencing_token, lease_until, attempt_count, \
-    result, error, provider_retention_until, release_approved, created_at, updated_at, log_seq, \
+    result, error, provider_retention_until, resend_safe_until, release_approved, created_at, updated_at, log_seq, \
     log_hash FROM idempotency_records WHERE key = $1";
 
 pub const GET_RECORD: &str = "SELECT key, tenant, tool, workflow_id, step_id, intent_id, \
     business_ref, fingerprint, business_args, status, fencing_token, lease_until, attempt_count, \
-    result, error, provider_retention_until, release_approved, created_at, updated_at, log_seq, \
+    result, error, provider_retention_until, resend_safe_until, release_approved, created_at, updated_at, log_seq, \
     log_hash FROM idempotency_records WHERE key = $1";
 
 /// The fenced write: it names the token the writer holds. Inside a locked
@@ -48,6 +49,24 @@ pub const INSERT_ATTEMPT: &str = "INSERT INTO idempotency_attempts (key, tenant,
 pub const ATTEMPTS_OF_KEY: &str = "SELECT id, key, tenant, tool, seq, kind, fencing_token, actor, \
     detail, duration_ms, occurred_at, prev_hash, hash FROM idempotency_attempts \
     WHERE key = $1 ORDER BY seq";
+
+/// The SQL of [`crate::guard::LeaseState::Expired`] at `$1`: the one spelling of an
+/// expired lease in every count, page and gauge.
+macro_rules! lease_expired {
+    () => {
+        "(status = 'IN_PROGRESS' AND lease_until <= $1)"
+    };
+}
+pub(crate) use lease_expired;
+
+/// The SQL of "past retention" at `$1`: an UNKNOWN key a resend is no longer safe for,
+/// the negation of [`crate::guard::resend_safe`] on the stored `resend_safe_until`.
+macro_rules! past_retention {
+    () => {
+        "(status = 'UNKNOWN' AND resend_safe_until <= $1)"
+    };
+}
+pub(crate) use past_retention;
 
 #[cfg(test)]
 mod tests {

@@ -9,6 +9,7 @@
 //! (txid, id), which the `idempotency_attempts_txid` index serves. The price: any open
 //! write transaction in the cluster holds the tail back until it ends (docs/METRICS.md).
 
+use super::sql::{lease_expired, past_retention};
 use super::{Store, StoreError};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -74,7 +75,8 @@ pub struct BacklogGroup {
     pub unknown: i64,
     pub expired_leases: i64,
     pub oldest_unknown_created_at: Option<DateTime<Utc>>,
-    /// The earliest provider retention deadline of an UNKNOWN key that has not passed.
+    /// The earliest instant after which a resend of an UNKNOWN key is no longer safe,
+    /// among those still ahead (`resend_safe_until`).
     pub earliest_retention_deadline: Option<DateTime<Utc>>,
     pub past_retention: i64,
 }
@@ -135,15 +137,30 @@ pub const FIRST_TENANTS: &str = "WITH RECURSIVE tenants(tenant, n) AS ( \
 /// The backlog gauges, on the partial index `idempotency_records_backlog` (UNKNOWN and
 /// IN_PROGRESS keys only: small by design). The WHERE clause repeats the index's
 /// predicate word for word so that both planners use it. `$1` is now.
-pub const BACKLOG: &str = "SELECT tool, tenant, \
+pub const BACKLOG: &str = concat!(
+    "SELECT tool, tenant, \
     count(*) FILTER (WHERE status = 'UNKNOWN') AS unknown, \
-    count(*) FILTER (WHERE status = 'IN_PROGRESS' AND lease_until <= $1) AS expired_leases, \
+    count(*) FILTER (WHERE ",
+    lease_expired!(),
+    ") AS expired_leases, \
     min(created_at) FILTER (WHERE status = 'UNKNOWN') AS oldest_unknown_created_at, \
-    min(provider_retention_until) FILTER (WHERE status = 'UNKNOWN' AND provider_retention_until > $1) \
-      AS earliest_retention_deadline, \
-    count(*) FILTER (WHERE status = 'UNKNOWN' AND provider_retention_until <= $1) AS past_retention \
+    min(resend_safe_until) FILTER (WHERE status = 'UNKNOWN' AND NOT ",
+    past_retention!(),
+    ") AS earliest_retention_deadline, \
+    count(*) FILTER (WHERE ",
+    past_retention!(),
+    ") AS past_retention \
     FROM idempotency_records WHERE status IN ('UNKNOWN', 'IN_PROGRESS') \
-    GROUP BY tool, tenant";
+    GROUP BY tool, tenant"
+);
+
+/// A hot standby's replay lag in seconds; NULL on a primary. A standby that has
+/// replayed everything it received reads 0 (the timestamp of the last replayed commit
+/// alone would grow while the primary is idle).
+pub const REPLICA_LAG_POSTGRES: &str = "SELECT CASE \
+    WHEN NOT pg_is_in_recovery() THEN NULL \
+    WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0::float8 \
+    ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0)::float8 END";
 
 #[derive(sqlx::FromRow)]
 struct HeadRow {
@@ -239,6 +256,20 @@ impl Store {
                 })
             }
             Store::Sqlite(_) => Ok(TailPending::default()),
+        }
+    }
+
+    /// How far behind its primary this database replays, when it is a PostgreSQL hot
+    /// standby; `None` on a primary and on SQLite.
+    pub async fn replica_lag(&self) -> Result<Option<Duration>, StoreError> {
+        match self {
+            Store::Postgres(pool) => {
+                let lag: Option<f64> = sqlx::query_scalar(REPLICA_LAG_POSTGRES)
+                    .fetch_one(pool)
+                    .await?;
+                Ok(lag.map(|s| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or_default()))
+            }
+            Store::Sqlite(_) => Ok(None),
         }
     }
 

@@ -47,6 +47,11 @@ pub enum Error {
     /// 503: the database cannot be reached now; the page says to retry.
     #[error("the database is unavailable")]
     Unavailable(#[source] StoreError),
+    /// 503 without `Retry-After`: this instance reads from a read-only standby, so a
+    /// write (resolving a key) can never succeed here; the page says to use the
+    /// instance connected to the primary.
+    #[error("this instance reads from a read-only standby")]
+    ReadOnly(#[source] StoreError),
     /// 500: anything else. The cause is logged, never shown.
     #[error("internal error")]
     Internal(String),
@@ -73,7 +78,7 @@ impl Error {
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::Conflict(_) => StatusCode::CONFLICT,
             Error::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Error::Unavailable(_) | Error::ReadOnly(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::Refused(p) => p.status,
         }
@@ -98,6 +103,7 @@ impl Error {
             Error::Conflict(_) => "conflict",
             Error::Unprocessable(_) => "unprocessable",
             Error::Unavailable(_) => "unavailable",
+            Error::ReadOnly(_) => "read_only",
             Error::Internal(_) | Error::Refused(_) => "internal",
         };
         let mut p = Problem::new(self.status(), code, title, detail);
@@ -123,6 +129,12 @@ impl Error {
                 "The database cannot be reached right now. Nothing was changed; try again in a moment."
                     .to_string(),
             ),
+            Error::ReadOnly(_) => (
+                "Read-only replica",
+                "This idemwatch reads from a read-only standby database, which cannot record changes. \
+                 Nothing was changed: resolve keys on the idemwatch connected to the primary database."
+                    .to_string(),
+            ),
             Error::Internal(_) => (
                 "Something went wrong",
                 "The page could not be shown. The error has been logged.".to_string(),
@@ -137,6 +149,7 @@ impl From<StoreError> for Error {
         match e {
             StoreError::NotFound => Error::NotFound("Nothing is recorded under that name.".into()),
             e @ StoreError::Unavailable(_) => Error::Unavailable(e),
+            e @ StoreError::ReadOnly(_) => Error::ReadOnly(e),
             other => Error::Internal(other.to_string()),
         }
     }
@@ -407,6 +420,12 @@ mod tests {
             (Error::NotFound("k".into()), 404),
             (Error::from(StoreError::Unavailable("down".into())), 503),
             (
+                Error::from(StoreError::ReadOnly(
+                    "cannot execute UPDATE in a read-only transaction".into(),
+                )),
+                503,
+            ),
+            (
                 Error::from(StoreError::Other("syntax error at or near".into())),
                 500,
             ),
@@ -472,6 +491,17 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn a_write_refused_by_a_standby_points_at_the_primary_without_retry_after() {
+        let e = Error::from(GuardError::Store(StoreError::ReadOnly(
+            "cannot execute UPDATE in a read-only transaction".into(),
+        )));
+        assert_eq!(e.status().as_u16(), 503);
+        assert!(e.public().1.contains("primary"), "{:?}", e.public());
+        let response = e.into_response();
+        assert!(response.headers().get(header::RETRY_AFTER).is_none());
     }
 
     #[test]

@@ -190,7 +190,17 @@ async fn produce(
     tx: mpsc::Sender<Result<Bytes, StoreError>>,
 ) {
     let mut buf = Vec::with_capacity(CHUNK * 2);
-    let mut encoder = Encoder::start(format, Source::Export, filter.clone(), &mut buf);
+    // The newest checkpoint and its proofs go into the manifest (docs/EXPORT.md).
+    let evidence = match crate::export::evidence_source(&store).await {
+        Ok(evidence) => evidence.map(std::sync::Arc::new),
+        Err(e) => {
+            tracing::error!(error = %e, "export evidence failed");
+            let _ = tx.send(Err(e)).await;
+            return;
+        }
+    };
+    let mut encoder =
+        Encoder::start(format, Source::Export, filter.clone(), &mut buf).with_evidence(evidence);
     let mut rows = store.export_rows(&filter);
     while let Some(item) = rows.next().await {
         match item {
@@ -228,7 +238,11 @@ async fn manifest(
         .map_err(ExportError::BadFormat)?;
     let filter = query.filter(SystemClock.now())?;
     let mut buf = Vec::new();
-    let mut encoder = Encoder::start(format, Source::Export, filter.clone(), &mut buf);
+    let evidence = crate::export::evidence_source(&state.store)
+        .await?
+        .map(std::sync::Arc::new);
+    let mut encoder =
+        Encoder::start(format, Source::Export, filter.clone(), &mut buf).with_evidence(evidence);
     let mut rows = state.store.export_rows(&filter);
     while let Some(item) = rows.next().await {
         let (row, _head) = item?;

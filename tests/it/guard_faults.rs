@@ -439,7 +439,7 @@ both_backends!(
         };
         let refused = f.guard.resolve(&key, &release).await.unwrap_err();
         assert!(
-            matches!(&refused, GuardError::NotResolvable { why, .. } if why.contains("forgot")),
+            matches!(&refused, GuardError::NotResolvable { why, .. } if why.contains("no longer safe")),
             "{refused}"
         );
 

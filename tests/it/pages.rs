@@ -319,13 +319,16 @@ both_backends!(
             !p.body.contains("RESOLVE"),
             "template comments stay out of the page"
         );
-        assert!(p.body.contains("past: the provider has forgotten this key"));
+        assert!(
+            p.body
+                .contains("the provider forgot this key 1 h 30 min ago")
+        );
 
         let p = get(&app, &format!("/keys/{}", s.unknown)).await;
         assert!(p.body.contains("Not decided yet") && p.body.contains("id=\"resolve\""));
         assert!(
             p.body
-                .contains("the provider remembers the key for 23 h 20 min more"),
+                .contains("the provider remembers this key for 23 h 19 min more"),
             "{}",
             p.body
         );
@@ -373,7 +376,7 @@ both_backends!(
             .find(|r| r.contains(&s.unknown))
             .unwrap();
         assert!(
-            row.contains("23 h 20 min left") && row.contains("UNKNOWN"),
+            row.contains("23 h 19 min left") && row.contains("UNKNOWN"),
             "{row}"
         );
         assert!(p.body.contains("<span class=\"stat-label\">UNKNOWN past retention</span><span class=\"stat-value\">1</span>"));

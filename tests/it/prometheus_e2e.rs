@@ -1,109 +1,44 @@
 //! End to end: the built `idemwatch serve` on a temporary SQLite database, a real
 //! Prometheus (Debian's package) scraping it every second with the project's rules, a
+//! real Alertmanager (Debian's `prometheus-alertmanager`) with the example
+//! configuration in grafana/alertmanager/, and a webhook receiver in this process. A
 //! replay spike driven through the guard in this process against the same database
-//! file, and `IdempotencyReplaySpike` watched until it fires through Prometheus's
-//! HTTP API. Then every rule expression and every dashboard query is evaluated and
-//! must come back without error.
+//! file makes `IdempotencyReplaySpike` fire in Prometheus and reach the webhook as a
+//! page, whose runbook and key-list links must answer. Then every rule expression and
+//! every dashboard query is evaluated and must come back without error.
 //!
-//! Two things differ from production, on purpose:
-//! - The replay-spike rule compares the last 5 minutes with the tool's previous hour.
-//!   A fresh Prometheus has no previous hour, so the test backfills 70 minutes of a
-//!   normal day (10 requests/s, 0.4% replays, ending 6 minutes ago) for the same
-//!   series with `promtool tsdb create-blocks-from openmetrics` before starting it.
+//! Things that differ from production, on purpose:
+//! - The replay-spike rule compares the last 5 minutes with the tool's usual share,
+//!   read from recorded 1h ratios a day and an hour old. A fresh Prometheus has none, so
+//!   the rule falls back to the current 1h ratio; the test backfills 70 minutes of a
+//!   normal day (10 requests/s, 0.4% replays, ending 6 minutes ago) for the same series
+//!   with `promtool tsdb create-blocks-from openmetrics` before starting it, so that
+//!   ratio is a normal one.
 //! - The alert's `for:` (minutes) is shortened to 5 s in the test's copy of the rules,
-//!   so the test takes well under two minutes. The expression is the real one; the
-//!   `for:` timing is covered by the promtool unit tests in grafana/prometheus/tests.
+//!   and Alertmanager's `group_wait` to 1 s, so the test takes about a minute. The
+//!   expression, the routing and the inhibitions are the real ones; the `for:` timing
+//!   is covered by the promtool unit tests in grafana/prometheus/tests.
+//! - Prometheus's external labels point the links at this test's idemwatch and at the
+//!   webhook server, which serves docs/RUNBOOK.md as the operator's docs host would.
 
 use crate::guard_faults::{Fixture, refund};
 use crate::metrics::promtool_check;
+use crate::support::alertmanager::{self, post_json, start_alertmanager};
+use crate::support::dashboard::{dashboard_exprs, substitute};
+use crate::support::process::{free_addr, installed, start};
+use crate::support::webhook::Webhook;
 use crate::support::{TestDb, pg};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const RULES: &str = "grafana/prometheus/idemwatch-rules.yml";
+const RUNBOOK: &str = "docs/RUNBOOK.md";
 const DASHBOARD: &str = "grafana/dashboards/idemwatch.json";
 const ALERT: &str = "IdempotencyReplaySpike";
-
-/// Used only while the rules file is not in the tree: the replay-spike alert and the
-/// recording rules it reads, as the rules file defines them.
-const FALLBACK_RULES: &str = r#"groups:
-  - name: idemwatch.recording
-    rules:
-      - record: tool_outcome:idempotency_requests:rate5m
-        expr: sum without (tenant) (max without (instance, pod) (rate(idempotency_requests_total[5m])))
-      - record: tool_outcome:idempotency_requests:rate1h
-        expr: sum without (tenant) (max without (instance, pod) (rate(idempotency_requests_total[1h])))
-      - record: tool:idempotency_requests:rate5m
-        expr: sum without (outcome) (tool_outcome:idempotency_requests:rate5m)
-      - record: tool:idempotency_requests:rate1h
-        expr: sum without (outcome) (tool_outcome:idempotency_requests:rate1h)
-      - record: tool:idempotency_replay_ratio:rate5m
-        expr: sum without (outcome) (tool_outcome:idempotency_requests:rate5m{outcome=~"replay|replay_failure"}) / (tool:idempotency_requests:rate5m > 0)
-      - record: tool:idempotency_replay_ratio:rate1h
-        expr: sum without (outcome) (tool_outcome:idempotency_requests:rate1h{outcome=~"replay|replay_failure"}) / (tool:idempotency_requests:rate1h > 0)
-  - name: idemwatch.guard
-    rules:
-      - alert: IdempotencyReplaySpike
-        expr: |
-          tool:idempotency_replay_ratio:rate5m > 0.05
-          and
-          tool:idempotency_replay_ratio:rate5m
-            > 5 * (tool:idempotency_replay_ratio:rate1h offset 1h or tool:idempotency_replay_ratio:rate1h)
-          and
-          tool:idempotency_requests:rate5m > 0.5
-        for: 2m
-        labels:
-          severity: critical
-        annotations:
-          summary: "Replay ratio spike on {{ $labels.tool }}"
-"#;
-
-/// Kills a child process when the test ends, however it ends.
-struct Running(Child, &'static str, PathBuf);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        if std::thread::panicking() {
-            let log = std::fs::read_to_string(&self.2).unwrap_or_default();
-            eprintln!("--- {} log ---\n{log}", self.1);
-        }
-    }
-}
-
-fn start(name: &'static str, program: &str, args: &[&str], dir: &Path) -> Running {
-    let log = dir.join(format!("{name}.log"));
-    let out = std::fs::File::create(&log).unwrap();
-    let child = Command::new(program)
-        .args(args)
-        .env("IDEMWATCH_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(out)
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {program}: {e}"));
-    Running(child, name, log)
-}
-
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-}
-
-fn installed(program: &str) -> bool {
-    Command::new(program)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
 
 /// A plain HTTP/1.0 GET (no client library needed): status and body.
 async fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
@@ -199,62 +134,24 @@ fn normal_day(instance: &str) -> String {
     om
 }
 
-/// Grafana variables in a dashboard query, replaced with concrete values.
-fn substitute(expr: &str, instance: &str) -> String {
-    let value = |name: &str| -> String {
-        match name {
-            "job" => "idemwatch".into(),
-            "instance" => instance.into(),
-            "tool" => "issue_refund".into(),
-            "tenant" => ".*".into(),
-            "__rate_interval" => "1m".into(),
-            "__interval" => "15s".into(),
-            "__range" => "1h".into(),
-            "__range_s" => "3600".into(),
-            "__range_ms" => "3600000".into(),
-            "__interval_ms" => "15000".into(),
-            other => panic!("dashboard variable ${other} has no test value: add one here"),
-        }
-    };
-    let mut out = String::new();
-    let mut rest = expr;
-    while let Some(i) = rest.find('$') {
-        out.push_str(&rest[..i]);
-        let after = &rest[i + 1..];
-        let (name, used) = if let Some(braced) = after.strip_prefix('{') {
-            let end = braced.find('}').expect("closing brace of a variable");
-            let name = braced[..end].split(':').next().unwrap_or_default();
-            (name, end + 2)
-        } else {
-            let end = after
-                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .unwrap_or(after.len());
-            (&after[..end], end)
-        };
-        out.push_str(&value(name));
-        rest = &after[used..];
-    }
-    out.push_str(rest);
-    out
-}
-
-fn dashboard_exprs(json: &Value, out: &mut Vec<String>) {
-    match json {
-        Value::Object(map) => {
-            for (k, v) in map {
-                match (k.as_str(), v) {
-                    ("expr", Value::String(e)) if !e.trim().is_empty() => out.push(e.clone()),
-                    _ => dashboard_exprs(v, out),
-                }
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|v| dashboard_exprs(v, out)),
-        _ => {}
-    }
+/// GETs an `http://host:port/path?query#fragment` link on loopback.
+async fn follow(url: &str) -> (u16, String) {
+    let rest = url
+        .strip_prefix("http://")
+        .unwrap_or_else(|| panic!("not http: {url}"));
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = path.split('#').next().unwrap_or("/");
+    let addr: SocketAddr = host
+        .parse()
+        .unwrap_or_else(|_| panic!("not a loopback address: {url}"));
+    assert!(addr.ip().is_loopback(), "{url}");
+    get(addr, path)
+        .await
+        .unwrap_or_else(|| panic!("no answer from {url}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_replay_spike_fires_the_alert_in_a_real_prometheus() {
+async fn a_replay_spike_pages_through_a_real_prometheus_and_alertmanager() {
     if !installed("prometheus") || !installed("promtool") {
         if pg::required() {
             panic!(
@@ -294,7 +191,17 @@ async fn a_replay_spike_fires_the_alert_in_a_real_prometheus() {
     })
     .await;
 
-    // Prometheus: backfilled history, the rules, a 1 s scrape of idemwatch.
+    // The far end: the pager and the operator's docs host (a webhook server in this
+    // process), and the example Alertmanager in front of it.
+    let runbook = std::fs::read_to_string(root.join(RUNBOOK)).expect("docs/RUNBOOK.md");
+    let webhook = Webhook::start(runbook).await;
+    let alertmanager = match alertmanager::program() {
+        Some(program) => Some(start_alertmanager(&program, dir.path(), webhook.addr).await),
+        None => None,
+    };
+
+    // Prometheus: backfilled history, the rules, a 1 s scrape of idemwatch, the links'
+    // external labels, and the Alertmanager.
     let data = dir.path().join("data");
     let om = dir.path().join("normal_day.om");
     std::fs::write(&om, normal_day(&listen)).unwrap();
@@ -309,18 +216,25 @@ async fn a_replay_spike_fires_the_alert_in_a_real_prometheus() {
         "{}",
         String::from_utf8_lossy(&backfill.stderr)
     );
-    let real_rules = root.join(RULES);
-    let rules_text = std::fs::read_to_string(&real_rules).unwrap_or_else(|_| {
-        eprintln!("*** {RULES} not in this tree: using the test's copy of {ALERT} ***");
-        FALLBACK_RULES.to_string()
-    });
+    let rules_text = std::fs::read_to_string(root.join(RULES)).expect("the rules file");
     let rules = dir.path().join("rules.yml");
     std::fs::write(&rules, rules_for_test(&rules_text)).unwrap();
+    let runbook_base = format!("http://{}/docs/RUNBOOK.md", webhook.addr);
+    let alerting = match &alertmanager {
+        Some((_, am)) => {
+            format!(
+                "alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: ['{am}']\n"
+            )
+        }
+        None => String::new(),
+    };
     let config = dir.path().join("prometheus.yml");
     std::fs::write(
         &config,
         format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - {}\n\
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n  external_labels:\n    \
+             idemwatch_url: 'http://{listen}'\n    idemwatch_runbook_url: '{runbook_base}'\n\
+             rule_files:\n  - {}\n{alerting}\
              scrape_configs:\n  - job_name: idemwatch\n    static_configs:\n      - targets: ['{listen}']\n",
             rules.display()
         ),
@@ -353,7 +267,8 @@ async fn a_replay_spike_fires_the_alert_in_a_real_prometheus() {
     .await;
 
     // The incident: the provider slows past the clients' deadline and about one
-    // request in five is a retry answered from the stored result.
+    // request in five is a retry answered from the stored result: 132 replays in
+    // 12 seconds, well above the alert's 30 in 5 minutes.
     let f = Fixture::new(&db);
     let mut next = 0;
     for _round in 0..12 {
@@ -388,6 +303,46 @@ async fn a_replay_spike_fires_the_alert_in_a_real_prometheus() {
     };
     assert_eq!(firing["labels"]["tool"], "issue_refund", "{firing}");
     assert_eq!(firing["labels"]["severity"], "critical", "{firing}");
+
+    // Delivered: Prometheus → Alertmanager → the page receiver, with links that work.
+    if alertmanager.is_some() {
+        let page = webhook.wait_for("page", ALERT).await;
+        assert_eq!(page.body["status"], "firing", "{}", page.body);
+        let alert = page.alert(ALERT);
+        assert_eq!(alert["labels"]["tool"], "issue_refund", "{alert}");
+        let runbook_url = alert["annotations"]["runbook_url"]
+            .as_str()
+            .unwrap_or_default();
+        let ui_url = alert["annotations"]["ui_url"].as_str().unwrap_or_default();
+        assert_eq!(
+            runbook_url,
+            format!("{runbook_base}#{}", ALERT.to_lowercase()),
+            "{alert}"
+        );
+        assert_eq!(
+            ui_url,
+            format!("http://{listen}/keys?tool=issue_refund&from=now-1h"),
+            "{alert}"
+        );
+        // Follow both links, as on-call would.
+        let (status, text) = follow(runbook_url).await;
+        assert_eq!(status, 200, "{runbook_url}");
+        assert!(
+            text.contains(&format!("\n## {ALERT}\n")),
+            "{runbook_url}: no section"
+        );
+        let (status, text) = follow(ui_url).await;
+        assert_eq!(status, 200, "{ui_url}: {text}");
+        assert!(
+            text.contains("order:SPIKE-"),
+            "{ui_url}: the spike's keys are not listed"
+        );
+        assert!(
+            webhook.received().iter().all(|n| n.receiver == "page"),
+            "only the page receiver was notified: {:?}",
+            webhook.received()
+        );
+    }
 
     // Every rule expression and every dashboard query evaluates without error, on
     // live data.
@@ -441,21 +396,129 @@ async fn a_replay_spike_fires_the_alert_in_a_real_prometheus() {
     assert!(status.success(), "idemwatch serve exited with {status}");
 
     eprintln!(
-        "end-to-end: {ALERT} fired and {} expressions evaluated in {:?}",
+        "end-to-end: {ALERT} fired{} and {} expressions evaluated in {:?}",
+        if alertmanager.is_some() {
+            ", paged through Alertmanager with working links,"
+        } else {
+            ""
+        },
         exprs.len(),
         started.elapsed()
     );
 }
 
-#[test]
-fn grafana_variables_are_replaced_with_concrete_values() {
-    assert_eq!(
-        substitute(
-            r#"rate(x{job="$job",instance=~"${instance:regex}",tool=~"$tool"}[$__rate_interval])"#,
-            "127.0.0.1:1"
+/// The example Alertmanager configuration, live: while a replica's database is down,
+/// the backlog alerts of its job are held back (they read frozen gauges) and
+/// notification goes to the page for the database; another job's are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_alertmanager_holds_backlog_alerts_while_the_database_is_down() {
+    let Some(program) = alertmanager::program() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let webhook = Webhook::start(String::new()).await;
+    let (_alertmanager, am) = start_alertmanager(&program, dir.path(), webhook.addr).await;
+
+    let alert = |name: &str, labels: Value| {
+        let mut labels = labels;
+        labels["alertname"] = json!(name);
+        json!({"labels": labels, "annotations": {"summary": name}})
+    };
+    let alerts = json!([
+        alert(
+            "IdemwatchDatabaseDown",
+            json!({"job": "idemwatch", "instance": "10.0.0.1:8080", "severity": "critical"})
         ),
-        r#"rate(x{job="idemwatch",instance=~"127.0.0.1:1",tool=~"issue_refund"}[1m])"#
+        alert(
+            "IdempotencyUnknownNearRetention",
+            json!({"job": "idemwatch", "tool": "issue_refund", "severity": "critical"})
+        ),
+        alert(
+            "IdempotencyUnknownBacklogGrowing",
+            json!({"job": "idemwatch", "tool": "issue_refund", "severity": "warning"})
+        ),
+        alert(
+            "IdemwatchTailHeldBack",
+            json!({"job": "idemwatch", "instance": "10.0.0.2:8080", "severity": "warning"})
+        ),
+        alert(
+            "IdempotencyUnknownNearRetention",
+            json!({"job": "idemwatch-staging", "tool": "issue_refund", "severity": "critical"})
+        ),
+    ]);
+    let (status, body) = post_json(am, "/api/v2/alerts", &alerts.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+
+    // The database page and the other job's page arrive; the held-back replica is another
+    // instance, so its ticket arrives too.
+    let page = webhook.wait_for("page", "IdemwatchDatabaseDown").await;
+    assert_eq!(
+        page.alert("IdemwatchDatabaseDown")["labels"]["job"],
+        "idemwatch"
     );
+    let staging = webhook
+        .wait_for("page", "IdempotencyUnknownNearRetention")
+        .await;
+    assert_eq!(
+        staging.alert("IdempotencyUnknownNearRetention")["labels"]["job"],
+        "idemwatch-staging"
+    );
+    webhook.wait_for("ticket", "IdemwatchTailHeldBack").await;
+
+    // Alertmanager says which alerts it holds back, and why.
+    let (status, body) = get(am, "/api/v2/alerts")
+        .await
+        .expect("Alertmanager answers");
+    assert_eq!(status, 200, "{body}");
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    let state = |name: &str, job: &str| -> String {
+        listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["labels"]["alertname"] == name && a["labels"]["job"] == job)
+            .map(|a| {
+                format!(
+                    "{} inhibited_by={}",
+                    a["status"]["state"],
+                    a["status"]["inhibitedBy"].as_array().map_or(0, Vec::len)
+                )
+            })
+            .unwrap_or_else(|| panic!("{name}/{job} not listed: {listed}"))
+    };
+    assert_eq!(
+        state("IdemwatchDatabaseDown", "idemwatch"),
+        "\"active\" inhibited_by=0"
+    );
+    assert_eq!(
+        state("IdempotencyUnknownNearRetention", "idemwatch"),
+        "\"suppressed\" inhibited_by=1"
+    );
+    assert_eq!(
+        state("IdempotencyUnknownBacklogGrowing", "idemwatch"),
+        "\"suppressed\" inhibited_by=1"
+    );
+    assert_eq!(
+        state("IdemwatchTailHeldBack", "idemwatch"),
+        "\"active\" inhibited_by=0"
+    );
+    assert_eq!(
+        state("IdempotencyUnknownNearRetention", "idemwatch-staging"),
+        "\"active\" inhibited_by=0"
+    );
+
+    // Nothing about the held-back alerts reached a receiver.
+    for notification in webhook.received() {
+        for alert in notification.alerts() {
+            assert!(
+                !(alert["labels"]["job"] == "idemwatch"
+                    && alert["labels"]["alertname"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("IdempotencyUnknown"))),
+                "an inhibited alert was delivered: {alert}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -259,7 +259,7 @@ both_backends!(
             .await;
             assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", a.body);
             assert!(
-                a.body.contains("the provider forgot this key at"),
+                a.body.contains("a resend is no longer safe since"),
                 "{}",
                 a.body
             );
@@ -483,7 +483,7 @@ both_backends!(
         );
         assert!(result.body.contains("Not resolvable"), "{}", result.body);
         assert!(
-            result.body.contains("the provider forgot this key at"),
+            result.body.contains("a resend is no longer safe since"),
             "{}",
             result.body
         );

@@ -2,11 +2,14 @@
 //! every piece is written once and each statement is still a `&'static str`. Where the
 //! backends must differ the two versions stand side by side.
 
+use crate::store::sql::{lease_expired, past_retention};
+
 /// The columns of a listing row: the record without its JSON payloads.
 macro_rules! summary_columns {
     () => {
         "key, tenant, tool, workflow_id, step_id, intent_id, business_ref, status, \
-         fencing_token, lease_until, attempt_count, provider_retention_until, created_at, updated_at"
+         fencing_token, lease_until, attempt_count, provider_retention_until, resend_safe_until, \
+         created_at, updated_at"
     };
 }
 
@@ -167,7 +170,11 @@ pub const SAME_BUSINESS_REF: &str = concat!(
 /// at `$1`. The IN list is the partial index idempotency_records_backlog's predicate.
 macro_rules! undecided {
     () => {
-        "status IN ('UNKNOWN', 'IN_PROGRESS') AND (status = 'UNKNOWN' OR lease_until <= $1)"
+        concat!(
+            "status IN ('UNKNOWN', 'IN_PROGRESS') AND (status = 'UNKNOWN' OR ",
+            lease_expired!(),
+            ")"
+        )
     };
 }
 
@@ -186,7 +193,9 @@ pub const BACKLOG_SUMMARY: &str = concat!(
     "SELECT tool, \
      sum(CASE WHEN status = 'UNKNOWN' THEN 1 ELSE 0 END) AS unknown, \
      sum(CASE WHEN status = 'IN_PROGRESS' THEN 1 ELSE 0 END) AS expired_leases, \
-     sum(CASE WHEN status = 'UNKNOWN' AND provider_retention_until <= $1 THEN 1 ELSE 0 END) AS past_retention, \
+     sum(CASE WHEN ",
+    past_retention!(),
+    " THEN 1 ELSE 0 END) AS past_retention, \
      min(CASE WHEN status = 'UNKNOWN' THEN created_at END) AS oldest_unknown, \
      min(created_at) AS oldest \
      FROM idempotency_records WHERE ",

@@ -88,13 +88,10 @@ impl Answer {
         let o = body.as_object_mut().expect("an answer is an object");
         o.insert("decision".into(), json!("reconcile"));
         o.insert("previous_status".into(), json!(before.status));
-        o.insert(
-            "resend_allowed".into(),
-            json!(before.provider_remembers_key(now)),
-        );
+        o.insert("resend_allowed".into(), json!(before.resend_safe(now)));
         o.insert(
             "resend_safe_until".into(),
-            json!(rfc3339(before.resend_safe_until())),
+            json!(rfc3339(before.resend_safe_until)),
         );
         Self::new(&key, body)
     }
@@ -128,7 +125,7 @@ impl Answer {
                 "result": record.result,
                 "error": record.error,
                 "provider_retention_until": rfc3339(record.provider_retention_until),
-                "resend_safe_until": rfc3339(record.resend_safe_until()),
+                "resend_safe_until": rfc3339(record.resend_safe_until),
             }),
         )
     }

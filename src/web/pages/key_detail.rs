@@ -3,7 +3,7 @@
 
 use super::diff::{Change, diff};
 use super::params::{link, parse_key_prefix};
-use super::{Badge, KeyRow, Layout, status_badge};
+use super::{Badge, KeyRow, Layout, Retention, lease_note, status_badge};
 use crate::guard::{Attempt, AttemptKind, Record, Status};
 use crate::web::filters::{When, duration, duration_ms, pretty, short_key, when};
 use crate::web::{AppState, Error};
@@ -85,7 +85,7 @@ pub fn presentation(kind: AttemptKind) -> (&'static str, &'static str, &'static 
         Escalated => (
             "Escalated to a person",
             "escalation",
-            "The provider forgot the key and shows no effect: a resend could pay twice.",
+            "The provider shows no effect and a resend is no longer safe: it could pay twice.",
         ),
         Resolved => (
             "Resolved by a person",
@@ -200,7 +200,7 @@ struct KeyPage {
     lease: When,
     lease_note: &'static str,
     retention: When,
-    retention_note: &'static str,
+    retention_note: String,
     created: When,
     updated: When,
     args: String,
@@ -213,7 +213,7 @@ struct KeyPage {
     resolve: Option<super::resolve::FormView>,
 }
 
-fn verdict(r: &Record, tally: &Tally, now: DateTime<Utc>) -> String {
+fn verdict(r: &Record, retention: &Retention, tally: &Tally, now: DateTime<Utc>) -> String {
     let retries = match tally.replays {
         0 => String::new(),
         1 => " One retry was answered from the stored result; nothing was sent twice.".into(),
@@ -224,15 +224,15 @@ fn verdict(r: &Record, tally: &Tally, now: DateTime<Utc>) -> String {
         Status::Failed => format!(
             "Failed: the provider refused definitively; retries get the same error.{retries}"
         ),
-        Status::Unknown if r.provider_retention_until <= now => format!(
-            "Unknown, and the provider forgot this key {} ago: only a person can tell whether the effect happened. Check the provider for an effect tagged with this key.",
-            duration(now - r.provider_retention_until)
+        Status::Unknown if retention.past => format!(
+            "Unknown, and {}: only a person can tell whether the effect happened. Check the provider for an effect tagged with this key.",
+            retention.long
         ),
         Status::Unknown => format!(
-            "Unknown: nobody knows yet whether the effect happened. The next retry with this key checks the provider first; the provider remembers the key for {} more.",
-            duration(r.provider_retention_until - now)
+            "Unknown: nobody knows yet whether the effect happened. The next retry with this key checks the provider first; {}.",
+            retention.long
         ),
-        Status::InProgress if r.lease_until <= now => format!(
+        Status::InProgress if r.lease_expired(now) => format!(
             "The worker's lease ran out {} ago: it died or hung mid-call. The next retry takes the key over and checks the provider before anything is resent.",
             duration(now - r.lease_until)
         ),
@@ -329,27 +329,23 @@ async fn key_page(
     let may_resolve = ctx.user.as_ref().is_some_and(|u| u.can_resolve);
     let resolve = (may_resolve && record.is_undecided(now))
         .then(|| super::resolve::FormView::new(&record, now, ctx.csrf_token.clone()));
-    let past_retention = record.provider_retention_until <= now;
+    let retention = Retention::new(
+        record.resend_safe_until,
+        record.provider_retention_until,
+        now,
+    );
     let view = KeyPage {
         layout: Layout::new(format!("Key {}", short_key(&record.key)), "keys")
             .with_query(record.business_ref.clone().unwrap_or_default()),
         short: short_key(&record.key),
         badge: status_badge(record.status, lease_expired),
-        verdict: verdict(&record, &tally, now),
+        verdict: verdict(&record, &retention, &tally, now),
         undecided: record.is_undecided(now),
-        past_retention,
+        past_retention: retention.past,
         lease: when(record.lease_until, now),
-        lease_note: match record.status {
-            Status::InProgress if lease_expired => "expired: the worker died or hung",
-            Status::InProgress => "held by a worker",
-            _ => "released",
-        },
+        lease_note: lease_note(record.lease_state(now)),
         retention: when(record.provider_retention_until, now),
-        retention_note: if past_retention {
-            "past: the provider has forgotten this key"
-        } else {
-            "the provider still remembers this key"
-        },
+        retention_note: retention.long,
         created: when(record.created_at, now),
         updated: when(record.updated_at, now),
         args: pretty(&record.business_args),

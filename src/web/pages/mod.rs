@@ -18,7 +18,7 @@ mod search;
 use super::AppState;
 use super::assets;
 use super::filters::{When, when};
-use crate::guard::Status;
+use crate::guard::{LeaseState, Status, resend_safe};
 use crate::store::KeySummary;
 use axum::Router;
 use chrono::{DateTime, Utc};
@@ -93,6 +93,62 @@ pub fn status_badge(status: Status, lease_expired: bool) -> Badge {
     }
 }
 
+/// A lease in words (the key page, the resolve pages).
+pub fn lease_note(state: LeaseState) -> &'static str {
+    match state {
+        LeaseState::Held => "held by a worker",
+        LeaseState::Expired => "expired: the worker died or hung",
+        LeaseState::Released => "released",
+    }
+}
+
+/// Where a key stands against its provider's retention, as every page shows it.
+/// `past` is the one decision ([`crate::guard::resend_safe`] on `resend_safe_until`);
+/// the words name the provider's own deadline once it is inside the safety margin.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retention {
+    /// A resend is no longer safe: only a person can resolve an UNKNOWN key.
+    pub past: bool,
+    /// For tables: "23 h 19 min left", "forgotten in 40 s", "forgotten 2 h ago".
+    pub short: String,
+    /// For sentences: "the provider remembers this key for 23 h 19 min more".
+    pub long: String,
+}
+
+impl Retention {
+    pub fn new(
+        resend_safe_until: DateTime<Utc>,
+        provider_retention_until: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        use super::filters::duration;
+        if resend_safe(resend_safe_until, now) {
+            let left = duration(resend_safe_until - now);
+            Self {
+                past: false,
+                short: format!("{left} left"),
+                long: format!("the provider remembers this key for {left} more"),
+            }
+        } else if now < provider_retention_until {
+            let left = duration(provider_retention_until - now);
+            Self {
+                past: true,
+                short: format!("forgotten in {left}"),
+                long: format!(
+                    "the provider forgets this key in {left}, too soon for a safe resend"
+                ),
+            }
+        } else {
+            let ago = duration(now - provider_retention_until);
+            Self {
+                past: true,
+                short: format!("forgotten {ago} ago"),
+                long: format!("the provider forgot this key {ago} ago"),
+            }
+        }
+    }
+}
+
 /// One key in a table (keys list, backlog, same business ref).
 #[derive(Debug, Clone)]
 pub struct KeyRow {
@@ -108,7 +164,7 @@ pub struct KeyRow {
     pub attempts: i64,
     pub created: When,
     pub updated: When,
-    /// Time left in the provider's key retention, or how long ago it ran out.
+    /// Time left for a safe resend, or when the provider forgets / forgot the key.
     pub retention: String,
     pub past_retention: bool,
     /// Age of the key (since its claim).
@@ -117,8 +173,7 @@ pub struct KeyRow {
 
 impl KeyRow {
     pub fn new(k: &KeySummary, now: DateTime<Utc>) -> Self {
-        let past_retention = k.provider_retention_until <= now;
-        let left = super::filters::duration(k.provider_retention_until - now);
+        let retention = Retention::new(k.resend_safe_until, k.provider_retention_until, now);
         Self {
             short: super::filters::short_key(&k.key),
             key: k.key.clone(),
@@ -131,12 +186,8 @@ impl KeyRow {
             attempts: k.attempt_count,
             created: when(k.created_at, now),
             updated: when(k.updated_at, now),
-            retention: if past_retention {
-                format!("forgotten {left} ago")
-            } else {
-                format!("{left} left")
-            },
-            past_retention,
+            past_retention: retention.past,
+            retention: retention.short,
             age: super::filters::duration(now - k.created_at),
         }
     }

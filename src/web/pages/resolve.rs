@@ -7,11 +7,11 @@
 //! person acted in between, nothing is overwritten and the person sees the key's state
 //! now (409). Refusals map to statuses in one place (`From<GuardError> for Error`).
 
-use super::{Badge, Layout, status_badge};
+use super::{Badge, Layout, Retention, lease_note, status_badge};
 use crate::auth::Principal;
 use crate::guard::{Guard, GuardError, IdempotencyKey, Record, Resolution, ResolveRequest, Status};
 use crate::web::auth::{Csrf, check_form_csrf, require_resolve};
-use crate::web::filters::{When, compact, duration, pretty, short_key, when};
+use crate::web::filters::{When, compact, pretty, short_key, when};
 use crate::web::{AppState, Error};
 use askama::Template;
 use axum::Router;
@@ -131,34 +131,19 @@ pub struct KeyState {
 
 impl KeyState {
     pub fn new(r: &Record, now: DateTime<Utc>) -> Self {
-        let past_retention = !r.provider_remembers_key(now);
-        let expired = r.lease_expired(now);
+        let retention = Retention::new(r.resend_safe_until, r.provider_retention_until, now);
         Self {
             key: r.key.clone(),
             short: short_key(&r.key),
             tool: r.tool.clone(),
             business_ref: r.business_ref.clone(),
-            badge: status_badge(r.status, expired),
+            badge: status_badge(r.status, r.lease_expired(now)),
             token: r.fencing_token,
             lease: when(r.lease_until, now),
-            lease_note: match r.status {
-                Status::InProgress if expired => "expired: the worker died or hung",
-                Status::InProgress => "held by a worker",
-                _ => "released",
-            },
+            lease_note: lease_note(r.lease_state(now)),
             retention: when(r.provider_retention_until, now),
-            retention_left: if past_retention {
-                format!(
-                    "the provider forgot this key {} ago",
-                    duration(now - r.provider_retention_until)
-                )
-            } else {
-                format!(
-                    "the provider remembers this key for {} more",
-                    duration(r.provider_retention_until - now)
-                )
-            },
-            past_retention,
+            retention_left: retention.long,
+            past_retention: retention.past,
             release_approved: r.release_approved,
         }
     }

@@ -168,3 +168,96 @@ both_backends!(
         assert!(out.starts_with("pruned 0 keys"), "{out}");
     }
 );
+
+both_backends!(
+    async fn keys_checkpoints_and_offline_verify_from_the_command_line(db: TestDb) {
+        let f = Fixture::new(&db);
+        let s = seed(&f, Utc::now() - TimeDelta::days(10)).await;
+        let dir = tempfile::tempdir().unwrap();
+        let url = db.url.as_str();
+        let key = dir.path().join("signing.pem");
+        let (code, public, err) = idemwatch(&["new-signing-key", "--output", path(&key)]).await;
+        assert_eq!(code, 0, "{err}");
+        assert!(public.starts_with("-----BEGIN PUBLIC KEY-----"), "{public}");
+        let (code, again, _) = idemwatch(&["public-key", "--signing-key", path(&key)]).await;
+        assert_eq!((code, again.as_str()), (0, public.as_str()));
+        let pub_pem = dir.path().join("pub.pem");
+        std::fs::write(&pub_pem, &public).unwrap();
+        // A key is never overwritten.
+        let (code, _, _) = idemwatch(&["new-signing-key", "--output", path(&key)]).await;
+        assert_ne!(code, 0);
+
+        let checkpoints = dir.path().join("checkpoints");
+        let (code, out, err) = idemwatch(&[
+            "checkpoint",
+            "--database-url",
+            url,
+            "--signing-key",
+            path(&key),
+            "--checkpoint-dir",
+            path(&checkpoints),
+        ])
+        .await;
+        assert_eq!(code, 0, "{err}");
+        let c: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(c["seq"], 1);
+        assert!(checkpoints.join("checkpoint-000000000001.json").exists());
+
+        let (code, out, err) = idemwatch(&[
+            "verify",
+            "--database-url",
+            url,
+            "--public-key",
+            path(&pub_pem),
+            "--checkpoint-dir",
+            path(&checkpoints),
+        ])
+        .await;
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("signed checkpoints"), "{out}");
+
+        let file = dir.path().join("all.ndjson");
+        let (code, _, err) = idemwatch(&[
+            "export",
+            "--database-url",
+            url,
+            "--format",
+            "ndjson",
+            "--output",
+            path(&file),
+        ])
+        .await;
+        assert_eq!(code, 0, "{err}");
+        let (code, out, err) = idemwatch(&[
+            "verify",
+            "--file",
+            path(&file),
+            "--public-key",
+            path(&pub_pem),
+        ])
+        .await;
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains("signature verified"), "{out}");
+
+        // Another key's public half: the checkpoint does not verify.
+        let other = dir.path().join("other.pem");
+        let (_, other_public, _) = idemwatch(&["new-signing-key", "--output", path(&other)]).await;
+        std::fs::write(&other, other_public).unwrap();
+        let (code, out, _) = idemwatch(&[
+            "verify",
+            "--file",
+            path(&file),
+            "--public-key",
+            path(&other),
+        ])
+        .await;
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains("another key"), "{out}");
+
+        // The DONE key's result edited in the database: reported with the key.
+        dba(&f.store, &format!("UPDATE idempotency_records SET result = '{{\"refund_id\": \"rf_forged\"}}' WHERE key = '{}'", s.done)).await;
+        let (code, out, _) = idemwatch(&["verify", "--database-url", url]).await;
+        assert_eq!(code, 1, "{out}");
+        assert!(out.contains(&s.done) && out.contains("result"), "{out}");
+    }
+);

@@ -3,6 +3,7 @@
 //! where a test plays a DBA tampering with the log.
 
 mod cli;
+mod evidence;
 mod files;
 mod http;
 mod prune;
@@ -170,6 +171,12 @@ pub async fn expected(store: &Store, keys: &[String]) -> Vec<Value> {
                 "detail": a.detail,
                 "prev_hash": a.prev_hash,
                 "hash": a.hash,
+                "fingerprint": record.fingerprint,
+                "business_args": record.business_args,
+                "result": record.result,
+                "error": record.error,
+                "log_seq": record.log_seq,
+                "log_hash": record.log_hash,
             }));
         }
     }
@@ -204,6 +211,15 @@ pub fn csv_fields(row: &Value) -> Vec<String> {
     fields.push(canonical_json(&row["detail"]).unwrap());
     fields.push(text("prev_hash"));
     fields.push(text("hash"));
+    fields.push(text("fingerprint"));
+    fields.push(canonical_json(&row["business_args"]).unwrap());
+    fields.push(match &row["result"] {
+        Value::Null => String::new(),
+        v => canonical_json(v).unwrap(),
+    });
+    fields.push(text("error"));
+    fields.push(text("log_seq"));
+    fields.push(text("log_hash"));
     fields
 }
 
@@ -264,4 +280,20 @@ pub async fn drop_append_only_trigger(store: &Store) {
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
     idemwatch::guard::key::sha256_hex(bytes)
+}
+
+/// Lines of an NDJSON export, the manifest last.
+pub fn lines(bytes: &[u8]) -> Vec<String> {
+    String::from_utf8(bytes.to_vec())
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+pub fn join(lines: &[String]) -> Vec<u8> {
+    lines
+        .iter()
+        .flat_map(|l| format!("{l}\n").into_bytes())
+        .collect()
 }

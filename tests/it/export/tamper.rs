@@ -190,22 +190,6 @@ both_backends!(
     }
 );
 
-/// Lines of an NDJSON export, the manifest last.
-fn lines(bytes: &[u8]) -> Vec<String> {
-    String::from_utf8(bytes.to_vec())
-        .unwrap()
-        .lines()
-        .map(String::from)
-        .collect()
-}
-
-fn join(lines: &[String]) -> Vec<u8> {
-    lines
-        .iter()
-        .flat_map(|l| format!("{l}\n").into_bytes())
-        .collect()
-}
-
 fn first_problem(bytes: &[u8]) -> (Option<u64>, Problem) {
     let report = verify_ndjson(bytes).unwrap();
     let b = report.first_break().expect("a break").clone();

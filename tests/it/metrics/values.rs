@@ -182,7 +182,7 @@ both_backends!(
         );
         assert_eq!(
             gauge("idempotency_unknown_earliest_retention_deadline_timestamp_seconds"),
-            ts(fr.provider_retention_until)
+            ts(fr.resend_safe_until)
         );
         let message_only = [("tool", "send_message")];
         assert_eq!(s.value("idempotency_unknown_backlog", &message_only), 0.0);

@@ -1,11 +1,15 @@
 //! Shared test harness: a fresh database per test on either backend.
 
+pub mod alertmanager;
 pub mod auth;
+pub mod dashboard;
 pub mod guard_api;
 pub mod pg;
+pub mod process;
 pub mod provider;
 pub mod server;
 pub mod webdriver;
+pub mod webhook;
 
 use idemwatch::store::{Store, StoreOptions};
 use sqlx::Connection;
@@ -37,6 +41,22 @@ impl TestDb {
             store,
             url,
             _dir: Some(dir),
+        }
+    }
+
+    /// A store on `url`, already migrated (the fault scenarios' own servers).
+    pub async fn at(url: &str) -> TestDb {
+        let options = StoreOptions {
+            max_connections: 12,
+            ..StoreOptions::default()
+        };
+        let store = Store::connect(url, &options)
+            .await
+            .expect("open the database");
+        TestDb {
+            store,
+            url: url.to_string(),
+            _dir: None,
         }
     }
 
@@ -96,10 +116,10 @@ fn replace_database(url: &str, name: &str) -> String {
 #[macro_export]
 macro_rules! both_backends {
     ($(#[$meta:meta])* async fn $name:ident($db:ident: TestDb) $body:block) => {
-        mod $name {
+        pub(crate) mod $name {
             #[allow(unused_imports)]
             use super::*;
-            async fn body($db: $crate::support::TestDb) $body
+            pub(crate) async fn body($db: $crate::support::TestDb) $body
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn sqlite() {

@@ -30,7 +30,7 @@ pub fn required() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
-fn pg_bin_dir() -> Option<PathBuf> {
+pub fn pg_bin_dir() -> Option<PathBuf> {
     if let Ok(dir) = std::env::var("PG_BIN") {
         return Some(PathBuf::from(dir));
     }
@@ -48,7 +48,7 @@ fn pg_bin_dir() -> Option<PathBuf> {
     which("pg_ctl").and_then(|p| p.parent().map(Path::to_path_buf))
 }
 
-fn which(name: &str) -> Option<PathBuf> {
+pub fn which(name: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|d| d.join(name))
@@ -56,7 +56,7 @@ fn which(name: &str) -> Option<PathBuf> {
     })
 }
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
@@ -65,7 +65,7 @@ fn is_root() -> bool {
 }
 
 /// Runs a PostgreSQL binary, as `postgres` when we are root (initdb refuses root).
-fn pg_command(bin: &Path, args: &[&str], as_postgres: bool) -> Command {
+pub fn pg_command(bin: &Path, args: &[&str], as_postgres: bool) -> Command {
     if as_postgres {
         let mut c = Command::new("runuser");
         c.args(["-u", "postgres", "--"]).arg(bin).args(args);
@@ -155,23 +155,30 @@ fn start_cluster() -> Result<String, String> {
 /// loop outlives us, so no cluster is left behind even if the tests panic.
 fn spawn_reaper(bin: &Path, data: &str, dir: &Path, as_postgres: bool) {
     static REAPER: OnceLock<()> = OnceLock::new();
-    REAPER.get_or_init(|| {
-        let pg_ctl = bin.join("pg_ctl");
-        let stop = if as_postgres {
-            format!("runuser -u postgres -- {} -D {data} -m immediate stop", pg_ctl.display())
-        } else {
-            format!("{} -D {data} -m immediate stop", pg_ctl.display())
-        };
-        let script = format!(
-            "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; {stop} >/dev/null 2>&1; rm -rf {dir}",
-            pid = std::process::id(),
-            dir = dir.display()
-        );
-        let _ = Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
-    });
+    REAPER.get_or_init(|| watchdog(bin, data, dir, as_postgres));
+}
+
+/// Once this test process has exited, stops the cluster in `data` (`-m immediate`)
+/// and removes `dir`.
+pub fn watchdog(bin: &Path, data: &str, dir: &Path, as_postgres: bool) {
+    let pg_ctl = bin.join("pg_ctl");
+    let stop = if as_postgres {
+        format!(
+            "runuser -u postgres -- {} -D {data} -m immediate stop",
+            pg_ctl.display()
+        )
+    } else {
+        format!("{} -D {data} -m immediate stop", pg_ctl.display())
+    };
+    let script = format!(
+        "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; {stop} >/dev/null 2>&1; rm -rf {dir}",
+        pid = std::process::id(),
+        dir = dir.display()
+    );
+    let _ = Command::new("sh")
+        .args(["-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
 }

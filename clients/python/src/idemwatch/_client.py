@@ -1,0 +1,490 @@
+"""``Client`` and ``AsyncClient``: the four protocol steps over HTTP, one method each.
+
+The twins share everything but the transport: requests are built and answers parsed by
+the module-level helpers, so the sync and async clients cannot disagree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+from urllib.parse import quote
+
+import httpx
+
+from . import __version__
+from ._errors import IdemwatchError, Unavailable, from_problem
+from ._types import JSON, Decision, ErrorClass, Intent, KeyState
+
+_PREFIX = "/api/v1/guard"
+#: The server holds a long poll for at most this many seconds.
+MAX_WAIT_SECONDS = 60
+
+def default_worker() -> str:
+    """``host/pid``: who is calling, recorded on every attempt (never part of a key)."""
+    return f"{socket.gethostname()}/{os.getpid()}"
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    headers = {
+        "Accept": "application/json, application/problem+json",
+        "User-Agent": f"idemwatch-python/{__version__}",
+    }
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def _admit_body(
+    tool: str, intent: Intent, args: Mapping[str, JSON], business_ref: str | None, worker: str
+) -> dict[str, Any]:
+    return _drop_none(
+        {
+            "intent": intent.to_json(tool),
+            "business_ref": business_ref,
+            "args": dict(args),
+            "worker": worker,
+        }
+    )
+
+
+def _check(response: httpx.Response, key: str | None = None) -> dict[str, Any]:
+    """The JSON object of a 2xx answer, or the error its problem document names."""
+    try:
+        body = response.json()
+    except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
+        body = None
+    if response.is_success:
+        if not isinstance(body, dict):
+            raise Unavailable(
+                f"idemwatch answered HTTP {response.status_code} without a JSON object",
+                status=response.status_code,
+                key=key,
+            )
+        return body
+    raise from_problem(
+        response.status_code,
+        body if isinstance(body, dict) else None,
+        retry_after_header=response.headers.get("Retry-After"),
+        key=key or response.headers.get("Idempotency-Key"),
+    )
+
+
+def _network_error(exc: httpx.HTTPError, key: str | None) -> Unavailable:
+    return Unavailable(f"could not reach idemwatch: {type(exc).__name__}: {exc}", key=key)
+
+
+class _Base:
+    def __init__(self, url: str, token: str | None, worker: str | None) -> None:
+        if not url:
+            raise ValueError("idemwatch url is required, e.g. http://127.0.0.1:8080")
+        self.url = url.rstrip("/")
+        self.token = token
+        self.worker = worker or default_worker()
+
+
+class Client(_Base):
+    """A synchronous idemwatch guard client.
+
+    >>> client = Client("http://127.0.0.1:8080", token=os.environ.get("IDEMWATCH_TOKEN"))
+
+    ``http_client`` lets you bring your own ``httpx.Client`` (proxies, TLS, transports);
+    its base URL and headers are left alone. ``timeout`` bounds each guard request
+    (not the provider call: that is the tool's policy).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        worker: str | None = None,
+        timeout: float = 10.0,
+        http_client: httpx.Client | None = None,
+    ) -> None:
+        super().__init__(url, token, worker)
+        self._timeout = timeout
+        self._http = http_client or httpx.Client(timeout=timeout)
+        self._owns_http = http_client is None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._owns_http:
+            self._http.close()
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+        key: str | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        try:
+            response = self._http.request(
+                method,
+                self.url + _PREFIX + path,
+                json=body,
+                params=params,
+                headers=_headers(self.token),
+                timeout=timeout if timeout is not None else self._timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise _network_error(exc, key) from exc
+        return _check(response, key)
+
+    def admit(
+        self,
+        tool: str,
+        intent: Intent,
+        args: Mapping[str, JSON],
+        *,
+        business_ref: str | None = None,
+    ) -> Decision:
+        """Step 1: claim the key, or learn its stored outcome (``POST /admit``)."""
+        body = _admit_body(tool, intent, args, business_ref, self.worker)
+        return Decision.from_json(self._request("POST", "/admit", body=body))
+
+    def settle(
+        self,
+        key: str,
+        fencing_token: int,
+        outcome: str,
+        *,
+        result: JSON = None,
+        error: str | None = None,
+        reason: str | None = None,
+        duration_ms: int | None = None,
+    ) -> Decision:
+        """Step 2: report the provider call: ``done`` (result), ``failed`` (error) or
+        ``unknown`` (reason)."""
+        body = _drop_none(
+            {
+                "key": key,
+                "fencing_token": fencing_token,
+                "outcome": outcome,
+                "error": error,
+                "reason": reason,
+                "duration_ms": duration_ms,
+                "worker": self.worker,
+            }
+        )
+        if outcome == "done":
+            body["result"] = result
+        return Decision.from_json(self._request("POST", "/settle", body=body, key=key))
+
+    def reconcile(
+        self,
+        key: str,
+        fencing_token: int,
+        lookup: str,
+        *,
+        result: JSON = None,
+        error: str | None = None,
+        duration_ms: int | None = None,
+    ) -> Decision:
+        """Step 3: report the provider lookup: ``found`` (result), ``not_found`` or
+        ``failed`` (error)."""
+        body = _drop_none(
+            {
+                "key": key,
+                "fencing_token": fencing_token,
+                "lookup": lookup,
+                "error": error,
+                "duration_ms": duration_ms,
+                "worker": self.worker,
+            }
+        )
+        if lookup == "found":
+            body["result"] = result
+        return Decision.from_json(self._request("POST", "/reconcile", body=body, key=key))
+
+    def get_key(
+        self, key: str, *, after_token: int | None = None, wait: float | None = None
+    ) -> KeyState:
+        """Step 4: the key's state; with ``after_token`` and ``wait``, a long poll."""
+        params = _drop_none({"after_token": after_token, "wait": _wait_param(wait)})
+        timeout = self._timeout + (wait or 0)
+        data = self._request(
+            "GET", f"/keys/{quote(key, safe='')}", params=params or None, key=key, timeout=timeout
+        )
+        return KeyState.from_json(data)
+
+    def wait_for_person(
+        self, key: str, timeout: float, *, after_token: int | None = None
+    ) -> KeyState:
+        """Parks until a person resolves or releases ``key`` (or ``timeout`` seconds pass),
+        with the server's long poll. Returns the latest state: check ``awaiting_person``,
+        then run the same intent again (it replays, fails, or reconciles)."""
+        deadline = time.monotonic() + timeout
+        state = self.get_key(key)
+        if after_token is None:
+            after_token = state.fencing_token
+        while state.fencing_token == after_token and state.awaiting_person:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            state = self.get_key(key, after_token=after_token, wait=min(left, MAX_WAIT_SECONDS))
+        return state
+
+    def tool(
+        self,
+        name: str,
+        execute: Callable[[str, dict[str, JSON]], JSON],
+        *,
+        find_by_key: Callable[[str], JSON],
+        classify: Callable[[BaseException], ErrorClass | str] | None = None,
+        in_flight_retries: int = 3,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+    ) -> GuardedTool:
+        """Wraps ``execute(key, args)`` for the tool ``name`` (a tool of the server's tools file)."""
+        from ._tool import GuardedTool
+
+        return GuardedTool(
+            self,
+            name,
+            execute,
+            find_by_key=find_by_key,
+            classify=classify,
+            in_flight_retries=in_flight_retries,
+            backoff_base=backoff_base,
+            backoff_cap=backoff_cap,
+        )
+
+    def guard(
+        self,
+        name: str,
+        *,
+        find_by_key: Callable[[str], JSON],
+        classify: Callable[[BaseException], ErrorClass | str] | None = None,
+        in_flight_retries: int = 3,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+    ) -> Callable[[Callable[[str, dict[str, JSON]], JSON]], GuardedTool]:
+        """Decorator form of :meth:`tool`: ``@client.guard("issue_refund", find_by_key=...)``."""
+
+        def wrap(execute: Callable[[str, dict[str, JSON]], JSON]) -> GuardedTool:
+            return self.tool(
+                name,
+                execute,
+                find_by_key=find_by_key,
+                classify=classify,
+                in_flight_retries=in_flight_retries,
+                backoff_base=backoff_base,
+                backoff_cap=backoff_cap,
+            )
+
+        return wrap
+
+
+class AsyncClient(_Base):
+    """The asyncio twin of :class:`Client`; every method is a coroutine."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        worker: str | None = None,
+        timeout: float = 10.0,
+        http_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        super().__init__(url, token, worker)
+        self._timeout = timeout
+        self._http = http_client or httpx.AsyncClient(timeout=timeout)
+        self._owns_http = http_client is None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
+        key: str | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        try:
+            response = await self._http.request(
+                method,
+                self.url + _PREFIX + path,
+                json=body,
+                params=params,
+                headers=_headers(self.token),
+                timeout=timeout if timeout is not None else self._timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise _network_error(exc, key) from exc
+        return _check(response, key)
+
+    async def admit(
+        self,
+        tool: str,
+        intent: Intent,
+        args: Mapping[str, JSON],
+        *,
+        business_ref: str | None = None,
+    ) -> Decision:
+        body = _admit_body(tool, intent, args, business_ref, self.worker)
+        return Decision.from_json(await self._request("POST", "/admit", body=body))
+
+    async def settle(
+        self,
+        key: str,
+        fencing_token: int,
+        outcome: str,
+        *,
+        result: JSON = None,
+        error: str | None = None,
+        reason: str | None = None,
+        duration_ms: int | None = None,
+    ) -> Decision:
+        body = _drop_none(
+            {
+                "key": key,
+                "fencing_token": fencing_token,
+                "outcome": outcome,
+                "error": error,
+                "reason": reason,
+                "duration_ms": duration_ms,
+                "worker": self.worker,
+            }
+        )
+        if outcome == "done":
+            body["result"] = result
+        return Decision.from_json(await self._request("POST", "/settle", body=body, key=key))
+
+    async def reconcile(
+        self,
+        key: str,
+        fencing_token: int,
+        lookup: str,
+        *,
+        result: JSON = None,
+        error: str | None = None,
+        duration_ms: int | None = None,
+    ) -> Decision:
+        body = _drop_none(
+            {
+                "key": key,
+                "fencing_token": fencing_token,
+                "lookup": lookup,
+                "error": error,
+                "duration_ms": duration_ms,
+                "worker": self.worker,
+            }
+        )
+        if lookup == "found":
+            body["result"] = result
+        return Decision.from_json(await self._request("POST", "/reconcile", body=body, key=key))
+
+    async def get_key(
+        self, key: str, *, after_token: int | None = None, wait: float | None = None
+    ) -> KeyState:
+        params = _drop_none({"after_token": after_token, "wait": _wait_param(wait)})
+        timeout = self._timeout + (wait or 0)
+        data = await self._request(
+            "GET", f"/keys/{quote(key, safe='')}", params=params or None, key=key, timeout=timeout
+        )
+        return KeyState.from_json(data)
+
+    async def wait_for_person(
+        self, key: str, timeout: float, *, after_token: int | None = None
+    ) -> KeyState:
+        deadline = time.monotonic() + timeout
+        state = await self.get_key(key)
+        if after_token is None:
+            after_token = state.fencing_token
+        while state.fencing_token == after_token and state.awaiting_person:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            state = await self.get_key(
+                key, after_token=after_token, wait=min(left, MAX_WAIT_SECONDS)
+            )
+        return state
+
+    def tool(
+        self,
+        name: str,
+        execute: Callable[..., Any],
+        *,
+        find_by_key: Callable[..., Any],
+        classify: Callable[[BaseException], ErrorClass | str] | None = None,
+        in_flight_retries: int = 3,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+    ) -> AsyncGuardedTool:
+        """Wraps ``async def execute(key, args)`` and ``async def find_by_key(key)``."""
+        from ._tool import AsyncGuardedTool
+
+        return AsyncGuardedTool(
+            self,
+            name,
+            execute,
+            find_by_key=find_by_key,
+            classify=classify,
+            in_flight_retries=in_flight_retries,
+            backoff_base=backoff_base,
+            backoff_cap=backoff_cap,
+        )
+
+    def guard(
+        self,
+        name: str,
+        *,
+        find_by_key: Callable[..., Any],
+        classify: Callable[[BaseException], ErrorClass | str] | None = None,
+        in_flight_retries: int = 3,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+    ) -> Callable[[Callable[..., Any]], AsyncGuardedTool]:
+        def wrap(execute: Callable[..., Any]) -> AsyncGuardedTool:
+            return self.tool(
+                name,
+                execute,
+                find_by_key=find_by_key,
+                classify=classify,
+                in_flight_retries=in_flight_retries,
+                backoff_base=backoff_base,
+                backoff_cap=backoff_cap,
+            )
+
+        return wrap
+
+
+def _wait_param(wait: float | None) -> int | None:
+    if wait is None:
+        return None
+    return max(1, min(MAX_WAIT_SECONDS, int(wait + 0.999)))
+
+
+if TYPE_CHECKING:  # the tools import the clients; only type checkers need this
+    from ._tool import AsyncGuardedTool, GuardedTool
+
+__all__ = ["AsyncClient", "Client", "IdemwatchError"]

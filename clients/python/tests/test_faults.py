@@ -1,0 +1,259 @@
+"""The fault cases of docs/GUARD.md against a real ``idemwatch serve``: each ends with exactly
+one refund at the provider (or none where the provider refused)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+import idemwatch
+from conftest import CI, REPO, Server
+from fake_provider import FakeProvider
+from refunds import async_refund_tool, refund_tool
+
+ARGS = {"order": "A-88214", "amount_p": 4500, "reason": "arrived late"}
+HERE = Path(__file__).resolve().parent
+
+
+def test_a_timeout_after_the_provider_acted_is_reconciled_not_resent(
+    client: idemwatch.Client, provider: FakeProvider, intent: idemwatch.Intent
+) -> None:
+    refund = refund_tool(client, provider.url)
+    provider.fail_next("delay", seconds=2.5)  # the call timeout is 1 s
+    with pytest.raises(idemwatch.OutcomeUnknown) as err:
+        refund.run(intent, ARGS, business_ref="order:A-88214")
+    assert err.value.retryable and "timeout" in err.value.reason
+    assert len(provider.effects) == 1
+
+    outcome = refund.run(intent, ARGS, business_ref="order:A-88214")
+    assert outcome.replayed is True
+    assert outcome.result == provider.effects[0]
+    assert provider.calls == 1, "reconciled by lookup, never resent"
+    assert len(provider.effects) == 1
+
+
+def test_a_lost_response_is_reconciled(
+    client: idemwatch.Client, provider: FakeProvider, intent: idemwatch.Intent
+) -> None:
+    refund = refund_tool(client, provider.url)
+    provider.fail_next("lose_response")
+    with pytest.raises(idemwatch.OutcomeUnknown):
+        refund.run(intent, ARGS)
+    outcome = refund.run(intent, ARGS)
+    assert outcome.replayed and outcome.result["refund_id"] == "rf_1"
+    assert provider.calls == 1 and len(provider.effects) == 1
+
+
+def test_a_worker_killed_after_the_effect_is_reconciled_on_redelivery(
+    server: Server, provider: FakeProvider, intent: idemwatch.Intent
+) -> None:
+    env = {
+        **os.environ,
+        "IDEMWATCH_URL": server.url,
+        "PROVIDER_URL": provider.url,
+        "INTENT": json.dumps(asdict(intent)),
+        "ARGS": json.dumps(ARGS),
+    }
+    worker = subprocess.Popen(
+        [sys.executable, str(HERE / "worker.py")],
+        env={**env, "MODE": "crash"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdout is not None
+    assert worker.stdout.readline().strip() == "EFFECT"
+    worker.send_signal(signal.SIGKILL)  # after the effect, before settling
+    worker.wait(10)
+    assert len(provider.effects) == 1
+
+    # Redelivered: 409 in flight while the dead worker's lease lives (retried, honouring
+    # retry_after), then a takeover that finds the refund at the provider.
+    redelivered = subprocess.run(
+        [sys.executable, str(HERE / "worker.py")],
+        env={**env, "MODE": "run", "RETRIES": "60"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert redelivered.returncode == 0, redelivered.stdout + redelivered.stderr
+    answer = json.loads(redelivered.stdout.strip().splitlines()[-1])
+    assert answer["replayed"] is True
+    assert answer["result"] == provider.effects[0]
+    assert provider.calls == 1 and len(provider.effects) == 1
+
+
+def test_sixteen_concurrent_workers_on_one_intent_make_one_refund(
+    server: Server, provider: FakeProvider, intent: idemwatch.Intent
+) -> None:
+    provider.latency = 0.5
+    clients = [idemwatch.Client(server.url, worker=f"worker-{i}") for i in range(16)]
+    tools = [refund_tool(c, provider.url, in_flight_retries=20, backoff_base=0.1) for c in clients]
+    with ThreadPoolExecutor(16) as pool:
+        outcomes = list(pool.map(lambda t: t.run(intent, ARGS), tools))
+    for c in clients:
+        c.close()
+    assert len(provider.effects) == 1
+    assert {o.result["refund_id"] for o in outcomes} == {"rf_1"}
+    assert sum(not o.replayed for o in outcomes) == 1
+
+
+async def test_sixteen_concurrent_async_workers_on_one_intent_make_one_refund(
+    server: Server, provider: FakeProvider, intent: idemwatch.Intent
+) -> None:
+    provider.latency = 0.5
+    async with idemwatch.AsyncClient(server.url, worker="async-worker") as client:
+        refund = async_refund_tool(client, provider.url, in_flight_retries=20, backoff_base=0.1)
+        outcomes = await asyncio.gather(*(refund.run(intent, ARGS) for _ in range(16)))
+    assert len(provider.effects) == 1
+    assert sum(not o.replayed for o in outcomes) == 1
+    assert all(o.result == provider.effects[0] for o in outcomes)
+
+
+async def test_the_async_client_enforces_the_call_timeout(
+    server: Server, provider: FakeProvider, intent: idemwatch.Intent
+) -> None:
+    async with idemwatch.AsyncClient(server.url) as client:
+        refund = async_refund_tool(client, provider.url)
+        provider.fail_next("delay", seconds=3)
+        with pytest.raises(idemwatch.OutcomeUnknown) as err:
+            await refund.run(intent, ARGS)
+        assert err.value.reason == "timeout after 1 s"
+        outcome = await refund.run(intent, ARGS)
+    assert outcome.replayed and len(provider.effects) == 1 and provider.calls == 1
+
+
+def test_a_redelivery_after_success_replays(
+    client: idemwatch.Client, provider: FakeProvider, intent: idemwatch.Intent
+) -> None:
+    refund = refund_tool(client, provider.url)
+    first = refund.run(intent, ARGS)
+    again = refund.run(intent, ARGS)
+    assert (first.replayed, again.replayed) == (False, True)
+    assert again.result == first.result
+    assert provider.calls == 1
+
+
+def test_rephrased_free_text_replays_and_is_never_sent(
+    client: idemwatch.Client, provider: FakeProvider, intent: idemwatch.Intent
+) -> None:
+    refund = refund_tool(client, provider.url)
+    first = refund.run(intent, ARGS)
+    again = refund.run(intent, {**ARGS, "reason": "the parcel came two weeks late"})
+    assert again.replayed and again.result == first.result
+    assert provider.calls == 1
+    assert all("reason" not in call["args"] for call in provider.received)
+
+
+def test_a_changed_amount_is_refused_with_the_differing_field(
+    client: idemwatch.Client, provider: FakeProvider, intent: idemwatch.Intent
+) -> None:
+    refund = refund_tool(client, provider.url)
+    refund.run(intent, ARGS)
+    with pytest.raises(idemwatch.PayloadMismatch) as err:
+        refund.run(intent, {**ARGS, "amount_p": 9000})
+    assert err.value.status == 422 and err.value.differing_fields == ["amount_p"]
+    assert not err.value.retryable
+    assert provider.calls == 1 and len(provider.effects) == 1
+    assert idemwatch.for_model(err.value)["status"] == "payload_mismatch"
+
+
+def test_a_definitive_decline_is_not_retried_and_replays_as_the_same_failure(
+    client: idemwatch.Client, provider: FakeProvider, intent: idemwatch.Intent
+) -> None:
+    refund = refund_tool(client, provider.url)
+    provider.fail_next("decline", error="card declined")
+    with pytest.raises(idemwatch.OperationFailed) as first:
+        refund.run(intent, ARGS)
+    with pytest.raises(idemwatch.OperationFailed) as resumed:
+        refund.run(intent, ARGS)
+    assert first.value.error == resumed.value.error == "card declined"
+    assert not resumed.value.retryable
+    assert provider.calls == 1 and provider.effects == []
+
+
+def test_a_retry_after_the_provider_forgot_the_key_needs_a_person_and_never_resends(
+    client: idemwatch.Client, provider: FakeProvider, intent: idemwatch.Intent
+) -> None:
+    refund = refund_tool(client, provider.url, name="forgetful_refund")  # retention 2 s
+    provider.fail_next("lose_response")
+    with pytest.raises(idemwatch.OutcomeUnknown):
+        refund.run(intent, ARGS)
+    time.sleep(2.5)
+    provider.forget()
+    with pytest.raises(idemwatch.NeedsHumanReview) as err:
+        refund.run(intent, ARGS)
+    assert provider.calls == 1, "no resend after the provider's retention"
+    assert len(provider.effects) == 1
+    assert err.value.key and not err.value.retryable
+    state = refund.wait_for_person(err.value, timeout=1.5)
+    assert state.awaiting_person and state.status == "UNKNOWN"
+    assert idemwatch.for_model(err.value)["status"] == "needs_human_review"
+
+
+def test_the_wrapper_refuses_to_run_without_an_intent(
+    client: idemwatch.Client, provider: FakeProvider, intent: idemwatch.Intent
+) -> None:
+    refund = refund_tool(client, provider.url)
+    with pytest.raises(idemwatch.IntentRequired):
+        refund.run(None, ARGS)  # type: ignore[arg-type]
+    with pytest.raises(idemwatch.IntentRequired) as err:
+        refund.run(idemwatch.Intent("acme", "run-1", "", "refund:x"), ARGS)
+    assert err.value.field == "intent.step_id"
+    assert provider.calls == 0
+
+
+def test_an_unknown_tool_is_refused_by_the_server(
+    client: idemwatch.Client, provider: FakeProvider, intent: idemwatch.Intent
+) -> None:
+    refund = refund_tool(client, provider.url, name="not_in_the_tools_file")
+    with pytest.raises(idemwatch.UnknownTool) as err:
+        refund.run(intent, ARGS)
+    assert err.value.status == 400 and err.value.field == "intent.tool"
+    assert provider.calls == 0
+
+
+def test_a_key_started_by_python_is_finished_by_typescript(
+    server: Server, client: idemwatch.Client, provider: FakeProvider, intent: idemwatch.Intent
+) -> None:
+    node = shutil.which("node")
+    if node is None:
+        if CI:
+            pytest.fail("CI=true but node is not installed")
+        pytest.skip("*** SKIPPED (node not installed) ***")
+    refund = refund_tool(client, provider.url)
+    provider.fail_next("lose_response")
+    with pytest.raises(idemwatch.OutcomeUnknown):
+        refund.run(intent, ARGS)  # left UNKNOWN
+
+    script = REPO / "clients" / "typescript" / "test" / "support" / "finish.js"
+    finished = subprocess.run(
+        [node, str(script)],
+        env={
+            **os.environ,
+            "IDEMWATCH_URL": server.url,
+            "PROVIDER_URL": provider.url,
+            "TOOL": "issue_refund",
+            "INTENT": json.dumps(asdict(intent)),
+            "ARGS": json.dumps(ARGS),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    answer = json.loads(finished.stdout.strip().splitlines()[-1])
+    assert answer["replayed"] is True and answer["result"] == provider.effects[0]
+    assert provider.calls == 1 and len(provider.effects) == 1
+    # And Python sees TypeScript's settlement.
+    assert refund.run(intent, ARGS).result == provider.effects[0]

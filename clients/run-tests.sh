@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Runs the Python and TypeScript client suites against a real `idemwatch serve`.
+#
+#   clients/run-tests.sh [IDEMWATCH_BINARY]      (default: $IDEMWATCH_BIN, else target/debug/idemwatch)
+#
+# Installs what the clients need (the Python package with its test extras into a venv;
+# nothing for Node, whose package has no dependencies) and runs both suites. Each server
+# test runs on SQLite and on PostgreSQL:
+#   - IDEMWATCH_TEST_PG_URL: a database to use as is;
+#   - else TEST_DATABASE_URL (a server; the user may CREATE DATABASE): a fresh database on it;
+#   - else, with initdb/pg_ctl installed, a throwaway cluster on a free loopback port;
+#   - else PostgreSQL runs are skipped loudly (under CI=true they fail).
+# Exits non-zero if either suite fails. Environment: IDEMWATCH_CLIENTS_VENV (default
+# clients/python/.venv), PYTHON (default python3), PG_BIN.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+export IDEMWATCH_BIN=${1:-${IDEMWATCH_BIN:-$ROOT/target/debug/idemwatch}}
+case $IDEMWATCH_BIN in /*) ;; *) IDEMWATCH_BIN=$ROOT/$IDEMWATCH_BIN ;; esac
+if [[ ! -x $IDEMWATCH_BIN ]]; then
+  echo "clients: no idemwatch binary at $IDEMWATCH_BIN (cargo build, or pass its path)" >&2
+  exit 2
+fi
+echo "clients: server binary $IDEMWATCH_BIN"
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/idemwatch-clients.XXXXXX")
+chmod 755 "$WORK" # the throwaway cluster runs as postgres when we are root
+PG_STOP=()
+cleanup() {
+  if ((${#PG_STOP[@]})); then "${PG_STOP[@]}" >/dev/null 2>&1 || true; fi
+  if [[ -n ${PG_DROP_DB:-} ]]; then
+    psql "$TEST_DATABASE_URL" -qc "DROP DATABASE IF EXISTS $PG_DROP_DB WITH (FORCE)" >/dev/null 2>&1 || true
+  fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+pg_bin() {
+  if [[ -n ${PG_BIN:-} ]]; then echo "$PG_BIN"; return; fi
+  local d
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    [[ -x $d/pg_ctl ]] && { echo "$d"; return; }
+  done
+  command -v pg_ctl >/dev/null 2>&1 && dirname "$(command -v pg_ctl)"
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+start_cluster() {
+  local bin=$1 dir=$WORK/pg run=()
+  mkdir -p "$dir"
+  if [[ $(id -u) == 0 ]]; then
+    chown postgres:postgres "$dir" || return 1
+    run=(runuser -u postgres --)
+  fi
+  "${run[@]}" "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --no-sync >/dev/null || return 1
+  local port
+  port=$(free_port)
+  "${run[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w start \
+    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off" >/dev/null || {
+    cat "$dir/log" >&2
+    return 1
+  }
+  PG_STOP=("${run[@]}" "$bin/pg_ctl" -D "$dir/data" -m immediate stop)
+  export IDEMWATCH_TEST_PG_URL="postgres://postgres@127.0.0.1:$port/postgres"
+}
+
+if [[ -n ${IDEMWATCH_TEST_PG_URL:-} ]]; then
+  echo "clients: PostgreSQL from IDEMWATCH_TEST_PG_URL"
+elif [[ -n ${TEST_DATABASE_URL:-} ]] && command -v psql >/dev/null 2>&1; then
+  PG_DROP_DB="idemwatch_clients_$$"
+  psql "$TEST_DATABASE_URL" -qc "CREATE DATABASE $PG_DROP_DB" >/dev/null || exit 2
+  export IDEMWATCH_TEST_PG_URL="${TEST_DATABASE_URL%/*}/$PG_DROP_DB"
+  echo "clients: PostgreSQL database $PG_DROP_DB on TEST_DATABASE_URL"
+elif bin=$(pg_bin) && [[ -n $bin ]]; then
+  if start_cluster "$bin"; then
+    echo "clients: PostgreSQL throwaway cluster at $IDEMWATCH_TEST_PG_URL"
+  else
+    echo "clients: could not start a PostgreSQL cluster with $bin" >&2
+  fi
+fi
+if [[ -z ${IDEMWATCH_TEST_PG_URL:-} ]]; then
+  echo "clients: *** PostgreSQL unavailable: its runs are skipped${CI:+ (CI=$CI: they fail)} ***" >&2
+fi
+
+# Python: the package and its test extras, installed as a user would (not editable).
+VENV=${IDEMWATCH_CLIENTS_VENV:-$ROOT/clients/python/.venv}
+if [[ ! -x $VENV/bin/python ]]; then
+  "${PYTHON:-python3}" -m venv "$VENV" || exit 2
+fi
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check "$ROOT/clients/python[test]" || exit 2
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps --force-reinstall "$ROOT/clients/python" || exit 2
+export IDEMWATCH_PYTHON=$VENV/bin/python
+
+# Node: the package installs with no dependencies and no build step.
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if ((node_major < 20)); then
+  echo "clients: Node >= 20 is required (found ${node_major})" >&2
+  exit 2
+fi
+(cd "$WORK" && npm init -y >/dev/null && npm install --no-audit --no-fund --offline "$ROOT/clients/typescript" >/dev/null &&
+  node --input-type=module -e 'import { Client } from "idemwatch"; if (typeof Client !== "function") process.exit(1);') ||
+  { echo "clients: npm install ./clients/typescript failed" >&2; exit 2; }
+
+status=0
+echo
+echo "=== Python client (pytest) ==="
+(cd "$ROOT/clients/python" && "$VENV/bin/python" -m pytest -rs -p no:cacheprovider) 2>&1 | tee "$WORK/pytest.log"
+py=${PIPESTATUS[0]}
+((py == 0)) || status=1
+
+echo
+echo "=== TypeScript client (node --test) ==="
+(cd "$ROOT/clients/typescript" && node --test --test-reporter=spec test/*.test.js) 2>&1 | tee "$WORK/node.log"
+js=${PIPESTATUS[0]}
+((js == 0)) || status=1
+
+echo
+echo "=== Summary ==="
+echo "python:     $(grep -E '^=+ .*(passed|failed|error|skipped).* =+$' "$WORK/pytest.log" | tail -1)"
+echo "typescript: $(grep -E '^ℹ (tests|pass|fail|skipped|cancelled) ' "$WORK/node.log" | tr -d 'ℹ' | tr '\n' ' ')"
+((status == 0)) && echo "clients: all passed" || echo "clients: FAILED (python exit $py, node exit $js)"
+exit $status

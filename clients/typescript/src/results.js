@@ -1,0 +1,73 @@
+// What a guarded tool returns to the model, one shape per outcome. An agent handed an
+// ambiguity ("error: timeout") behaves worst: it re-plans and calls again with a fresh
+// intent. These results say what happened and what to do next, in words it can follow.
+
+import {
+  IdemwatchError,
+  InFlight,
+  InvalidRequest,
+  LeaseLost,
+  NeedsHumanReview,
+  OperationFailed,
+  OutcomeUnknown,
+  PayloadMismatch,
+} from "./errors.js";
+
+/** The statuses a model can see, in the order the docs list them. */
+export const STATUSES = ["done", "replayed", "failed", "unknown", "in_flight", "payload_mismatch", "needs_human_review"];
+
+/**
+ * The JSON object a tool hands back to the model for an outcome (`{key, result, replayed}`)
+ * or the error a guarded call threw. Anything else is re-thrown so a bug is never hidden.
+ */
+export function forModel(value, { action = "the action" } = {}) {
+  if (value instanceof Error) {
+    if (value instanceof OperationFailed) {
+      return {
+        status: "failed",
+        error: value.error,
+        next: `${action} was refused and nothing happened. Do not retry the same call; tell the user why, or ask them how to proceed.`,
+      };
+    }
+    if (value instanceof PayloadMismatch) {
+      const fields = value.differingFields.join(", ") || "its arguments";
+      return {
+        status: "payload_mismatch",
+        differing_fields: [...value.differingFields],
+        next: `this step already ran ${action} with a different ${fields}. Do not retry; if the user really wants a different one, confirm with them first: it is a new request.`,
+      };
+    }
+    if (value instanceof NeedsHumanReview) {
+      return {
+        status: "needs_human_review",
+        next: `nobody can tell whether ${action} happened, and retrying could do it twice. Stop; tell the user a person is checking it. Do not call the tool again.`,
+      };
+    }
+    if (value instanceof InFlight || value instanceof LeaseLost) {
+      const out = {
+        status: "in_flight",
+        next: `${action} is being processed by another worker right now. Do not start a new one; check its status later.`,
+      };
+      if (value.retryAfter != null) out.retry_after_seconds = value.retryAfter;
+      return out;
+    }
+    if (value instanceof OutcomeUnknown || (value instanceof IdemwatchError && value.retryable && !(value instanceof InvalidRequest))) {
+      return {
+        status: "unknown",
+        next: `it is not known yet whether ${action} happened. Check its status before calling again, and never call again with new arguments; calling again with the same request is safe (it checks first).`,
+      };
+    }
+    throw value;
+  }
+  if (value && typeof value === "object" && "replayed" in value && "result" in value) {
+    if (value.replayed) {
+      return {
+        status: "replayed",
+        result: value.result,
+        next: `${action} had already been done for this request; this is the original result. Do not do it again.`,
+      };
+    }
+    return { status: "done", result: value.result, next: `${action} is done. Do not call the tool again for this request.` };
+  }
+  throw new TypeError("forModel takes an outcome ({key, result, replayed}) or an error");
+}

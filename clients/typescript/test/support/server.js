@@ -1,0 +1,86 @@
+// Starts a real `idemwatch serve` per backend on a free port, with the clients' tools file.
+// The binary comes from IDEMWATCH_BIN (default target/debug/idemwatch at the repository
+// root). PostgreSQL needs IDEMWATCH_TEST_PG_URL or TEST_DATABASE_URL: without one its runs
+// are skipped loudly, and under CI=true they fail.
+
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdtempSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
+export const TOOLS_FILE = join(REPO, "clients", "testdata", "tools.toml");
+export const CI = ["1", "true", "yes"].includes((process.env.CI ?? "").toLowerCase());
+export const PG_SKIP = "*** SKIPPED (PostgreSQL unavailable: set IDEMWATCH_TEST_PG_URL or TEST_DATABASE_URL) ***";
+
+export const serverBinary = () => process.env.IDEMWATCH_BIN || join(REPO, "target", "debug", "idemwatch");
+export const pgUrl = () => process.env.IDEMWATCH_TEST_PG_URL || process.env.TEST_DATABASE_URL || null;
+
+export function freePort() {
+  return new Promise((resolvePort, reject) => {
+    const s = createServer();
+    s.once("error", reject);
+    s.listen(0, "127.0.0.1", () => {
+      const { port } = s.address();
+      s.close(() => resolvePort(port));
+    });
+  });
+}
+
+/**
+ * Why this backend cannot run here, or null. Under CI a missing backend throws instead.
+ */
+export function unavailable(backend) {
+  let why = null;
+  if (!existsSync(serverBinary())) why = `*** SKIPPED (idemwatch binary not found at ${serverBinary()}; build it or set IDEMWATCH_BIN) ***`;
+  else if (backend === "postgres" && !pgUrl()) why = PG_SKIP;
+  if (why && CI) throw new Error(`CI=true: ${why}`);
+  if (why) console.error(`\n${why}\n`);
+  return why;
+}
+
+export async function startServer(backend) {
+  const tmp = mkdtempSync(join(tmpdir(), `idemwatch-js-${backend}-`));
+  const database = backend === "sqlite" ? `sqlite://${join(tmp, "guard.db")}` : pgUrl();
+  const port = await freePort();
+  const args = ["serve", "--listen", `127.0.0.1:${port}`, "--database-url", database, "--tools-file", TOOLS_FILE];
+  const help = spawnSync(serverBinary(), ["serve", "--help"], { encoding: "utf8" }).stdout ?? "";
+  // A short lease margin keeps the killed-worker case to seconds, where the server has one.
+  if (help.includes("--lease-margin")) args.push("--lease-margin", "2s");
+  const child = spawn(serverBinary(), args, { env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn" }, stdio: ["ignore", "pipe", "pipe"] });
+  let output = "";
+  const keep = (chunk) => (output = (output + chunk).slice(-20_000));
+  child.stdout.on("data", keep);
+  child.stderr.on("data", keep);
+  const exited = new Promise((r) => child.once("close", r));
+  const url = `http://127.0.0.1:${port}`;
+  const tail = () => output.split("\n").slice(-40).join("\n");
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) {
+      await exited;
+      throw new Error(`idemwatch serve (${backend}) exited ${child.exitCode}:\n${tail()}`);
+    }
+    try {
+      const r = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(2000) });
+      if (r.status === 200) {
+        return {
+          url,
+          backend,
+          tail,
+          async stop() {
+            child.kill("SIGTERM");
+            await new Promise((r) => (child.exitCode !== null ? r() : child.once("exit", r)));
+          },
+        };
+      }
+    } catch {
+      // not up yet
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  child.kill("SIGKILL");
+  throw new Error(`idemwatch serve (${backend}) did not become ready:\n${tail()}`);
+}

@@ -1,0 +1,258 @@
+//! Signed checkpoints: a signed tree head (RFC 9162 §4.10 in spirit) over the log of
+//! key heads, chained to the checkpoint before it.
+//!
+//! Each checkpoint appends one leaf per key whose head changed since the previous
+//! checkpoint (and a tombstone leaf per key retention pruned), so the tree grows with
+//! what changed. Its body names the tree size and root, the previous checkpoint's
+//! hash and the signing key; `signature` is Ed25519 over
+//! `"idemwatch checkpoint v1\n" + JCS(body)` and `hash` is SHA-256 of `JCS(body)`.
+
+use super::keys::key_id;
+use super::merkle::{Hash, leaf_hash};
+use crate::export::micros;
+use crate::guard::GENESIS_HASH;
+use crate::guard::canonical::canonical_json;
+use crate::guard::key::sha256_hex;
+use chrono::{DateTime, Utc};
+use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use serde::{Deserialize, Serialize};
+
+pub const CHECKPOINT_VERSION: u32 = 1;
+const SIGNING_CONTEXT: &str = "idemwatch checkpoint v1\n";
+
+/// One leaf of the head log: where a key's chain stood (or that retention pruned it
+/// at that head).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leaf {
+    pub key: String,
+    pub log_seq: i64,
+    pub log_hash: String,
+    pub pruned: bool,
+}
+
+impl Leaf {
+    /// RFC 9162 leaf hash of `JCS({"key","log_hash","log_seq","pruned"})`.
+    pub fn hash(&self) -> Hash {
+        let value = serde_json::to_value(self).expect("a leaf serialises");
+        let text = canonical_json(&value).expect("a leaf is canonicalisable");
+        leaf_hash(text.as_bytes())
+    }
+}
+
+/// What is signed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckpointBody {
+    pub version: u32,
+    /// 1, 2, 3 … without gaps.
+    pub seq: u64,
+    #[serde(with = "micros")]
+    pub created_at: DateTime<Utc>,
+    /// Leaves in the head log, this checkpoint's included.
+    pub tree_size: u64,
+    /// Lowercase hex RFC 9162 Merkle tree hash of the first `tree_size` leaves.
+    pub root_hash: String,
+    /// `hash` of the checkpoint before; 64 zeros for the first.
+    pub prev_hash: String,
+    /// Leaves this checkpoint added (keys changed or pruned since the one before).
+    pub leaves_added: u64,
+    /// First 16 hex characters of the SHA-256 of the Ed25519 public key.
+    pub key_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    #[serde(flatten)]
+    pub body: CheckpointBody,
+    /// Lowercase hex Ed25519 signature (64 bytes).
+    pub signature: String,
+    /// Lowercase hex SHA-256 of `JCS(body)`: what the next checkpoint's `prev_hash` names.
+    pub hash: String,
+}
+
+impl CheckpointBody {
+    fn canonical(&self) -> String {
+        let value = serde_json::to_value(self).expect("a body serialises");
+        canonical_json(&value).expect("a body is canonicalisable")
+    }
+
+    pub fn hash(&self) -> String {
+        sha256_hex(self.canonical().as_bytes())
+    }
+
+    fn message(&self) -> Vec<u8> {
+        format!("{SIGNING_CONTEXT}{}", self.canonical()).into_bytes()
+    }
+
+    pub fn sign(self, key: &SigningKey) -> Checkpoint {
+        let signature = hex::encode(key.sign(&self.message()).to_bytes());
+        let hash = self.hash();
+        Checkpoint {
+            body: self,
+            signature,
+            hash,
+        }
+    }
+}
+
+impl Checkpoint {
+    /// The body that follows `prev` (or the first one).
+    pub fn next_body(
+        prev: Option<&Checkpoint>,
+        created_at: DateTime<Utc>,
+        tree_size: u64,
+        root: &Hash,
+        leaves_added: u64,
+        key: &VerifyingKey,
+    ) -> CheckpointBody {
+        CheckpointBody {
+            version: CHECKPOINT_VERSION,
+            seq: prev.map_or(1, |p| p.body.seq + 1),
+            created_at,
+            tree_size,
+            root_hash: hex::encode(root),
+            prev_hash: prev.map_or_else(|| GENESIS_HASH.to_string(), |p| p.hash.clone()),
+            leaves_added,
+            key_id: key_id(key),
+        }
+    }
+
+    /// Checks the signature with `key` and that `hash` is the body's.
+    pub fn verify(&self, key: &VerifyingKey) -> Result<(), String> {
+        if self.body.hash() != self.hash {
+            return Err(format!(
+                "checkpoint {}: its hash is not the hash of its body: it was altered",
+                self.body.seq
+            ));
+        }
+        let bytes: [u8; 64] = hex::decode(&self.signature)
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| {
+                format!(
+                    "checkpoint {}: the signature is not 64 hex bytes",
+                    self.body.seq
+                )
+            })?;
+        key.verify(&self.body.message(), &Signature::from_bytes(&bytes))
+            .map_err(|_| {
+                format!(
+                    "checkpoint {}: the signature does not verify with public key {}: it was altered or signed by another key",
+                    self.body.seq,
+                    key_id(key)
+                )
+            })
+    }
+
+    pub fn root(&self) -> Result<Hash, String> {
+        super::merkle::parse_hash(&self.body.root_hash)
+    }
+
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).expect("a checkpoint serialises")
+    }
+}
+
+/// Checks a run of checkpoints read in `seq` order: signatures (with `key`, when
+/// given), seq without gaps from `first_expected`, each `prev_hash` naming the one
+/// before, times and tree sizes never going back. Returns what is wrong, in words.
+pub fn check_sequence(
+    checkpoints: &[Checkpoint],
+    key: Option<&VerifyingKey>,
+    first_expected: u64,
+) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut prev: Option<&Checkpoint> = None;
+    for c in checkpoints {
+        let seq = c.body.seq;
+        if let Some(key) = key
+            && let Err(why) = c.verify(key)
+        {
+            problems.push(why);
+        } else if key.is_none() && c.body.hash() != c.hash {
+            problems.push(format!(
+                "checkpoint {seq}: its hash is not the hash of its body: it was altered"
+            ));
+        }
+        match prev {
+            None if seq != first_expected => problems.push(format!(
+                "the first checkpoint is {seq}, expected {first_expected}: checkpoints {first_expected}..{} were deleted",
+                seq.saturating_sub(1)
+            )),
+            None if seq == 1 && c.body.prev_hash != GENESIS_HASH => problems.push(
+                "checkpoint 1 does not start from the genesis hash".to_string(),
+            ),
+            Some(p) if seq <= p.body.seq => problems.push(format!(
+                "checkpoint {seq} follows checkpoint {}: out of order",
+                p.body.seq
+            )),
+            Some(p) if seq != p.body.seq + 1 => problems.push(format!(
+                "checkpoints {}..{} are missing between {} and {seq}: deleted",
+                p.body.seq + 1,
+                seq - 1,
+                p.body.seq
+            )),
+            Some(p) if c.body.prev_hash != p.hash => problems.push(format!(
+                "checkpoint {seq} does not chain to checkpoint {}: one of them was replaced",
+                p.body.seq
+            )),
+            Some(p) if c.body.tree_size < p.body.tree_size || c.body.created_at < p.body.created_at => {
+                problems.push(format!(
+                    "checkpoint {seq} goes back in tree size or time from checkpoint {}: out of order",
+                    p.body.seq
+                ))
+            }
+            _ => {}
+        }
+        prev = Some(c);
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::merkle::empty_root;
+
+    fn chain(key: &SigningKey, n: u64) -> Vec<Checkpoint> {
+        let mut out: Vec<Checkpoint> = Vec::new();
+        for i in 0..n {
+            let body = Checkpoint::next_body(
+                out.last(),
+                Utc::now(),
+                i * 3,
+                &empty_root(),
+                3,
+                &key.verifying_key(),
+            );
+            out.push(body.sign(key));
+        }
+        out
+    }
+
+    #[test]
+    fn a_chain_of_signed_checkpoints_verifies_and_every_tampering_is_named() {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        let pk = key.verifying_key();
+        let good = chain(&key, 4);
+        assert!(check_sequence(&good, Some(&pk), 1).is_empty());
+
+        let mut deleted = good.clone();
+        deleted.remove(1);
+        assert!(check_sequence(&deleted, Some(&pk), 1)[0].contains("missing"));
+
+        let mut altered = good.clone();
+        altered[2].body.tree_size = 99;
+        assert!(check_sequence(&altered, Some(&pk), 1)[0].contains("altered"));
+
+        let mut swapped = good.clone();
+        swapped.swap(1, 2);
+        let found = check_sequence(&swapped, Some(&pk), 1);
+        assert!(
+            found.iter().any(|p| p.contains("out of order")),
+            "{found:?}"
+        );
+
+        let other = SigningKey::from_bytes(&[8; 32]).verifying_key();
+        assert!(check_sequence(&good, Some(&other), 1)[0].contains("another key"));
+    }
+}

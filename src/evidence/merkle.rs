@@ -1,0 +1,242 @@
+//! The Merkle tree of RFC 9162 (Certificate Transparency 2.0, §2.1): leaves hashed
+//! with a 0x00 prefix, interior nodes with 0x01, a tree of n leaves split at the
+//! largest power of two below n. Checkpoints append leaves and keep only the right
+//! border (the [`Frontier`]), so a checkpoint costs what changed, not the tree.
+
+use sha2::{Digest, Sha256};
+
+pub type Hash = [u8; 32];
+
+/// MTH({}) = SHA-256 of the empty string.
+pub fn empty_root() -> Hash {
+    Sha256::digest([]).into()
+}
+
+pub fn leaf_hash(data: &[u8]) -> Hash {
+    let mut h = Sha256::new();
+    h.update([0u8]);
+    h.update(data);
+    h.finalize().into()
+}
+
+pub fn node_hash(left: &Hash, right: &Hash) -> Hash {
+    let mut h = Sha256::new();
+    h.update([1u8]);
+    h.update(left);
+    h.update(right);
+    h.finalize().into()
+}
+
+/// The roots of the perfect subtrees along the right border of a tree, largest
+/// first: enough to append leaves and compute the root without the rest of the tree.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Frontier {
+    size: u64,
+    /// (height, root) of each perfect subtree, heights strictly decreasing.
+    peaks: Vec<(u32, Hash)>,
+}
+
+impl Frontier {
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn push(&mut self, leaf: Hash) {
+        let mut node = (0u32, leaf);
+        while let Some(&(height, left)) = self.peaks.last() {
+            if height != node.0 {
+                break;
+            }
+            self.peaks.pop();
+            node = (height + 1, node_hash(&left, &node.1));
+        }
+        self.peaks.push(node);
+        self.size += 1;
+    }
+
+    /// MTH of the leaves pushed so far: the peaks folded right to left.
+    pub fn root(&self) -> Hash {
+        let mut iter = self.peaks.iter().rev();
+        let Some(&(_, mut acc)) = iter.next() else {
+            return empty_root();
+        };
+        for (_, left) in iter {
+            acc = node_hash(left, &acc);
+        }
+        acc
+    }
+
+    /// The peaks as hex, for storage with a checkpoint (heights follow from the size).
+    pub fn to_hex(&self) -> Vec<String> {
+        self.peaks.iter().map(|(_, h)| hex::encode(h)).collect()
+    }
+
+    pub fn from_hex(size: u64, peaks: &[String]) -> Result<Self, String> {
+        let heights: Vec<u32> = (0..64).rev().filter(|b| (size >> b) & 1 == 1).collect();
+        if heights.len() != peaks.len() {
+            return Err(format!(
+                "a tree of {size} leaves has {} peaks, not {}",
+                heights.len(),
+                peaks.len()
+            ));
+        }
+        let peaks = heights
+            .into_iter()
+            .zip(peaks)
+            .map(|(h, p)| parse_hash(p).map(|p| (h, p)))
+            .collect::<Result<_, _>>()?;
+        Ok(Frontier { size, peaks })
+    }
+}
+
+pub fn parse_hash(text: &str) -> Result<Hash, String> {
+    let bytes = hex::decode(text).map_err(|e| format!("{text:?} is not hex: {e}"))?;
+    bytes
+        .try_into()
+        .map_err(|_| format!("{text:?} is not 32 bytes"))
+}
+
+/// Every level of a tree built from its leaf hashes, for inclusion proofs (an export
+/// builds it once; memory 64 bytes a leaf).
+pub struct Tree {
+    levels: Vec<Vec<Hash>>,
+}
+
+impl Tree {
+    pub fn new(leaves: Vec<Hash>) -> Tree {
+        let mut levels = vec![leaves];
+        while levels.last().is_some_and(|l| l.len() > 1) {
+            let below = levels.last().expect("a level");
+            let above = below
+                .chunks(2)
+                .map(|pair| match pair {
+                    [l, r] => node_hash(l, r),
+                    [single] => *single,
+                    _ => unreachable!("chunks of two"),
+                })
+                .collect();
+            levels.push(above);
+        }
+        Tree { levels }
+    }
+
+    pub fn size(&self) -> u64 {
+        self.levels[0].len() as u64
+    }
+
+    /// The root of the first `size` leaves (RFC 9162 MTH).
+    pub fn root(&self) -> Hash {
+        match self.levels.last() {
+            Some(top) if top.len() == 1 => top[0],
+            _ => empty_root(),
+        }
+    }
+
+    /// The audit path of leaf `index` in the whole tree, bottom up (RFC 9162 §2.1.3).
+    /// With unbalanced right edges promoted unchanged, the levels give exactly the
+    /// RFC's path: a node without a sibling contributes nothing at that level.
+    pub fn inclusion_proof(&self, index: u64) -> Vec<Hash> {
+        let mut path = Vec::new();
+        let mut i = index as usize;
+        for level in &self.levels[..self.levels.len().saturating_sub(1)] {
+            let sibling = i ^ 1;
+            if sibling < level.len() {
+                path.push(level[sibling]);
+            }
+            i /= 2;
+        }
+        path
+    }
+}
+
+/// RFC 9162 §2.1.3.2: whether `path` proves leaf `index` (hash `leaf`) in the tree of
+/// `size` leaves with root `root`.
+pub fn verify_inclusion(leaf: &Hash, index: u64, size: u64, path: &[Hash], root: &Hash) -> bool {
+    if index >= size {
+        return false;
+    }
+    let (mut fnode, mut snode) = (index, size - 1);
+    let mut r = *leaf;
+    for p in path {
+        if snode == 0 {
+            return false;
+        }
+        if fnode & 1 == 1 || fnode == snode {
+            r = node_hash(p, &r);
+            if fnode & 1 == 0 {
+                while fnode & 1 == 0 && fnode != 0 {
+                    fnode >>= 1;
+                    snode >>= 1;
+                }
+            }
+        } else {
+            r = node_hash(&r, p);
+        }
+        fnode >>= 1;
+        snode >>= 1;
+    }
+    snode == 0 && r == *root
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// RFC 9162's recursive definition, for comparison.
+    fn mth(leaves: &[Hash]) -> Hash {
+        match leaves.len() {
+            0 => empty_root(),
+            1 => leaves[0],
+            n => {
+                let k = n.next_power_of_two() / 2;
+                node_hash(&mth(&leaves[..k]), &mth(&leaves[k..]))
+            }
+        }
+    }
+
+    fn leaves(n: usize) -> Vec<Hash> {
+        (0..n).map(|i| leaf_hash(&i.to_be_bytes())).collect()
+    }
+
+    #[test]
+    fn the_frontier_and_the_tree_agree_with_the_rfc_definition() {
+        for n in 0..40 {
+            let l = leaves(n);
+            let mut f = Frontier::default();
+            for h in &l {
+                f.push(*h);
+            }
+            assert_eq!(f.root(), mth(&l), "frontier, n = {n}");
+            assert_eq!(Tree::new(l.clone()).root(), mth(&l), "tree, n = {n}");
+            let again = Frontier::from_hex(f.size(), &f.to_hex()).unwrap();
+            assert_eq!(again, f);
+        }
+    }
+
+    #[test]
+    fn every_leaf_has_a_proof_and_no_other_leaf_fits_it() {
+        for n in 1..34u64 {
+            let l = leaves(n as usize);
+            let tree = Tree::new(l.clone());
+            let root = tree.root();
+            for i in 0..n {
+                let path = tree.inclusion_proof(i);
+                assert!(
+                    verify_inclusion(&l[i as usize], i, n, &path, &root),
+                    "n {n} i {i}"
+                );
+                let other = leaf_hash(b"other");
+                assert!(!verify_inclusion(&other, i, n, &path, &root));
+                if n > 1 {
+                    assert!(!verify_inclusion(
+                        &l[i as usize],
+                        (i + 1) % n,
+                        n,
+                        &path,
+                        &root
+                    ));
+                }
+            }
+        }
+    }
+}

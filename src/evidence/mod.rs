@@ -1,0 +1,14 @@
+//! Tamper evidence beyond the per-key hash chain: signed checkpoints over the log of
+//! key heads (an RFC 9162 Merkle tree), inclusion proofs for exports, and the writer
+//! that `serve` runs on an interval. docs/EXPORT.md says what this proves and what
+//! it cannot.
+
+mod checkpoint;
+pub mod keys;
+pub mod merkle;
+mod proof;
+mod writer;
+
+pub use checkpoint::{CHECKPOINT_VERSION, Checkpoint, CheckpointBody, Leaf, check_sequence};
+pub use proof::{Anchor, EvidenceSource, ExportEvidence, KeyProof, LeafLog};
+pub use writer::{CheckpointMetrics, Checkpointer, hash_prefix, read_dir};

@@ -1,0 +1,220 @@
+//! The checkpoint writer: `idemwatch checkpoint` once, `serve` on an interval. Each
+//! checkpoint goes to the database, to a directory of files (`--checkpoint-dir`,
+//! one `checkpoint-<seq>.json` each, written once and never rewritten), to the log,
+//! and to three gauges, so copies exist where the database's writers cannot reach.
+
+use super::checkpoint::Checkpoint;
+use super::merkle::Frontier;
+use crate::guard::Clock;
+use crate::store::{Store, StoreError, StoredCheckpoint};
+use chrono::SubsecRound;
+use ed25519_dalek::SigningKey;
+use prometheus::{IntGauge, Registry};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// `idemwatch_checkpoint_last_seq`, `idemwatch_checkpoint_last_timestamp_seconds` and
+/// `idemwatch_checkpoint_last_hash_prefix`: the newest checkpoint as Prometheus keeps
+/// it. The hash prefix is the first 48 bits of the checkpoint's hash as an integer
+/// (exact in a float64 sample); with the seq it pins the checkpoint without a label.
+#[derive(Debug, Clone)]
+pub struct CheckpointMetrics {
+    seq: IntGauge,
+    timestamp: IntGauge,
+    hash_prefix: IntGauge,
+}
+
+impl CheckpointMetrics {
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let gauge = |name: &str, help: &str| -> prometheus::Result<IntGauge> {
+            let g = IntGauge::new(name, help)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        Ok(Self {
+            seq: gauge(
+                "idemwatch_checkpoint_last_seq",
+                "Sequence number of the newest signed checkpoint (0: none yet).",
+            )?,
+            timestamp: gauge(
+                "idemwatch_checkpoint_last_timestamp_seconds",
+                "Creation time of the newest signed checkpoint, Unix seconds.",
+            )?,
+            hash_prefix: gauge(
+                "idemwatch_checkpoint_last_hash_prefix",
+                "First 48 bits of the newest checkpoint's SHA-256 hash, as an integer.",
+            )?,
+        })
+    }
+
+    pub fn observe(&self, c: &Checkpoint) {
+        self.seq.set(c.body.seq as i64);
+        self.timestamp.set(c.body.created_at.timestamp());
+        self.hash_prefix.set(hash_prefix(&c.hash));
+    }
+}
+
+/// The first 12 hex digits (48 bits) of a hash, as an integer.
+pub fn hash_prefix(hash: &str) -> i64 {
+    i64::from_str_radix(hash.get(..12).unwrap_or("0"), 16).unwrap_or(0)
+}
+
+#[derive(Clone)]
+pub struct Checkpointer {
+    store: Store,
+    key: Arc<SigningKey>,
+    clock: Arc<dyn Clock>,
+    dir: Option<PathBuf>,
+    metrics: Option<CheckpointMetrics>,
+}
+
+impl Checkpointer {
+    pub fn new(store: Store, key: SigningKey, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            store,
+            key: Arc::new(key),
+            clock,
+            dir: None,
+            metrics: None,
+        }
+    }
+
+    pub fn with_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.dir = dir;
+        self
+    }
+
+    pub fn with_metrics(mut self, metrics: CheckpointMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Writes a checkpoint of what changed since the last one; `None` when nothing did.
+    #[tracing::instrument(skip_all)]
+    pub async fn checkpoint(&self) -> anyhow::Result<Option<Checkpoint>> {
+        // Microseconds: the precision checkpoints are stored, signed and compared at.
+        let now = self.clock.now().trunc_subsecs(6);
+        let key = self.key.clone();
+        let written = self
+            .store
+            .write_checkpoint(|last, leaves| {
+                let mut frontier = match last {
+                    Some(l) => Frontier::from_hex(l.checkpoint.body.tree_size, &l.frontier)
+                        .map_err(|e| StoreError::Corrupt(format!("checkpoint frontier: {e}")))?,
+                    None => Frontier::default(),
+                };
+                for leaf in leaves {
+                    frontier.push(leaf.hash());
+                }
+                // Never earlier than the checkpoint before, whatever the clock says.
+                let created_at = last.map_or(now, |l| now.max(l.checkpoint.body.created_at));
+                let body = Checkpoint::next_body(
+                    last.map(|l| &l.checkpoint),
+                    created_at,
+                    frontier.size(),
+                    &frontier.root(),
+                    leaves.len() as u64,
+                    &key.verifying_key(),
+                );
+                Ok((body.sign(&key), frontier.to_hex()))
+            })
+            .await?;
+        let Some(StoredCheckpoint { checkpoint, .. }) = written else {
+            return Ok(None);
+        };
+        self.publish(&checkpoint).await?;
+        Ok(Some(checkpoint))
+    }
+
+    /// The copies outside the database: the file, the log line, the gauges.
+    async fn publish(&self, c: &Checkpoint) -> anyhow::Result<()> {
+        if let Some(dir) = &self.dir {
+            write_file(dir, c).await?;
+        }
+        tracing::info!(
+            checkpoint_seq = c.body.seq,
+            tree_size = c.body.tree_size,
+            leaves_added = c.body.leaves_added,
+            root_hash = %c.body.root_hash,
+            hash = %c.hash,
+            checkpoint = %c.to_json_line(),
+            "signed checkpoint"
+        );
+        if let Some(m) = &self.metrics {
+            m.observe(c);
+        }
+        Ok(())
+    }
+
+    /// Sets the gauges from the newest stored checkpoint (at start-up).
+    pub async fn observe_latest(&self) -> Result<(), StoreError> {
+        if let (Some(m), Some(latest)) = (&self.metrics, self.store.latest_checkpoint().await?) {
+            m.observe(&latest.checkpoint);
+        }
+        Ok(())
+    }
+
+    /// Every `interval` until `stop`; a failure is logged and retried next time.
+    pub async fn run(self, interval: Duration, mut stop: watch::Receiver<bool>) {
+        tracing::info!(interval_s = interval.as_secs_f64(), dir = ?self.dir, "checkpointer started");
+        if let Err(e) = self.observe_latest().await {
+            tracing::warn!(error = %e, "cannot read the newest checkpoint");
+        }
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(interval) => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+            if let Err(e) = self.checkpoint().await {
+                tracing::error!(error = %format!("{e:#}"), "checkpoint failed; retrying at the next interval");
+            }
+        }
+        tracing::info!("checkpointer stopped");
+    }
+}
+
+/// `checkpoint-<seq, 12 digits>.json`, created new (never overwritten), fsynced.
+async fn write_file(dir: &Path, c: &Checkpoint) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use tokio::io::AsyncWriteExt;
+    tokio::fs::create_dir_all(dir).await?;
+    let path = dir.join(file_name(c.body.seq));
+    let mut file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .await
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    file.write_all(format!("{}\n", c.to_json_line()).as_bytes())
+        .await?;
+    file.sync_all().await?;
+    Ok(())
+}
+
+pub fn file_name(seq: u64) -> String {
+    format!("checkpoint-{seq:012}.json")
+}
+
+/// Reads every `checkpoint-*.json` in `dir`, in seq order.
+pub fn read_dir(dir: &Path) -> anyhow::Result<Vec<Checkpoint>> {
+    use anyhow::Context;
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+        let path = entry?.path();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name.starts_with("checkpoint-") && name.ends_with(".json") {
+            let text = std::fs::read_to_string(&path)?;
+            out.push(
+                serde_json::from_str(text.trim())
+                    .with_context(|| format!("{} is not a checkpoint", path.display()))?,
+            );
+        }
+    }
+    out.sort_by_key(|c: &Checkpoint| c.body.seq);
+    Ok(out)
+}

@@ -1,0 +1,345 @@
+//! The evidence tables: signed checkpoints, the head log's leaves, pruning receipts.
+//!
+//! A checkpoint reads what changed since the one before by position, never by a
+//! table scan: pruning receipts by id, attempt rows in commit order from the tail
+//! position the previous checkpoint stored (the tailer's rule, see [`super::tail`]:
+//! on PostgreSQL only transactions older than every running one).
+
+use super::tail::TailPosition;
+use super::{Store, StoreError, on_pool};
+use crate::evidence::{Checkpoint, CheckpointBody, Leaf};
+use chrono::{DateTime, Utc};
+use futures::stream::{BoxStream, StreamExt};
+use sqlx::types::Json;
+use std::collections::BTreeMap;
+
+#[cfg(test)]
+const CHECKPOINT_COLUMNS: &str = "seq, version, created_at, tree_size, root_hash, prev_hash, \
+    leaves_added, key_id, signature, hash, frontier, tail_txid, tail_id, pruned_id";
+
+pub const LATEST_CHECKPOINT: &str = "SELECT seq, version, created_at, tree_size, root_hash, \
+    prev_hash, leaves_added, key_id, signature, hash, frontier, tail_txid, tail_id, pruned_id \
+    FROM evidence_checkpoints ORDER BY seq DESC LIMIT 1";
+pub const ALL_CHECKPOINTS: &str = "SELECT seq, version, created_at, tree_size, root_hash, \
+    prev_hash, leaves_added, key_id, signature, hash, frontier, tail_txid, tail_id, pruned_id \
+    FROM evidence_checkpoints ORDER BY seq";
+pub const INSERT_CHECKPOINT: &str = "INSERT INTO evidence_checkpoints (seq, version, created_at, \
+    tree_size, root_hash, prev_hash, leaves_added, key_id, signature, hash, frontier, tail_txid, \
+    tail_id, pruned_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
+
+/// Receipts written since the last checkpoint, by id.
+pub const NEW_RECEIPTS: &str =
+    "SELECT id, key, log_seq, log_hash FROM evidence_pruned WHERE id > $1 ORDER BY id";
+/// Attempt rows after the stored position, in commit order (see the module comment).
+pub const NEW_HEADS_POSTGRES: &str = "SELECT a.key, a.seq, a.hash, a.txid::text::bigint AS txid, \
+    a.id FROM idempotency_attempts a \
+    WHERE (a.txid, a.id) > ($1::bigint::text::xid8, $2) \
+      AND a.txid < pg_snapshot_xmin(pg_current_snapshot()) \
+    ORDER BY a.txid, a.id";
+pub const NEW_HEADS_SQLITE: &str = "SELECT key, seq, hash, 0 AS txid, id \
+    FROM idempotency_attempts WHERE id > $2 ORDER BY id";
+/// Checkpoint writers on several replicas take turns (SQLite: BEGIN IMMEDIATE).
+pub const LOCK_POSTGRES: &str = "SELECT pg_advisory_xact_lock(7310291844)";
+
+/// All leaves of one checkpoint in one statement, from a JSON array.
+pub const INSERT_LEAVES_POSTGRES: &str = "INSERT INTO evidence_leaves \
+    (idx, checkpoint_seq, key, log_seq, log_hash, pruned) \
+    SELECT idx, checkpoint_seq, key, log_seq, log_hash, pruned FROM jsonb_to_recordset($1) AS \
+    x(idx bigint, checkpoint_seq bigint, key text, log_seq bigint, log_hash text, pruned boolean)";
+pub const INSERT_LEAVES_SQLITE: &str = "INSERT INTO evidence_leaves \
+    (idx, checkpoint_seq, key, log_seq, log_hash, pruned) \
+    SELECT value->>'idx', value->>'checkpoint_seq', value->>'key', value->>'log_seq', \
+    value->>'log_hash', value->>'pruned' FROM json_each($1)";
+
+pub const LEAVES: &str = "SELECT idx, key, log_seq, log_hash, pruned FROM evidence_leaves \
+    ORDER BY idx";
+pub const RECEIPT_OF_KEY: &str = "SELECT log_seq, log_hash FROM evidence_pruned \
+    WHERE key = $1 ORDER BY log_seq DESC LIMIT 1";
+pub const PRUNE_RECEIPTS_POSTGRES: &str = "INSERT INTO evidence_pruned \
+    (key, log_seq, log_hash, status, pruned_at) \
+    SELECT key, log_seq, log_hash, status, $2 FROM idempotency_records WHERE key = ANY($1)";
+pub const PRUNE_RECEIPTS_SQLITE: &str = "INSERT INTO evidence_pruned \
+    (key, log_seq, log_hash, status, pruned_at) \
+    SELECT key, log_seq, log_hash, status, $2 FROM idempotency_records \
+    WHERE key IN (SELECT value FROM json_each($1))";
+
+/// A checkpoint as stored: the signed checkpoint, and where the next one continues.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredCheckpoint {
+    pub checkpoint: Checkpoint,
+    /// The right border of the Merkle tree (see [`crate::evidence::merkle::Frontier`]).
+    pub frontier: Vec<String>,
+    pub tail: TailPosition,
+    pub pruned_id: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct CheckpointDb {
+    seq: i64,
+    version: i32,
+    created_at: DateTime<Utc>,
+    tree_size: i64,
+    root_hash: String,
+    prev_hash: String,
+    leaves_added: i64,
+    key_id: String,
+    signature: String,
+    hash: String,
+    frontier: Json<Vec<String>>,
+    tail_txid: i64,
+    tail_id: i64,
+    pruned_id: i64,
+}
+
+impl From<CheckpointDb> for StoredCheckpoint {
+    fn from(r: CheckpointDb) -> Self {
+        StoredCheckpoint {
+            checkpoint: Checkpoint {
+                body: CheckpointBody {
+                    version: r.version as u32,
+                    seq: r.seq as u64,
+                    created_at: r.created_at,
+                    tree_size: r.tree_size as u64,
+                    root_hash: r.root_hash,
+                    prev_hash: r.prev_hash,
+                    leaves_added: r.leaves_added as u64,
+                    key_id: r.key_id,
+                },
+                signature: r.signature,
+                hash: r.hash,
+            },
+            frontier: r.frontier.0,
+            tail: TailPosition {
+                txid: r.tail_txid,
+                id: r.tail_id,
+            },
+            pruned_id: r.pruned_id,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct HeadDb {
+    key: String,
+    seq: i64,
+    hash: String,
+    txid: i64,
+    id: i64,
+}
+
+#[derive(sqlx::FromRow)]
+struct ReceiptDb {
+    id: i64,
+    key: String,
+    log_seq: i64,
+    log_hash: String,
+}
+
+#[derive(sqlx::FromRow)]
+struct LeafDb {
+    idx: i64,
+    key: String,
+    log_seq: i64,
+    log_hash: String,
+    pruned: bool,
+}
+
+/// What changed since the last checkpoint: the leaves to append, tombstones first
+/// (a key pruned and claimed again in one interval ends live), each group by key.
+fn leaves_of(receipts: Vec<ReceiptDb>, live: BTreeMap<String, Leaf>) -> Vec<Leaf> {
+    let mut pruned: BTreeMap<String, Leaf> = BTreeMap::new();
+    for r in receipts {
+        pruned.insert(
+            r.key.clone(),
+            Leaf {
+                key: r.key,
+                log_seq: r.log_seq,
+                log_hash: r.log_hash,
+                pruned: true,
+            },
+        );
+    }
+    pruned.into_values().chain(live.into_values()).collect()
+}
+
+/// Inserts a stored checkpoint on an open transaction.
+macro_rules! insert_checkpoint {
+    ($tx:expr, $s:expr) => {{
+        let s: &StoredCheckpoint = $s;
+        let b = &s.checkpoint.body;
+        sqlx::query(INSERT_CHECKPOINT)
+            .bind(b.seq as i64)
+            .bind(b.version as i32)
+            .bind(b.created_at)
+            .bind(b.tree_size as i64)
+            .bind(&b.root_hash)
+            .bind(&b.prev_hash)
+            .bind(b.leaves_added as i64)
+            .bind(&b.key_id)
+            .bind(&s.checkpoint.signature)
+            .bind(&s.checkpoint.hash)
+            .bind(Json(&s.frontier))
+            .bind(s.tail.txid)
+            .bind(s.tail.id)
+            .bind(s.pruned_id)
+            .execute($tx)
+            .await?;
+    }};
+}
+
+/// The body of [`Store::write_checkpoint`], expanded once per backend.
+macro_rules! checkpoint_transaction {
+    ($tx:ident, $heads_sql:expr, $leaves_sql:expr, $make:expr) => {{
+        let last: Option<StoredCheckpoint> = sqlx::query_as::<_, CheckpointDb>(LATEST_CHECKPOINT)
+            .fetch_optional(&mut *$tx)
+            .await?
+            .map(Into::into);
+        let (tail, pruned_id) = last
+            .as_ref()
+            .map_or((TailPosition { txid: 0, id: 0 }, 0), |l| (l.tail, l.pruned_id));
+        let receipts: Vec<ReceiptDb> = sqlx::query_as(NEW_RECEIPTS)
+            .bind(pruned_id)
+            .fetch_all(&mut *$tx)
+            .await?;
+        // Streamed and folded to one head per key: memory follows the keys changed,
+        // not the rows (the first checkpoint reads the whole log once).
+        let mut live: BTreeMap<String, Leaf> = BTreeMap::new();
+        let mut next_tail = tail;
+        {
+            let mut rows = sqlx::query_as::<_, HeadDb>($heads_sql)
+                .bind(tail.txid)
+                .bind(tail.id)
+                .fetch(&mut *$tx);
+            while let Some(h) = rows.next().await {
+                let h = h?;
+                next_tail = next_tail.max(TailPosition { txid: h.txid, id: h.id });
+                let newer = live.get(&h.key).is_none_or(|l| h.seq > l.log_seq);
+                if newer {
+                    live.insert(
+                        h.key.clone(),
+                        Leaf {
+                            key: h.key,
+                            log_seq: h.seq,
+                            log_hash: h.hash,
+                            pruned: false,
+                        },
+                    );
+                }
+            }
+        }
+        let next_pruned_id = receipts.last().map_or(pruned_id, |r| r.id);
+        let leaves = leaves_of(receipts, live);
+        if leaves.is_empty() {
+            return Ok(None);
+        }
+        let (checkpoint, frontier) = $make(last.as_ref(), &leaves)?;
+        let first_idx = last.as_ref().map_or(0, |l| l.checkpoint.body.tree_size) as i64;
+        let rows: Vec<serde_json::Value> = leaves
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                serde_json::json!({
+                    "idx": first_idx + i as i64,
+                    "checkpoint_seq": checkpoint.body.seq,
+                    "key": l.key,
+                    "log_seq": l.log_seq,
+                    "log_hash": l.log_hash,
+                    "pruned": l.pruned,
+                })
+            })
+            .collect();
+        sqlx::query($leaves_sql)
+            .bind(Json(rows))
+            .execute(&mut *$tx)
+            .await?;
+        let stored = StoredCheckpoint {
+            checkpoint,
+            frontier,
+            tail: next_tail,
+            pruned_id: next_pruned_id,
+        };
+        insert_checkpoint!(&mut *$tx, &stored);
+        $tx.commit().await?;
+        Ok(Some(stored))
+    }};
+}
+
+impl Store {
+    /// Appends a checkpoint for what changed since the last one: `make` receives the
+    /// last checkpoint and the new leaves and returns the signed checkpoint and the
+    /// tree's new right border. Nothing changed: no checkpoint, `None`.
+    pub async fn write_checkpoint<F>(&self, make: F) -> Result<Option<StoredCheckpoint>, StoreError>
+    where
+        F: FnOnce(
+            Option<&StoredCheckpoint>,
+            &[Leaf],
+        ) -> Result<(Checkpoint, Vec<String>), StoreError>,
+    {
+        match self {
+            Store::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                sqlx::query(LOCK_POSTGRES).execute(&mut *tx).await?;
+                checkpoint_transaction!(tx, NEW_HEADS_POSTGRES, INSERT_LEAVES_POSTGRES, make)
+            }
+            Store::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                checkpoint_transaction!(tx, NEW_HEADS_SQLITE, INSERT_LEAVES_SQLITE, make)
+            }
+        }
+    }
+
+    pub async fn latest_checkpoint(&self) -> Result<Option<StoredCheckpoint>, StoreError> {
+        let row: Option<CheckpointDb> =
+            on_pool!(self, pool => sqlx::query_as(LATEST_CHECKPOINT).fetch_optional(pool).await)?;
+        Ok(row.map(Into::into))
+    }
+
+    /// Every checkpoint, in seq order.
+    pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, StoreError> {
+        let rows: Vec<CheckpointDb> =
+            on_pool!(self, pool => sqlx::query_as(ALL_CHECKPOINTS).fetch_all(pool).await)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| StoredCheckpoint::from(r).checkpoint)
+            .collect())
+    }
+
+    /// The head log, leaf by leaf in index order, streamed.
+    pub fn checkpoint_leaves(&self) -> BoxStream<'_, Result<(u64, Leaf), StoreError>> {
+        on_pool!(self, pool => sqlx::query_as::<_, LeafDb>(LEAVES)
+            .fetch(pool)
+            .map(|r| {
+                r.map_err(StoreError::from).map(|l| {
+                    (
+                        l.idx as u64,
+                        Leaf {
+                            key: l.key,
+                            log_seq: l.log_seq,
+                            log_hash: l.log_hash,
+                            pruned: l.pruned,
+                        },
+                    )
+                })
+            })
+            .boxed())
+    }
+
+    /// The newest pruning receipt of `key`: (log_seq, log_hash) it had when pruned.
+    pub async fn pruning_receipt(&self, key: &str) -> Result<Option<(i64, String)>, StoreError> {
+        Ok(
+            on_pool!(self, pool => sqlx::query_as(RECEIPT_OF_KEY).bind(key).fetch_optional(pool).await)?,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_statements_name_every_checkpoint_column() {
+        for sql in [LATEST_CHECKPOINT, ALL_CHECKPOINTS] {
+            assert!(sql.contains(CHECKPOINT_COLUMNS), "{sql}");
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! The database misbehaving under idemwatch (issue 18): killed processes and live
+//! backups on SQLite; PostgreSQL crashed and restarted, failed over to a standby,
+//! behind PgBouncer, and read from a hot standby. Each scenario starts its own
+//! servers, prints what it measured (`cargo test … -- --nocapture`), and those figures
+//! are the ones in docs/OPERATIONS.md, "When the database fails".
+
+mod cluster;
+mod crash_restart;
+mod failover;
+mod load;
+mod monitor;
+mod pgbouncer;
+mod replica;
+mod sqlite;
+
+use crate::support::pg;
+use crate::support::server::{Server, get};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// A program a scenario needs, or `None` after a loud skip message; under `CI=true`
+/// a missing program fails the run instead (`.ci/run` installs `package`).
+pub fn tool(name: &str, package: &str) -> Option<PathBuf> {
+    let found = pg::which(name).or_else(|| {
+        ["/usr/sbin", "/usr/bin", "/sbin"]
+            .iter()
+            .map(|d| Path::new(d).join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        let why = format!("{name} not found: apt-get install {package}");
+        assert!(!pg::required(), "{why} (required under CI=true)");
+        eprintln!("\n*** SKIPPED ({why}) ***\n");
+    }
+    found
+}
+
+/// `idemwatch verify` on `url`, as a separate process; panics unless every chain is
+/// intact (exit 0).
+pub fn assert_verifies(url: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_idemwatch"))
+        .args(["verify", "--database-url", url])
+        .output()
+        .expect("run idemwatch verify");
+    assert!(
+        out.status.success(),
+        "idemwatch verify {url}: {:?}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `idemwatch serve` on `url` with a quick tailer and backlog refresher, so that the
+/// outside view (`/readyz`, `idemwatch_db_up`) follows the database closely.
+pub async fn watching_serve(url: &str) -> Server {
+    let args = [
+        "--tail-poll-interval",
+        "200ms",
+        "--backlog-refresh-interval",
+        "1s",
+        "--prune-interval",
+        "0",
+    ];
+    Server::start("serve", url, &args).await
+}
+
+/// Waits until the tailer of the service at `addr` has read `rows` attempt rows, and
+/// checks that it read exactly that many: no gap, no double count. Returns `/metrics`.
+pub async fn assert_tail_counted(addr: &str, rows: i64) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, metrics) = get(addr, "/metrics").await.expect("/metrics");
+        let counted = load::metric_sum(&metrics, "idemwatch_tail_events_total");
+        if counted >= rows as f64 || Instant::now() > deadline {
+            assert_eq!(counted, rows as f64, "tail events vs attempt rows");
+            return metrics;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Keeps the load on until the service watched by `monitor` is ready with its database
+/// up again (after `since`), then stops the load, finishes the intents that were cut
+/// off and checks the books (one effect per intent, every success in the log).
+pub async fn recover_and_check(
+    monitor: monitor::Monitor,
+    load: load::Load,
+    since: Instant,
+) -> (load::Tally, load::Finisher, Vec<monitor::Sample>) {
+    let recovered = |s: &monitor::Sample| s.ready == 200 && s.db_up == Some(1.0);
+    monitor
+        .wait_for(recovered, since, Duration::from_secs(30))
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (tally, finisher) = load.stop().await;
+    finisher.settle_and_check(&tally).await;
+    (tally, finisher, monitor.stop().await)
+}

@@ -1,0 +1,396 @@
+//! Issue 13: the chain covers the record's state, and signed checkpoints catch what
+//! the chain alone cannot (a key deleted whole, a rollback, a checkpoint tampered
+//! with); pruning is not tampering; exports check offline against a public key.
+
+use super::*;
+use crate::both_backends;
+use ed25519_dalek::SigningKey;
+use idemwatch::evidence::{Checkpoint, Checkpointer, keys};
+use idemwatch::export::{
+    FileEvidence, Outside, Problem, Report, verify_csv_with, verify_database, verify_database_with,
+    verify_ndjson_with,
+};
+use idemwatch::retention::{Pruner, RetentionSettings};
+use std::sync::Arc;
+
+/// `n` DONE keys (claimed, completed, replayed), in key order.
+async fn done_keys(f: &Fixture, n: usize) -> Vec<String> {
+    let mut keys = Vec::new();
+    for i in 0..n {
+        let call = refund(&format!("E-{i}"), 100 + i as i64, "1");
+        f.guard.run(&call, &f.client([])).await.unwrap();
+        f.guard.run(&call, &f.client([])).await.unwrap();
+        keys.push(call.intent.key().unwrap().to_string());
+    }
+    keys.sort();
+    keys
+}
+
+fn signing_key() -> SigningKey {
+    SigningKey::from_bytes(&[42; 32])
+}
+
+fn checkpointer(f: &Fixture, dir: Option<&std::path::Path>) -> Checkpointer {
+    Checkpointer::new(f.store.clone(), signing_key(), Arc::new(f.clock.clone()))
+        .with_dir(dir.map(Into::into))
+}
+
+/// Checkpoints until the tree holds `size` leaves. On PostgreSQL a checkpoint reads
+/// only transactions older than every running one in the cluster, and other tests'
+/// transactions may hold it back for a moment.
+async fn checkpoint_to(writer: &Checkpointer, size: u64) -> Checkpoint {
+    let mut last = None;
+    for _ in 0..100 {
+        if let Some(c) = writer.checkpoint().await.unwrap() {
+            last = Some(c);
+        }
+        if last
+            .as_ref()
+            .is_some_and(|c: &Checkpoint| c.body.tree_size >= size)
+        {
+            return last.unwrap();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("no checkpoint reached {size} leaves: {last:?}");
+}
+
+fn with_key() -> Outside {
+    Outside {
+        public_key: Some(signing_key().verifying_key()),
+        checkpoints: None,
+    }
+}
+
+/// The one break of `key`, or a panic naming everything found.
+fn break_of(report: &Report, key: &str) -> Problem {
+    let found: Vec<_> = report
+        .breaks
+        .iter()
+        .filter(|b| b.key.as_deref() == Some(key))
+        .collect();
+    assert_eq!(found.len(), 1, "{key}: {:#?}", report.breaks);
+    found[0].problem.clone()
+}
+
+both_backends!(
+    async fn a_done_records_result_changed_is_reported(db: TestDb) {
+        let f = Fixture::new(&db);
+        let [edited, untouched] = <[String; 2]>::try_from(done_keys(&f, 2).await).unwrap();
+        dba(&f.store, &format!("UPDATE idempotency_records SET result = '{{\"refund_id\": \"rf_x\", \"amount_p\": 999999}}' WHERE key = '{edited}'")).await;
+        let report = verify_database(&f.store).await.unwrap();
+        assert_eq!(report.broken_keys, 1, "{:#?}", report.breaks);
+        match break_of(&report, &edited) {
+            Problem::StateMismatch(columns) => {
+                let names: Vec<&str> = columns.iter().map(|c| c.0.as_str()).collect();
+                assert_eq!(names, ["result"]);
+            }
+            other => panic!("{other}"),
+        }
+        assert!(
+            report
+                .breaks
+                .iter()
+                .all(|b| b.key.as_deref() != Some(&untouched))
+        );
+    }
+);
+
+both_backends!(
+    async fn business_args_and_ref_changed_are_reported(db: TestDb) {
+        let f = Fixture::new(&db);
+        let [both, args_only] = <[String; 2]>::try_from(done_keys(&f, 2).await).unwrap();
+        dba(&f.store, &format!("UPDATE idempotency_records SET business_args = '{{\"amount_p\": 1}}', business_ref = 'order:FORGED' WHERE key = '{both}'")).await;
+        // A forger who also recomputes the fingerprint still differs from the chain.
+        let forged = json!({"amount_p": 1});
+        let fingerprint = sha256_hex(canonical_json(&forged).unwrap().as_bytes());
+        dba(&f.store, &format!("UPDATE idempotency_records SET business_args = '{{\"amount_p\": 1}}', fingerprint = '{fingerprint}' WHERE key = '{args_only}'")).await;
+        let report = verify_database(&f.store).await.unwrap();
+        assert_eq!(report.broken_keys, 2, "{:#?}", report.breaks);
+        assert!(
+            matches!(
+                break_of(&report, &both),
+                Problem::FingerprintMismatch { .. }
+            ),
+            "{:?}",
+            report.breaks
+        );
+        match break_of(&report, &args_only) {
+            Problem::StateMismatch(columns) => {
+                let names: Vec<&str> = columns.iter().map(|c| c.0.as_str()).collect();
+                assert_eq!(names, ["fingerprint", "business_args"]);
+            }
+            other => panic!("{other}"),
+        }
+    }
+);
+
+both_backends!(
+    async fn a_key_deleted_whole_after_a_checkpoint_is_reported(db: TestDb) {
+        let f = Fixture::new(&db);
+        let [gone, kept] = <[String; 2]>::try_from(done_keys(&f, 2).await).unwrap();
+        let c = checkpoint_to(&checkpointer(&f, None), 2).await;
+        assert_eq!(c.body.tree_size, 2);
+        assert!(
+            verify_database_with(&f.store, &with_key())
+                .await
+                .unwrap()
+                .is_intact()
+        );
+        dba(&f.store, &format!("DELETE FROM idempotency_attempts WHERE key = '{gone}'; DELETE FROM idempotency_records WHERE key = '{gone}'")).await;
+        let report = verify_database_with(&f.store, &with_key()).await.unwrap();
+        assert_eq!(
+            break_of(&report, &gone),
+            Problem::KeyGone {
+                checkpoint: c.body.seq,
+                seq: 3
+            }
+        );
+        assert_eq!(report.broken_keys, 1, "{:#?}", report.breaks);
+        assert!(
+            report
+                .breaks
+                .iter()
+                .all(|b| b.key.as_deref() != Some(&kept))
+        );
+    }
+);
+
+both_backends!(
+    async fn a_rolled_back_last_attempt_is_reported(db: TestDb) {
+        let f = Fixture::new(&db);
+        let [rolled, _] = <[String; 2]>::try_from(done_keys(&f, 2).await).unwrap();
+        let c = checkpoint_to(&checkpointer(&f, None), 2).await;
+        let before = f.store.attempts(&rolled).await.unwrap()[1].clone();
+        dba(&f.store, &format!("DELETE FROM idempotency_attempts WHERE key = '{rolled}' AND seq = 3; UPDATE idempotency_records SET log_seq = 2, log_hash = '{}' WHERE key = '{rolled}'", before.hash)).await;
+        let report = verify_database_with(&f.store, &with_key()).await.unwrap();
+        assert_eq!(
+            break_of(&report, &rolled),
+            Problem::ShorterThanCheckpoint {
+                checkpoint: c.body.seq,
+                seq: 3,
+                last_seq: 2
+            }
+        );
+    }
+);
+
+both_backends!(
+    async fn checkpoints_deleted_altered_or_reordered_are_reported(db: TestDb) {
+        let f = Fixture::new(&db);
+        let dir = tempfile::tempdir().unwrap();
+        let writer = checkpointer(&f, Some(dir.path()));
+        for i in 0..4 {
+            let call = refund(&format!("C-{i}"), 100, "1");
+            f.guard.run(&call, &f.client([])).await.unwrap();
+            f.clock.advance(TimeDelta::minutes(1));
+            checkpoint_to(&writer, i + 1).await;
+        }
+        // Nothing changed: no checkpoint.
+        assert!(writer.checkpoint().await.unwrap().is_none());
+        let files = idemwatch::evidence::read_dir(dir.path()).unwrap();
+        assert!(files.len() >= 4, "at least one checkpoint per key");
+        let newest = files.last().unwrap().body.seq;
+        let outside = Outside {
+            checkpoints: Some(files),
+            ..with_key()
+        };
+        let report = verify_database_with(&f.store, &outside).await.unwrap();
+        assert!(report.is_intact(), "{:#?}", report.breaks);
+        let checkpoint_problems = |r: &Report| -> Vec<String> {
+            r.breaks
+                .iter()
+                .filter_map(|b| match &b.problem {
+                    Problem::Checkpoint(why) => Some(why.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+
+        // Altered: the root of checkpoint 2 changed (not re-signable without the key).
+        dba(
+            &f.store,
+            "UPDATE evidence_checkpoints SET tree_size = tree_size + 3 WHERE seq = 2",
+        )
+        .await;
+        let found = checkpoint_problems(&verify_database_with(&f.store, &outside).await.unwrap());
+        assert!(
+            found
+                .iter()
+                .any(|p| p.contains("checkpoint 2") && p.contains("altered")),
+            "{found:#?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|p| p.contains("differs from the copy kept outside")),
+            "{found:#?}"
+        );
+        dba(
+            &f.store,
+            "UPDATE evidence_checkpoints SET tree_size = tree_size - 3 WHERE seq = 2",
+        )
+        .await;
+        assert!(
+            verify_database_with(&f.store, &outside)
+                .await
+                .unwrap()
+                .is_intact()
+        );
+
+        // Reordered: checkpoints 2 and 3 swap numbers.
+        dba(&f.store, "UPDATE evidence_checkpoints SET seq = 100 WHERE seq = 2; UPDATE evidence_checkpoints SET seq = 2 WHERE seq = 3; UPDATE evidence_checkpoints SET seq = 3 WHERE seq = 100").await;
+        let found = checkpoint_problems(&verify_database_with(&f.store, &outside).await.unwrap());
+        assert!(!found.is_empty());
+        dba(&f.store, "UPDATE evidence_checkpoints SET seq = 100 WHERE seq = 2; UPDATE evidence_checkpoints SET seq = 2 WHERE seq = 3; UPDATE evidence_checkpoints SET seq = 3 WHERE seq = 100").await;
+        assert!(
+            verify_database_with(&f.store, &outside)
+                .await
+                .unwrap()
+                .is_intact()
+        );
+
+        // Deleted: a middle one (seen in the database alone), then the newest (seen
+        // against the copies kept outside).
+        dba(&f.store, "DELETE FROM evidence_checkpoints WHERE seq = 2").await;
+        let found = checkpoint_problems(&verify_database(&f.store).await.unwrap());
+        assert!(found.iter().any(|p| p.contains("missing")), "{found:#?}");
+        dba(&f.store, "DELETE FROM evidence_checkpoints WHERE seq >= 2; DELETE FROM evidence_leaves WHERE idx >= (SELECT tree_size FROM evidence_checkpoints WHERE seq = 1)").await;
+        assert!(
+            verify_database(&f.store).await.unwrap().is_intact(),
+            "the database alone cannot see a cut tail"
+        );
+        let found = checkpoint_problems(&verify_database_with(&f.store, &outside).await.unwrap());
+        let expected = format!("checkpoint {newest} (kept outside) is not in the database");
+        assert!(found.iter().any(|p| p.contains(&expected)), "{found:#?}");
+    }
+);
+
+both_backends!(
+    async fn pruning_is_not_reported_as_tampering(db: TestDb) {
+        let f = Fixture::new(&db);
+        f.clock.set(Utc::now() - TimeDelta::days(100));
+        let keys = done_keys(&f, 3).await;
+        let writer = checkpointer(&f, None);
+        checkpoint_to(&writer, 3).await;
+        f.clock.set(Utc::now());
+        let pruner = Pruner::new(
+            f.store.clone(),
+            RetentionSettings::default(),
+            Arc::new(f.clock.clone()),
+        );
+        let summary = pruner.run_once().await.unwrap();
+        assert_eq!(summary.counts.done, 3);
+        for k in &keys {
+            assert!(f.store.record(k).await.unwrap().is_none());
+        }
+        // Before the next checkpoint: the receipts tell pruned from deleted.
+        let report = verify_database_with(&f.store, &with_key()).await.unwrap();
+        assert!(report.is_intact(), "{:#?}", report.breaks);
+        // After it: tombstone leaves do.
+        let c = checkpoint_to(&writer, 6).await;
+        assert_eq!(c.body.tree_size, 6, "three tombstones");
+        dba(&f.store, "DELETE FROM evidence_pruned").await;
+        let report = verify_database_with(&f.store, &with_key()).await.unwrap();
+        assert!(report.is_intact(), "{:#?}", report.breaks);
+    }
+);
+
+fn verify_file(bytes: &[u8], key: &SigningKey) -> Report {
+    let manifest = idemwatch::export::ndjson_manifest(bytes).unwrap();
+    let pk = key.verifying_key();
+    let evidence = FileEvidence::of(manifest.as_ref(), Some(&pk));
+    verify_ndjson_with(bytes, evidence).unwrap()
+}
+
+both_backends!(
+    async fn an_export_verifies_offline_against_the_public_key(db: TestDb) {
+        let f = Fixture::new(&db);
+        let keys = done_keys(&f, 3).await;
+        checkpoint_to(&checkpointer(&f, None), 3).await;
+        // A key changed after the checkpoint: its newest row is not covered yet.
+        let call = refund("E-0", 100, "1");
+        f.guard.run(&call, &f.client([])).await.unwrap();
+
+        let (bytes, manifest) = export(&f.store, &ExportFilter::default(), Format::Ndjson).await;
+        let evidence = manifest
+            .evidence
+            .as_ref()
+            .expect("evidence in the manifest");
+        assert_eq!(evidence.proofs.len(), 3);
+        assert_eq!(evidence.uncovered_keys, 0);
+        let report = verify_file(&bytes, &signing_key());
+        assert!(report.is_intact(), "{:#?}", report.breaks);
+        assert_eq!(report.anchored_keys, 3);
+        let (rows, _) = ndjson_lines(&bytes);
+        assert!(rows[0].get("business_args").is_some() && rows[0].get("result").is_some());
+
+        // The wrong public key.
+        let other = SigningKey::from_bytes(&[7; 32]);
+        let report = verify_file(&bytes, &other);
+        assert!(
+            report
+                .breaks
+                .iter()
+                .any(|b| matches!(&b.problem, Problem::Evidence(w) if w.contains("another key"))),
+            "{:#?}",
+            report.breaks
+        );
+
+        // Tampered: a key's rows removed, and the manifest recomputed to match.
+        let original = lines(&bytes);
+        let (attempts, manifest_line) = original.split_at(original.len() - 1);
+        let mut cut: Vec<String> = attempts
+            .iter()
+            .filter(|l| !l.contains(&keys[1]))
+            .cloned()
+            .collect();
+        cut.push(manifest_line[0].clone());
+        let mut m: Value = serde_json::from_str(cut.last().unwrap()).unwrap();
+        let body = join(&cut[..cut.len() - 1]);
+        m["sha256"] = json!(sha256_hex(&body));
+        m["row_count"] = json!(cut.len() - 1);
+        m["key_count"] = json!(2);
+        *cut.last_mut().unwrap() = m.to_string();
+        let report = verify_file(&join(&cut), &signing_key());
+        assert_eq!(report.broken_keys, 1, "{:#?}", report.breaks);
+        assert!(
+            matches!(break_of(&report, &keys[1]), Problem::Evidence(_)),
+            "{:#?}",
+            report.breaks
+        );
+
+        // Tampered: a result edited in the file.
+        let mut edited = original.clone();
+        let i = edited[..edited.len() - 1]
+            .iter()
+            .rposition(|l| l.contains(&keys[2]))
+            .unwrap();
+        let mut row: Value = serde_json::from_str(&edited[i]).unwrap();
+        row["result"] = json!({"refund_id": "rf_forged"});
+        edited[i] = row.to_string();
+        let report = verify_file(&join(&edited), &signing_key());
+        assert!(
+            report
+                .breaks
+                .iter()
+                .any(|b| matches!(b.problem, Problem::StateMismatch(_))),
+            "{:#?}",
+            report.breaks
+        );
+
+        // CSV, with its manifest: the same evidence.
+        let (csv, csv_manifest) = export(&f.store, &ExportFilter::default(), Format::Csv).await;
+        let pk = signing_key().verifying_key();
+        let report = verify_csv_with(
+            &csv[..],
+            &csv_manifest,
+            FileEvidence::of(Some(&csv_manifest), Some(&pk)),
+        )
+        .unwrap();
+        assert!(report.is_intact(), "{:#?}", report.breaks);
+        assert_eq!(report.anchored_keys, 3);
+        let _: Option<&Checkpoint> = None;
+        let _ = keys::key_id(&pk);
+    }
+);
