@@ -25,4 +25,5 @@ mod pages;
 mod past_retention;
 mod prometheus_e2e;
 mod resolve;
+mod tools_file;
 mod ui_seed;
