@@ -30,6 +30,10 @@ pub enum Error {
     /// form without a valid CSRF token. Nothing was changed.
     #[error("{0}")]
     Forbidden(String),
+    /// 421: without an auth file, a request addressed to a host name that is neither
+    /// loopback nor `--allowed-host` (DNS rebinding). The text names the flag.
+    #[error("{0}")]
+    MisdirectedHost(String),
     /// 404: no such key, page or file. The text says what was looked for.
     #[error("{0}")]
     NotFound(String),
@@ -67,6 +71,7 @@ impl Error {
             Error::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
+            Error::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::Conflict(_) => StatusCode::CONFLICT,
             Error::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -81,6 +86,7 @@ impl Error {
             Error::BadRequest { .. } => ("That input cannot be read", self.to_string()),
             Error::Unauthorized(how) => ("Sign in first", how.clone()),
             Error::Forbidden(why) => ("Not allowed", why.clone()),
+            Error::MisdirectedHost(why) => ("Not served under this name", why.clone()),
             Error::NotFound(what) => ("Not found", what.clone()),
             Error::Conflict(what) => ("Someone else acted first", what.clone()),
             Error::Unprocessable(why) => ("Not possible for this key", why.clone()),
