@@ -10,10 +10,14 @@
 //! mode, sessions or not.
 
 mod config;
+mod hosts;
+mod password_checks;
 mod roles;
 pub mod secrets;
+pub mod throttle;
 
 pub use config::{ApiToken, AuthFile, Mode, ProxySettings, User};
+pub use hosts::AllowedHosts;
 pub use roles::{Permission, Principal, Role, Scope, Via};
 
 use axum::http::HeaderMap;
@@ -40,6 +44,9 @@ pub struct Authenticator {
     signer: Signer,
     /// A real hash to verify against for unknown user names.
     dummy_hash: String,
+    /// `--allowed-host`: names besides loopback the local admin answers under, and
+    /// origins besides this one's own accepted on state-changing requests.
+    allowed_hosts: AllowedHosts,
 }
 
 impl Authenticator {
@@ -64,7 +71,18 @@ impl Authenticator {
             trusted,
             signer,
             dummy_hash,
+            allowed_hosts: AllowedHosts::default(),
         }
+    }
+
+    /// The same authenticator answering under `hosts` too (`--allowed-host`).
+    pub fn with_allowed_hosts(mut self, hosts: AllowedHosts) -> Self {
+        self.allowed_hosts = hosts;
+        self
+    }
+
+    pub fn allowed_hosts(&self) -> &AllowedHosts {
+        &self.allowed_hosts
     }
 
     pub fn mode(&self) -> Option<Mode> {

@@ -2,13 +2,14 @@
 //! long random values, so a fast hash is enough), and HMAC signing for session cookies
 //! and CSRF tokens.
 
-use argon2::Argon2;
-use argon2::password_hash::phc::PasswordHash;
-use argon2::password_hash::{PasswordHasher, PasswordVerifier};
+use argon2::password_hash::PasswordHasher;
+use argon2::password_hash::phc::{Output, PasswordHash};
+use argon2::{Algorithm, Argon2, Block, Params, Version};
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
+use std::cell::RefCell;
 
 pub fn hash_password(password: &str) -> Result<String, String> {
     Argon2::default()
@@ -17,15 +18,54 @@ pub fn hash_password(password: &str) -> Result<String, String> {
         .map_err(|e| format!("cannot hash password: {e}"))
 }
 
-/// Constant-time verification against a PHC string; a malformed hash never matches.
+thread_local! {
+    /// argon2's working memory (19 MiB with the default parameters), kept by the thread
+    /// and reused for its next check. Passwords are checked on a few threads of their
+    /// own (`auth::password_checks`), so this bounds what checking can hold: freed and
+    /// allocated afresh each time, the allocator kept it per thread anyway, and more.
+    static ARGON2_MEMORY: RefCell<Vec<Block>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Constant-time verification against a PHC string (any argon2 variant, version and
+/// parameters it names); a malformed hash never matches. What argon2's own
+/// `PasswordVerifier` does, in memory this thread reuses.
 pub fn verify_password(password: &str, phc: &str) -> bool {
-    PasswordHash::new(phc)
-        .map(|parsed| {
-            Argon2::default()
-                .verify_password(password.as_bytes(), &parsed)
-                .is_ok()
-        })
-        .unwrap_or(false)
+    let Ok(parsed) = PasswordHash::new(phc) else {
+        return false;
+    };
+    let (Some(salt), Some(expected)) = (&parsed.salt, &parsed.hash) else {
+        return false;
+    };
+    let version = match parsed.version.map(Version::try_from) {
+        None => Ok(Version::default()),
+        Some(v) => v,
+    };
+    let (Ok(algorithm), Ok(version), Ok(params)) = (
+        Algorithm::try_from(parsed.algorithm.as_str()),
+        version,
+        Params::try_from(&parsed),
+    ) else {
+        return false;
+    };
+    let blocks = params.block_count();
+    let mut out = vec![0u8; expected.len()];
+    let hashed = ARGON2_MEMORY.with_borrow_mut(|memory| {
+        memory.clear();
+        memory.resize(blocks, Block::default());
+        let hashed = Argon2::new(algorithm, version, params)
+            .hash_password_into_with_memory(
+                password.as_bytes(),
+                salt.as_ref(),
+                &mut out,
+                memory.as_mut_slice(),
+            )
+            .is_ok();
+        // Nothing derived from the password stays behind.
+        memory.fill(Block::default());
+        hashed
+    });
+    // `Output`'s equality is constant-time.
+    hashed && Output::new(&out).is_ok_and(|computed| computed == *expected)
 }
 
 pub fn hash_token(token: &str) -> String {
@@ -101,6 +141,23 @@ mod tests {
         assert!(verify_password("correct horse", &hash));
         assert!(!verify_password("wrong horse", &hash));
         assert!(!verify_password("correct horse", "not a phc string"));
+    }
+
+    #[test]
+    fn hashes_with_other_variants_and_parameters_verify_too() {
+        use argon2::password_hash::CustomizedPasswordHasher;
+        let salt = b"0123456789abcdef";
+        for (alg, version) in [("argon2id", 0x13), ("argon2i", 0x13), ("argon2d", 0x10)] {
+            let params = Params::new(64, 2, 1, Some(24)).unwrap();
+            let phc = Argon2::default()
+                .hash_password_customized(b"pw", salt, Some(alg), Some(version), params)
+                .unwrap()
+                .to_string();
+            assert!(verify_password("pw", &phc), "{phc}");
+            assert!(!verify_password("px", &phc), "{phc}");
+            let truncated = &phc[..phc.len() - 4];
+            assert!(!verify_password("pw", truncated), "{truncated}");
+        }
     }
 
     #[test]

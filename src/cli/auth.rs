@@ -1,7 +1,7 @@
 //! Authentication flags of `serve` (docs/AUTH.md), and the two helpers that write the
 //! auth file's secrets: `idemwatch hash-password` and `idemwatch new-token`.
 
-use crate::auth::{AuthFile, Authenticator, Mode, Role, secrets};
+use crate::auth::{AllowedHosts, AuthFile, Authenticator, Mode, Role, secrets};
 use anyhow::{Context, bail};
 use clap::Args;
 use std::fmt;
@@ -32,6 +32,16 @@ pub struct AuthArgs {
     /// says `X-Forwarded-Proto: https`.
     #[arg(long, env = "IDEMWATCH_COOKIE_SECURE")]
     pub cookie_secure: bool,
+    /// A host name (optionally `name:port`) this server is reached under besides the
+    /// loopback names; repeat, or separate with commas. Without an auth file, requests
+    /// for any other `Host` are refused (DNS rebinding); in every mode, a
+    /// state-changing request from a page on one of these origins is accepted.
+    #[arg(
+        long = "allowed-host",
+        env = "IDEMWATCH_ALLOWED_HOSTS",
+        value_delimiter = ','
+    )]
+    pub allowed_hosts: Vec<String>,
 }
 
 /// The session secret is never printed.
@@ -45,6 +55,7 @@ impl fmt::Debug for AuthArgs {
             )
             .field("insecure_no_auth", &self.insecure_no_auth)
             .field("cookie_secure", &self.cookie_secure)
+            .field("allowed_hosts", &self.allowed_hosts)
             .finish()
     }
 }
@@ -61,6 +72,7 @@ impl AuthArgs {
             Some(s) => Some(s.as_bytes()),
             None => None,
         };
+        let hosts = AllowedHosts::parse(&self.allowed_hosts).map_err(anyhow::Error::msg)?;
         let file = match &self.auth_file {
             Some(path) => Some(AuthFile::load(path).map_err(anyhow::Error::msg)?),
             None => None,
@@ -87,7 +99,7 @@ impl AuthArgs {
                  restarts and do not carry over to other replicas"
             );
         }
-        Ok(Authenticator::new(file, secret))
+        Ok(Authenticator::new(file, secret).with_allowed_hosts(hosts))
     }
 }
 
@@ -178,6 +190,7 @@ mod tests {
             session_secret: None,
             insecure_no_auth: false,
             cookie_secure: false,
+            allowed_hosts: Vec::new(),
         }
     }
 
@@ -200,6 +213,40 @@ mod tests {
             ..args()
         };
         assert!(insecure.authenticator(public).is_ok());
+    }
+
+    #[test]
+    fn allowed_hosts_repeat_or_split_on_commas_and_must_be_host_names() {
+        use clap::Parser;
+        let cli = super::super::Cli::try_parse_from([
+            "idemwatch",
+            "serve",
+            "--allowed-host",
+            "a.example,b.example:8080",
+            "--allowed-host",
+            "c.example",
+        ])
+        .unwrap();
+        let super::super::Command::Serve(serve) = cli.command else {
+            panic!("not serve");
+        };
+        assert_eq!(
+            serve.auth.allowed_hosts,
+            ["a.example", "b.example:8080", "c.example"]
+        );
+        let auth = serve
+            .auth
+            .authenticator("127.0.0.1:8080".parse().unwrap())
+            .unwrap();
+        assert!(auth.allowed_hosts().allows("b.example:8080"));
+        let bad = AuthArgs {
+            allowed_hosts: vec!["http://x.example/".into()],
+            ..args()
+        };
+        let err = bad
+            .authenticator("127.0.0.1:1".parse().unwrap())
+            .unwrap_err();
+        assert!(err.to_string().contains("--allowed-host"), "{err}");
     }
 
     #[test]

@@ -28,6 +28,15 @@ pub const TRANSITION_STATUSES: [&str; 3] = ["DONE", "FAILED", "UNKNOWN"];
 /// The manual resolutions.
 pub const RESOLUTIONS: [&str; 3] = ["done", "failed", "release"];
 
+/// Why a login was refused (`idemwatch_login_refusals_total`), as
+/// `auth::throttle::Refusal::reason` names them.
+pub const LOGIN_REFUSALS: [&str; 4] = [
+    "busy",
+    "throttled_user",
+    "throttled_address",
+    "bad_credentials",
+];
+
 /// Provider call latency buckets (seconds). Dense around the usual client deadlines
 /// of 10 s and 30 s, so `le="10"` and `le="30"` read off the share within each.
 pub const DURATION_BUCKETS: &[f64] = &[
@@ -87,6 +96,11 @@ metric_families! {
         /// the commit time of the last replayed transaction; 0 when it has replayed
         /// all it received). 0 on a primary and on SQLite. Refreshed with the backlog.
         idemwatch_replica_lag_seconds: Gauge,
+        /// Sign-ins refused, by reason: busy (every password check slot was in use),
+        /// throttled_user and throttled_address (too many recent failures for the user
+        /// name or from the address; the password was not checked), bad_credentials
+        /// (checked, and wrong or no such user).
+        idemwatch_login_refusals_total: IntCounterVec["reason"],
         /// Always 1; the version label says which idemwatch this is.
         idemwatch_build_info: IntGaugeVec["version"],
     }
@@ -138,6 +152,11 @@ impl Metrics {
             .idemwatch_build_info
             .with_label_values(&[env!("CARGO_PKG_VERSION")])
             .set(1);
+        for reason in LOGIN_REFUSALS {
+            families
+                .idemwatch_login_refusals_total
+                .with_label_values(&[reason]);
+        }
         Ok(Self {
             registry,
             families,
@@ -153,6 +172,15 @@ impl Metrics {
 
     pub fn families(&self) -> &Families {
         &self.families
+    }
+
+    /// One refused sign-in (`reason`: one of [`LOGIN_REFUSALS`]).
+    pub fn login_refused(&self, reason: &str) {
+        debug_assert!(LOGIN_REFUSALS.contains(&reason), "{reason}");
+        self.families
+            .idemwatch_login_refusals_total
+            .with_label_values(&[reason])
+            .inc();
     }
 
     /// The text exposition format (`text/plain; version=0.0.4`).
@@ -261,5 +289,9 @@ mod tests {
             assert!(text.contains(&line), "{line} missing from\n{text}");
         }
         assert!(text.contains("idemwatch_build_info{version=\""));
+        for reason in LOGIN_REFUSALS {
+            let line = format!("idemwatch_login_refusals_total{{reason=\"{reason}\"}} 0");
+            assert!(text.contains(&line), "{line} missing from\n{text}");
+        }
     }
 }

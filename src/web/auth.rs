@@ -375,6 +375,23 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for Principal {
     }
 }
 
+/// The TCP peer's address; `None` for an in-process request (tests).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientAddress(pub Option<std::net::IpAddr>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ClientAddress {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        Ok(Self(
+            parts
+                .extensions
+                .get::<ConnectInfo<SocketAddr>>()
+                .map(|c| c.0.ip()),
+        ))
+    }
+}
+
 /// This request's CSRF token, for handlers that render a form outside the layout.
 impl<S: Send + Sync> FromRequestParts<S> for Csrf {
     type Rejection = Error;

@@ -6,7 +6,6 @@
 
 use super::pages::Layout;
 use super::problem::{self, Problem};
-use crate::guard::{GuardError, KeyError, rfc3339};
 use crate::store::StoreError;
 use askama::Template;
 use axum::body::Body;
@@ -14,7 +13,6 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
-use chrono::{DateTime, Utc};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -33,6 +31,10 @@ pub enum Error {
     /// form without a valid CSRF token. Nothing was changed.
     #[error("{0}")]
     Forbidden(String),
+    /// 421: without an auth file, a request addressed to a host name that is neither
+    /// loopback nor `--allowed-host` (DNS rebinding). The text names the flag.
+    #[error("{0}")]
+    MisdirectedHost(String),
     /// 404: no such key, page or file. The text says what was looked for.
     #[error("{0}")]
     NotFound(String),
@@ -75,6 +77,7 @@ impl Error {
             Error::BadRequest { .. } => StatusCode::BAD_REQUEST,
             Error::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
+            Error::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::Conflict(_) => StatusCode::CONFLICT,
             Error::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
@@ -104,6 +107,7 @@ impl Error {
             Error::Unprocessable(_) => "unprocessable",
             Error::Unavailable(_) => "unavailable",
             Error::ReadOnly(_) => "read_only",
+            Error::MisdirectedHost(_) => "misdirected_host",
             Error::Internal(_) | Error::Refused(_) => "internal",
         };
         let mut p = Problem::new(self.status(), code, title, detail);
@@ -121,6 +125,7 @@ impl Error {
             Error::BadRequest { .. } => ("That input cannot be read", self.to_string()),
             Error::Unauthorized(how) => ("Sign in first", how.clone()),
             Error::Forbidden(why) => ("Not allowed", why.clone()),
+            Error::MisdirectedHost(why) => ("Not served under this name", why.clone()),
             Error::NotFound(what) => ("Not found", what.clone()),
             Error::Conflict(what) => ("Someone else acted first", what.clone()),
             Error::Unprocessable(why) => ("Not possible for this key", why.clone()),
@@ -152,139 +157,6 @@ impl From<StoreError> for Error {
             e @ StoreError::ReadOnly(_) => Error::ReadOnly(e),
             other => Error::Internal(other.to_string()),
         }
-    }
-}
-
-/// A guard answer as an error, with the real clock for `retry_after` (handlers that
-/// have the app's clock call [`Error::guard`]).
-impl From<GuardError> for Error {
-    fn from(e: GuardError) -> Self {
-        Error::guard(e, Utc::now())
-    }
-}
-
-impl Error {
-    /// The one place a guard answer becomes an HTTP status, a problem code and its
-    /// members (docs/GUARD.md has the table). `now` turns a lease into `retry_after`.
-    pub fn guard(e: GuardError, now: DateTime<Utc>) -> Self {
-        let problem = |status, code, title, detail: String, key: &str| {
-            Problem::new(status, code, title, detail).member("key", key)
-        };
-        let detail = e.to_string();
-        let p = match e {
-            GuardError::Invalid { field, message } => {
-                return Error::BadRequest { field, message };
-            }
-            GuardError::InvalidCall(k) => {
-                return Error::bad_request(key_error_field(&k), k.to_string());
-            }
-            GuardError::Store(e) => return Error::from(e),
-            GuardError::NotFound(key) => problem(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "Not found",
-                format!("No key {key} is recorded."),
-                &key,
-            ),
-            GuardError::InFlight { key, lease_until } => {
-                // Whole seconds, rounded up, at least 1: the lease has run out by then.
-                let ms = (lease_until - now).num_milliseconds().max(0);
-                let retry_after = ((ms + 999) / 1000).max(1);
-                problem(StatusCode::CONFLICT, "in_flight", "In flight", detail, &key)
-                    .member("retry_after", retry_after)
-                    .member("lease_until", rfc3339(lease_until))
-            }
-            GuardError::NeedsHumanReview {
-                key,
-                provider_retention_until,
-            } => problem(
-                StatusCode::CONFLICT,
-                "needs_human_review",
-                "Needs human review",
-                detail,
-                &key,
-            )
-            .member(
-                "provider_retention_until",
-                rfc3339(provider_retention_until),
-            ),
-            GuardError::LeaseLost {
-                key,
-                token: _,
-                current,
-            } => problem(
-                StatusCode::CONFLICT,
-                "lease_lost",
-                "Lease lost",
-                detail,
-                &key,
-            )
-            .member("current_token", current),
-            GuardError::Conflict { key, status, token } => problem(
-                StatusCode::CONFLICT,
-                "conflict",
-                "Someone else acted first",
-                detail,
-                &key,
-            )
-            .member("current_status", status.as_str())
-            .member("current_token", token),
-            GuardError::PayloadMismatch {
-                key,
-                stored_fingerprint,
-                fingerprint,
-                differing_fields,
-            } => problem(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "payload_mismatch",
-                "Payload mismatch",
-                detail,
-                &key,
-            )
-            .member("stored_fingerprint", stored_fingerprint)
-            .member("fingerprint", fingerprint)
-            .member("differing_fields", differing_fields),
-            GuardError::NotResolvable { key, .. } => problem(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "not_resolvable",
-                "Not possible for this key",
-                detail,
-                &key,
-            ),
-            // What the Rust guard returns after calling the provider; the HTTP steps
-            // answer these as decisions, so they only arrive here from a misuse.
-            GuardError::OperationFailed { key, .. } => problem(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "operation_failed",
-                "Operation failed",
-                detail,
-                &key,
-            ),
-            GuardError::OutcomeUnknown { key, .. } => problem(
-                StatusCode::BAD_GATEWAY,
-                "outcome_unknown",
-                "Outcome unknown",
-                detail,
-                &key,
-            ),
-        };
-        Error::refused(p)
-    }
-}
-
-/// The request field a malformed intent or argument object comes from.
-fn key_error_field(e: &KeyError) -> &'static str {
-    match e {
-        KeyError::Empty { field } | KeyError::TooLong { field, .. } => match *field {
-            "tenant" => "intent.tenant",
-            "tool" => "intent.tool",
-            "workflow_id" => "intent.workflow_id",
-            "step_id" => "intent.step_id",
-            "intent_id" => "intent.intent_id",
-            other => other,
-        },
-        KeyError::MalformedKey(_) => "key",
-        KeyError::ArgsNotObject | KeyError::Canonical(_) => "args",
     }
 }
 
@@ -412,6 +284,7 @@ pub fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guard::GuardError;
 
     #[test]
     fn each_variant_answers_with_its_status() {

@@ -2,15 +2,17 @@
 //! mode and without an auth file there is nothing to sign in to: `/login` goes on to
 //! the page asked for.
 
-use super::auth::{Csrf, check_form_csrf, cookie_header, secure_cookies};
+use super::auth::{ClientAddress, Csrf, check_form_csrf, cookie_header, secure_cookies};
+use super::filters;
 use super::pages::Layout;
 use super::{AppState, Error};
+use crate::auth::throttle::Refusal;
 use crate::auth::{Mode, Principal, SESSION_COOKIE, SESSION_SECONDS};
 use askama::Template;
 use axum::Router;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -28,7 +30,7 @@ struct LoginPage {
     csrf_token: String,
     next: String,
     name: String,
-    error: Option<&'static str>,
+    error: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -77,7 +79,7 @@ fn render(
     csrf_token: String,
     next: String,
     name: String,
-    error: Option<&'static str>,
+    error: Option<String>,
     status: StatusCode,
 ) -> Response {
     let page = LoginPage {
@@ -96,6 +98,7 @@ fn render(
 async fn login(
     State(state): State<AppState>,
     csrf: Csrf,
+    ClientAddress(peer): ClientAddress,
     headers: HeaderMap,
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Result<Response, Error> {
@@ -108,20 +111,35 @@ async fn login(
     let name = form.name.unwrap_or_default().trim().to_string();
     let password = form.password.unwrap_or_default();
     let now = state.clock.now().timestamp();
-    // argon2 takes tens of milliseconds of CPU: off the async workers.
+    // Throttled names and addresses, and a flood beyond the password check slots,
+    // are refused before hashing: argon2 costs ~19 MiB and tens of ms of CPU.
+    let slot = match state.logins.admit(&name, peer, now) {
+        Ok(slot) => slot,
+        Err(refusal) => return Ok(refused(&state, refusal, peer, csrf.token, next, name)),
+    };
+    // Off the async workers, on the password checking threads; the slot is held
+    // until the hash is done, even if the browser gives up first.
     let auth = state.auth.clone();
     let who = name.clone();
-    let session = tokio::task::spawn_blocking(move || auth.login(&who, &password, now))
+    let session = state
+        .logins
+        .check(slot, move || auth.login(&who, &password, now))
         .await
-        .map_err(|e| Error::Internal(format!("login task: {e}")))?;
+        .ok_or_else(|| Error::Internal("the password check failed".into()))?;
+    state.logins.record(
+        &name,
+        peer,
+        state.clock.now().timestamp(),
+        session.is_some(),
+    );
     let Some(session) = session else {
-        tracing::info!(user = %name, "login refused");
-        return Ok(render(
+        return Ok(refused(
+            &state,
+            Refusal::BadCredentials,
+            peer,
             csrf.token,
             next,
             name,
-            Some("Wrong user name or password."),
-            StatusCode::UNAUTHORIZED,
         ));
     };
     tracing::info!(user = %name, "signed in");
@@ -131,6 +149,62 @@ async fn login(
         response.headers_mut().append(header::SET_COOKIE, v);
     }
     Ok(response)
+}
+
+/// The login form again, saying why: 401 for a wrong password, 429 with `Retry-After`
+/// for a refusal that passes with time. Logged and counted.
+fn refused(
+    state: &AppState,
+    refusal: Refusal,
+    peer: Option<std::net::IpAddr>,
+    csrf_token: String,
+    next: String,
+    name: String,
+) -> Response {
+    state.metrics.login_refused(refusal.reason());
+    let wait = |s: i64| filters::duration(chrono::TimeDelta::seconds(s));
+    let (message, status) = match refusal {
+        Refusal::BadCredentials => (
+            "Wrong user name or password.".to_string(),
+            StatusCode::UNAUTHORIZED,
+        ),
+        Refusal::Busy => (
+            "Too many sign-ins are being checked right now, so this one was not checked. \
+             Try again in a moment."
+                .to_string(),
+            StatusCode::TOO_MANY_REQUESTS,
+        ),
+        Refusal::ThrottledUser(s) => (
+            format!(
+                "Too many failed sign-ins for this user name: sign-in for it is paused for \
+                 {}, and the password was not checked. Try again then, or ask an admin.",
+                wait(s)
+            ),
+            StatusCode::TOO_MANY_REQUESTS,
+        ),
+        Refusal::ThrottledAddress(s) => (
+            format!(
+                "Too many failed sign-ins from your address: sign-in from it is paused for \
+                 {}, and the password was not checked. Try again then.",
+                wait(s)
+            ),
+            StatusCode::TOO_MANY_REQUESTS,
+        ),
+    };
+    let retry_after = refusal.retry_after();
+    match retry_after {
+        None => tracing::info!(user = %name, "login refused"),
+        Some(retry_after) => {
+            tracing::warn!(reason = refusal.reason(), address = ?peer, retry_after, "sign-in refused")
+        }
+    }
+    let mut response = render(csrf_token, next, name, Some(message), status);
+    if let Some(seconds) = retry_after {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
 }
 
 #[derive(Default, Deserialize)]

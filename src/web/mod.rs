@@ -12,10 +12,14 @@ mod metrics;
 pub mod openapi;
 mod pages;
 pub mod problem;
+mod refusal;
+mod site;
 
 pub use error::Error;
+pub use site::{check as check_site, same_site_only};
 
 use crate::auth::Authenticator;
+use crate::auth::throttle::LoginLimiter;
 use crate::guard::{Clock, Guard, GuardSettings, SystemClock, ToolPolicies};
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -42,6 +46,8 @@ pub struct AppState {
     /// The tools file (`--tools-file`): each guarded tool's policy. Empty: every tool
     /// is refused over HTTP.
     pub tools: Arc<ToolPolicies>,
+    /// Password checks at once, and failures per user and address (docs/AUTH.md).
+    pub logins: Arc<LoginLimiter>,
 }
 
 impl AppState {
@@ -62,6 +68,7 @@ impl AppState {
             auth: Arc::new(Authenticator::new(None, None)),
             cookie_secure: false,
             tools: Arc::default(),
+            logins: Arc::new(LoginLimiter::default()),
         }
     }
 
@@ -69,6 +76,12 @@ impl AppState {
     pub fn with_auth(mut self, auth: Authenticator, cookie_secure: bool) -> Self {
         self.auth = Arc::new(auth);
         self.cookie_secure = cookie_secure;
+        self
+    }
+
+    /// The same state with another login limiter (tests size its slots and thresholds).
+    pub fn with_login_limiter(mut self, logins: LoginLimiter) -> Self {
+        self.logins = Arc::new(logins);
         self
     }
 
@@ -103,14 +116,20 @@ pub fn app(state: AppState) -> Router {
         .merge(assets::router())
         .fallback(error::no_such_page)
         // Inner to outer: a panic becomes a 500 page; the caller is authenticated
-        // before any route runs; errors under /api/ become JSON; every response, a
-        // refusal included, gets the security headers.
+        // before any route runs, and before that, a request for another host name or
+        // a state-changing one from another site is refused (site.rs); errors under
+        // /api/ become JSON; every response, a refusal included, gets the security
+        // headers.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             error::panicked,
         ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            site::same_site_only,
         ))
         .layer(axum::middleware::from_fn(error::json_under_api))
         .layer(axum::middleware::from_fn(auth::security_headers))

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 const CHROMIUM_TIMEOUT: Duration = Duration::from_secs(120);
 
-fn chromium() -> Option<PathBuf> {
+pub(crate) fn chromium() -> Option<PathBuf> {
     if let Ok(path) = std::env::var("CHROMIUM") {
         return Some(PathBuf::from(path));
     }
@@ -86,7 +86,7 @@ fn start_server(database_url: &str, workdir: &Path) -> Server {
 }
 
 /// Runs Chromium headless with `args` on `url`; returns stdout.
-fn chromium_run(chromium: &Path, profile: &Path, args: &[&str], url: &str) -> String {
+pub(crate) fn chromium_run(chromium: &Path, profile: &Path, args: &[&str], url: &str) -> String {
     let mut child = Command::new(chromium)
         .args([
             "--headless",

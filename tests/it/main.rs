@@ -4,7 +4,10 @@
 mod support;
 
 mod auth;
+mod auth_login_flood;
+mod auth_rebinding;
 mod auth_serve;
+mod auth_site;
 mod browser;
 mod browser_resolve;
 mod cli;

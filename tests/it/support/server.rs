@@ -64,9 +64,18 @@ impl Drop for Server {
 
 /// GET `path` from `addr`; returns the status code and the body.
 pub async fn get(addr: &str, path: &str) -> std::io::Result<(u16, String)> {
+    send_raw(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+    .await
+}
+
+/// Sends `request` (the whole HTTP/1.1 text, with `Connection: close`) to `addr`;
+/// returns the status code and the body.
+pub async fn send_raw(addr: &str, request: &str) -> std::io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).await?;
