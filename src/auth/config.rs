@@ -79,6 +79,12 @@ pub struct ApiToken {
     /// Lowercase hex SHA-256 of the token, from `idemwatch new-token`.
     pub sha256: String,
     pub roles: Vec<Role>,
+    /// Guard calls only for these tenants (absent: any).
+    #[serde(default)]
+    pub tenants: Option<Vec<String>>,
+    /// Guard calls only for these tools (absent: any).
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for ApiToken {
@@ -86,6 +92,8 @@ impl std::fmt::Debug for ApiToken {
         f.debug_struct("ApiToken")
             .field("name", &self.name)
             .field("roles", &self.roles)
+            .field("tenants", &self.tenants)
+            .field("tools", &self.tools)
             .finish_non_exhaustive()
     }
 }
@@ -123,9 +131,23 @@ impl AuthFile {
         if let Some(p) = &self.proxy {
             p.trusted_nets()?;
         }
+        // `worker` is for service accounts: a person's session or proxy identity must
+        // not be able to claim keys from a browser.
+        let worker = "the worker role is for [[tokens]] only (service accounts)";
+        if let Some(p) = &self.proxy {
+            if let Some((group, _)) = p.group_roles.iter().find(|(_, r)| **r == Role::Worker) {
+                return Err(format!("proxy.group_roles: group {group:?}: {worker}"));
+            }
+            if p.default_role == Some(Role::Worker) {
+                return Err(format!("proxy.default_role: {worker}"));
+            }
+        }
         for u in &self.users {
             if u.name.trim().is_empty() {
                 return Err("a user has an empty name".into());
+            }
+            if u.roles.contains(&Role::Worker) {
+                return Err(format!("user {:?}: {worker}", u.name));
             }
             if !u.password_hash.starts_with("$argon2") {
                 return Err(format!(
@@ -144,6 +166,17 @@ impl AuthFile {
                     "token {:?}: sha256 must be 64 lowercase hex characters",
                     t.name
                 ));
+            }
+            for (field, list) in [("tenants", &t.tenants), ("tools", &t.tools)] {
+                if list
+                    .as_ref()
+                    .is_some_and(|l| l.is_empty() || l.iter().any(|v| v.is_empty()))
+                {
+                    return Err(format!(
+                        "token {:?}: {field} must list at least one non-empty name (leave it out for any)",
+                        t.name
+                    ));
+                }
             }
         }
         Ok(())
@@ -176,6 +209,32 @@ mod tests {
         assert!(err.contains("\"nonsense\" is not an IP address"), "{err}");
         let ok = AuthFile::parse("mode = \"proxy\"\n[proxy]\ntrusted = [\"10.0.0.0/8\", \"127.0.0.1\"]\n[proxy.group_roles]\nsre = \"resolver\"\n").unwrap();
         assert_eq!(ok.proxy.unwrap().group_roles["sre"], Role::Resolver);
+    }
+
+    #[test]
+    fn the_worker_role_is_for_tokens_only() {
+        let token = "0".repeat(64);
+        let ok = AuthFile::parse(&format!(
+            "mode = \"builtin\"\n[[tokens]]\nname = \"w\"\nsha256 = \"{token}\"\nroles = [\"worker\"]\ntenants = [\"acme\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            ok.tokens[0].tenants.as_deref(),
+            Some(&["acme".to_string()][..])
+        );
+        let err = AuthFile::parse(
+            "mode = \"proxy\"\n[proxy]\ntrusted = [\"10.0.0.0/8\"]\n[proxy.group_roles]\nbots = \"worker\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("group \"bots\": the worker role is for [[tokens]] only"),
+            "{err}"
+        );
+        let err = AuthFile::parse(&format!(
+            "mode = \"builtin\"\n[[tokens]]\nname = \"w\"\nsha256 = \"{token}\"\nroles = [\"worker\"]\ntools = []\n"
+        ))
+        .unwrap_err();
+        assert!(err.contains("token \"w\": tools must list"), "{err}");
     }
 
     #[test]

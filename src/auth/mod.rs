@@ -18,7 +18,7 @@ pub mod throttle;
 
 pub use config::{ApiToken, AuthFile, Mode, ProxySettings, User};
 pub use hosts::AllowedHosts;
-pub use roles::{Permission, Principal, Role, Via};
+pub use roles::{Permission, Principal, Role, Scope, Via};
 
 use axum::http::HeaderMap;
 use ipnet::IpNet;
@@ -123,10 +123,15 @@ impl Authenticator {
         let hash = secrets::hash_token(token);
         let file = self.file.as_ref()?;
         let t = file.tokens.iter().find(|t| t.sha256 == hash)?;
+        let set = |l: &Option<Vec<String>>| l.as_ref().map(|l| l.iter().cloned().collect());
         Some(Principal {
             name: t.name.clone(),
             roles: t.roles.iter().copied().collect(),
             via: Via::Token,
+            scope: Scope {
+                tenants: set(&t.tenants),
+                tools: set(&t.tools),
+            },
         })
     }
 
@@ -153,6 +158,7 @@ impl Authenticator {
             name: user.to_string(),
             roles,
             via: Via::Proxy,
+            scope: Scope::default(),
         })
     }
 
@@ -191,6 +197,7 @@ impl Authenticator {
             name: user.name.clone(),
             roles: user.roles.iter().copied().collect(),
             via: Via::Session,
+            scope: Scope::default(),
         })
     }
 

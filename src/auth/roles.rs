@@ -1,5 +1,6 @@
-//! Who may do what. Four roles; `resolver` and `auditor` each add one power to
-//! `viewer`, `admin` has all.
+//! Who may do what. Five roles; `resolver` and `auditor` each add one power to
+//! `viewer`, `admin` has all; `worker` (bearer tokens only) calls the guard and
+//! nothing else.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -12,6 +13,8 @@ pub enum Role {
     Resolver,
     Auditor,
     Admin,
+    /// A service account's: `/api/v1/guard/*` only (no page, no resolve, no export).
+    Worker,
 }
 
 impl Role {
@@ -21,6 +24,7 @@ impl Role {
             Role::Resolver => "resolver",
             Role::Auditor => "auditor",
             Role::Admin => "admin",
+            Role::Worker => "worker",
         }
     }
 }
@@ -39,8 +43,9 @@ impl std::str::FromStr for Role {
             "resolver" => Ok(Role::Resolver),
             "auditor" => Ok(Role::Auditor),
             "admin" => Ok(Role::Admin),
+            "worker" => Ok(Role::Worker),
             other => Err(format!(
-                "unknown role {other:?} (expected viewer, resolver, auditor or admin)"
+                "unknown role {other:?} (expected viewer, resolver, auditor, admin or worker)"
             )),
         }
     }
@@ -55,6 +60,10 @@ pub enum Permission {
     Resolve,
     /// Download exports of the attempt log.
     Export,
+    /// Call the guard (`/api/v1/guard/*`): bearer tokens with `worker` or `admin`, and
+    /// the local admin. Sessions and proxy users never: a browser must not be able to
+    /// claim keys with a person's ambient credentials.
+    Guard,
 }
 
 /// How the caller proved who they are.
@@ -77,6 +86,33 @@ pub struct Principal {
     pub name: String,
     pub roles: BTreeSet<Role>,
     pub via: Via,
+    /// A token limited to some tenants and/or tools (guard routes only).
+    pub scope: Scope,
+}
+
+/// The tenants and tools a token may call the guard for; `None`: any.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Scope {
+    pub tenants: Option<BTreeSet<String>>,
+    pub tools: Option<BTreeSet<String>>,
+}
+
+impl Scope {
+    /// Whether a key of `tenant` and `tool` is inside the scope; otherwise which of
+    /// the two is outside it.
+    pub fn check(&self, tenant: &str, tool: &str) -> Result<(), &'static str> {
+        if self.tenants.as_ref().is_some_and(|t| !t.contains(tenant)) {
+            return Err("tenant");
+        }
+        if self.tools.as_ref().is_some_and(|t| !t.contains(tool)) {
+            return Err("tool");
+        }
+        Ok(())
+    }
+
+    pub fn is_limited(&self) -> bool {
+        self.tenants.is_some() || self.tools.is_some()
+    }
 }
 
 impl Principal {
@@ -85,15 +121,17 @@ impl Principal {
             name: "local".into(),
             roles: BTreeSet::from([Role::Admin]),
             via: Via::Local,
+            scope: Scope::default(),
         }
     }
 
     pub fn can(&self, permission: Permission) -> bool {
         let has = |r| self.roles.contains(&r) || self.roles.contains(&Role::Admin);
         match permission {
-            Permission::View => !self.roles.is_empty(),
+            Permission::View => self.roles.iter().any(|r| *r != Role::Worker),
             Permission::Resolve => has(Role::Resolver),
             Permission::Export => has(Role::Auditor),
+            Permission::Guard => matches!(self.via, Via::Token | Via::Local) && has(Role::Worker),
         }
     }
 
@@ -114,7 +152,8 @@ mod tests {
         Principal {
             name: "p".into(),
             roles: roles.iter().copied().collect(),
-            via: Via::Session,
+            via: Via::Token,
+            scope: Scope::default(),
         }
     }
 
@@ -122,20 +161,44 @@ mod tests {
     fn each_role_has_exactly_its_powers() {
         use Permission::*;
         let table = [
-            (vec![Role::Viewer], [true, false, false]),
-            (vec![Role::Resolver], [true, true, false]),
-            (vec![Role::Auditor], [true, false, true]),
-            (vec![Role::Admin], [true, true, true]),
-            (vec![], [false, false, false]),
+            (vec![Role::Viewer], [true, false, false, false]),
+            (vec![Role::Resolver], [true, true, false, false]),
+            (vec![Role::Auditor], [true, false, true, false]),
+            (vec![Role::Admin], [true, true, true, true]),
+            (vec![Role::Worker], [false, false, false, true]),
+            (vec![], [false, false, false, false]),
         ];
         for (roles, expected) in table {
             let p = with(&roles);
             assert_eq!(
-                [p.can(View), p.can(Resolve), p.can(Export)],
+                [p.can(View), p.can(Resolve), p.can(Export), p.can(Guard)],
                 expected,
                 "{roles:?}"
             );
         }
+    }
+
+    #[test]
+    fn only_tokens_and_the_local_admin_call_the_guard() {
+        for via in [Via::Session, Via::Proxy] {
+            let p = Principal {
+                via,
+                ..with(&[Role::Admin, Role::Worker])
+            };
+            assert!(!p.can(Permission::Guard), "{via:?}");
+        }
+        assert!(Principal::local_admin().can(Permission::Guard));
+    }
+
+    #[test]
+    fn a_scope_names_what_is_outside_it() {
+        let s = Scope {
+            tenants: Some(BTreeSet::from(["acme".to_string()])),
+            tools: None,
+        };
+        assert_eq!(s.check("acme", "any"), Ok(()));
+        assert_eq!(s.check("globex", "any"), Err("tenant"));
+        assert!(Scope::default().check("x", "y").is_ok());
     }
 
     #[test]

@@ -108,9 +108,15 @@ pub struct NewTokenArgs {
     /// Who or what uses the token (recorded as `token:NAME` in the attempt log).
     #[arg(long)]
     pub name: String,
-    /// Role of the token (repeat for several): viewer, resolver, auditor, admin.
+    /// Role of the token (repeat for several): viewer, resolver, auditor, admin, worker.
     #[arg(long = "role", default_value = "viewer")]
     pub roles: Vec<Role>,
+    /// Limit the token's guard calls to this tenant (repeat for several; default any).
+    #[arg(long = "tenant")]
+    pub tenants: Vec<String>,
+    /// Limit the token's guard calls to this tool (repeat for several; default any).
+    #[arg(long = "tool")]
+    pub tools: Vec<String>,
 }
 
 /// `idemwatch hash-password`: the first line of standard input, as an argon2id PHC
@@ -136,8 +142,30 @@ pub fn new_token_command(args: NewTokenArgs) -> anyhow::Result<String> {
     if name.is_empty() || name.contains(['"', '\\', '\n']) {
         bail!("--name must be non-empty and contain no quotes, backslashes or newlines");
     }
+    let quoted = |flag: &str, values: &[String]| -> anyhow::Result<String> {
+        let mut out = Vec::new();
+        for v in values {
+            if v.is_empty() || v.contains(['"', '\\', '\n']) {
+                bail!(
+                    "{flag} {v:?} must be non-empty and contain no quotes, backslashes or newlines"
+                );
+            }
+            out.push(format!("\"{v}\""));
+        }
+        Ok(out.join(", "))
+    };
     let token = secrets::new_token();
     let roles: Vec<String> = args.roles.iter().map(|r| format!("\"{r}\"")).collect();
+    let mut scope = String::new();
+    if !args.tenants.is_empty() {
+        scope.push_str(&format!(
+            "\ntenants = [{}]",
+            quoted("--tenant", &args.tenants)?
+        ));
+    }
+    if !args.tools.is_empty() {
+        scope.push_str(&format!("\ntools = [{}]", quoted("--tool", &args.tools)?));
+    }
     Ok(format!(
         "token: {token}\n\
          (shown once: store it in the script's secret store now)\n\
@@ -146,7 +174,7 @@ pub fn new_token_command(args: NewTokenArgs) -> anyhow::Result<String> {
          [[tokens]]\n\
          name = \"{name}\"\n\
          sha256 = \"{}\"\n\
-         roles = [{}]",
+         roles = [{}]{scope}",
         secrets::hash_token(&token),
         roles.join(", ")
     ))
@@ -239,6 +267,8 @@ mod tests {
         let out = new_token_command(NewTokenArgs {
             name: "nightly-export".into(),
             roles: vec![Role::Auditor],
+            tenants: vec![],
+            tools: vec![],
         })
         .unwrap();
         let token = out
@@ -253,6 +283,36 @@ mod tests {
         .unwrap();
         assert_eq!(file.tokens[0].sha256, secrets::hash_token(token));
         assert_eq!(file.tokens[0].roles, [Role::Auditor]);
+    }
+
+    #[test]
+    fn a_worker_token_can_be_limited_to_tenants_and_tools() {
+        let out = new_token_command(NewTokenArgs {
+            name: "agents".into(),
+            roles: vec![Role::Worker],
+            tenants: vec!["acme".into(), "globex".into()],
+            tools: vec!["issue_refund".into()],
+        })
+        .unwrap();
+        let file = AuthFile::parse(&format!(
+            "mode = \"builtin\"\n{}",
+            out.split_once("# add to the auth file:\n").unwrap().1
+        ))
+        .unwrap();
+        let t = &file.tokens[0];
+        assert_eq!(t.roles, [Role::Worker]);
+        assert_eq!(
+            t.tenants.as_deref(),
+            Some(&["acme".to_string(), "globex".to_string()][..])
+        );
+        assert_eq!(t.tools.as_deref(), Some(&["issue_refund".to_string()][..]));
+        let bad = NewTokenArgs {
+            name: "agents".into(),
+            roles: vec![Role::Worker],
+            tenants: vec!["a\"b".into()],
+            tools: vec![],
+        };
+        assert!(new_token_command(bad).is_err());
     }
 
     #[test]

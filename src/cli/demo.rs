@@ -3,7 +3,8 @@
 
 use super::serve::{bind, open_store, run_server, shutdown_signal};
 use super::{
-    AuthArgs, DatabaseArgs, MetricsArgs, RetentionArgs, ServeArgs, parse_duration, redact_url,
+    AuthArgs, DatabaseArgs, GuardArgs, MetricsArgs, RetentionArgs, ServeArgs, parse_duration,
+    redact_url,
 };
 use crate::demo::{
     CLIENT_DEADLINE, Demo, DemoConfig, IncidentSchedule, LatencyModel, PROVIDER_RETENTION,
@@ -55,7 +56,14 @@ pub struct DemoArgs {
     /// The same authentication settings as `serve`.
     #[command(flatten)]
     pub auth: AuthArgs,
+    /// The same guard settings as `serve`; without `--tools-file`, the demo uses
+    /// examples/tools.toml (built in).
+    #[command(flatten)]
+    pub guard: GuardArgs,
 }
+
+/// The demo's tools file when none is given.
+const DEMO_TOOLS: &str = include_str!("../../examples/tools.toml");
 
 /// The URL may carry a password: never print it.
 impl std::fmt::Debug for DemoArgs {
@@ -75,6 +83,7 @@ impl std::fmt::Debug for DemoArgs {
             .field("retention", &self.retention)
             .field("metrics", &self.metrics)
             .field("auth", &self.auth)
+            .field("guard", &self.guard)
             .finish()
     }
 }
@@ -101,6 +110,7 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
         retention: args.retention.clone(),
         metrics: args.metrics.clone(),
         auth: args.auth.clone(),
+        guard: args.guard.clone(),
         // The demo signs nothing: no key of its own to keep.
         checkpoints: super::CheckpointArgs {
             signing_key: None,
@@ -110,6 +120,11 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
     };
     // The same refusal as `serve`: a public address needs authentication.
     let auth = args.auth.authenticator(args.listen)?;
+    let tools = match &args.guard.tools_file {
+        Some(_) => args.guard.tools()?,
+        None => crate::guard::ToolPolicies::parse(DEMO_TOOLS)
+            .map_err(|e| anyhow::anyhow!("examples/tools.toml: {e}"))?,
+    };
     let store = open_store(&serve.database).await?;
     let listener = bind(args.listen).await?;
     let base = format!("http://{}", listener.local_addr()?);
@@ -154,6 +169,7 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
             &serve,
             retention,
             auth,
+            tools,
             store.clone(),
             listener,
             routes,

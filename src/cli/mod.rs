@@ -128,7 +128,39 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub metrics: MetricsArgs,
     #[command(flatten)]
+    pub guard: GuardArgs,
+    #[command(flatten)]
     pub checkpoints: CheckpointArgs,
+}
+
+/// The guard over HTTP (`/api/v1/guard/*`).
+#[derive(Debug, Clone, Args)]
+pub struct GuardArgs {
+    /// The tools file (TOML): each guarded tool's key retention, call timeout and
+    /// free-text fields, and an optional default policy (docs/OPERATIONS.md). Without
+    /// it, every tool is refused over HTTP (400 unknown_tool).
+    #[arg(long, env = "IDEMWATCH_TOOLS_FILE")]
+    pub tools_file: Option<std::path::PathBuf>,
+    /// Added to a tool's call timeout to make its lease: the lease must outlive the
+    /// provider call, or a slow success looks like a dead worker.
+    #[arg(long, env = "IDEMWATCH_LEASE_MARGIN", default_value = "30s")]
+    pub lease_margin: crate::duration::HumanDuration,
+}
+
+impl GuardArgs {
+    /// The tools file, checked whole: an error names the tool and the field.
+    pub fn tools(&self) -> anyhow::Result<crate::guard::ToolPolicies> {
+        match &self.tools_file {
+            Some(path) => crate::guard::ToolPolicies::load(path).map_err(anyhow::Error::msg),
+            None => Ok(crate::guard::ToolPolicies::default()),
+        }
+    }
+
+    pub fn settings(&self) -> crate::guard::GuardSettings {
+        crate::guard::GuardSettings {
+            lease_margin: self.lease_margin.0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

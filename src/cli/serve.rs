@@ -2,7 +2,7 @@
 
 use super::{DatabaseArgs, ServeArgs, redact_url};
 use crate::auth::Authenticator;
-use crate::guard::SystemClock;
+use crate::guard::{SystemClock, ToolPolicies};
 use crate::metrics::{Metrics, backlog};
 use crate::retention::{PruneMetrics, Pruner, RetentionSettings};
 use crate::store::{Store, StoreOptions};
@@ -75,6 +75,7 @@ pub async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
     // retention that could prune a key a retry may still reach.
     let retention = args.retention.checked().await?;
     let auth = args.auth.authenticator(args.listen)?;
+    let tools = args.guard.tools()?;
     let store = open_store(&args.database).await?;
     let listener = bind(args.listen).await?;
     tracing::info!(listen = %listener.local_addr()?, database = %redact_url(&args.database.database_url), "idemwatch serving");
@@ -82,6 +83,7 @@ pub async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
         &args,
         retention,
         auth,
+        tools,
         store.clone(),
         listener,
         Router::new(),
@@ -103,10 +105,15 @@ pub async fn bind(listen: SocketAddr) -> anyhow::Result<TcpListener> {
 /// until `shutdown` resolves or a task ends on its own. `serve` and `demo` both run
 /// this, so a task started here runs in the demo too. The caller owns `store` (opened
 /// and migrated) and closes it afterwards.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "each argument is checked by the caller before anything starts"
+)]
 pub async fn run_server(
     args: &ServeArgs,
     retention: RetentionSettings,
     auth: Authenticator,
+    tools: ToolPolicies,
     store: Store,
     listener: TcpListener,
     extra: Router,
@@ -115,7 +122,8 @@ pub async fn run_server(
     let metrics =
         Arc::new(Metrics::new(args.metrics.metrics_options()).context("cannot register metrics")?);
     let state = AppState::with_metrics(store.clone(), metrics.clone())
-        .with_auth(auth, args.auth.cookie_secure);
+        .with_auth(auth, args.auth.cookie_secure)
+        .with_guard(tools, args.guard.settings());
     // The tailer and the backlog refresher get a small pool of their own: a guard or
     // UI burst cannot starve them of connections, nor they the guard.
     let tail_options = StoreOptions {

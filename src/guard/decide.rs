@@ -2,6 +2,7 @@
 //! attempt rows that describe what it did; the store writes the record change and the
 //! rows in one transaction.
 
+use super::canonical::canonical_json;
 use super::deadline::LeaseState;
 use super::key::BusinessArgs;
 use super::record::{AttemptDraft, Record};
@@ -12,19 +13,30 @@ use serde_json::{Value, json};
 /// What an admission to the guard found.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Admission {
-    /// This caller claimed the key and must execute under `token`.
-    New { token: i64 },
+    /// This caller claimed the key and must execute under `token` before `lease_until`.
+    New {
+        token: i64,
+        lease_until: DateTime<Utc>,
+    },
     /// DONE: the stored result, marked as a replay.
     Replay { result: Value },
     /// FAILED: the stored definitive error.
     ReplayFailure { error: String },
     /// IN_PROGRESS under a live lease: answer 409, never wait.
     InFlight { lease_until: DateTime<Utc> },
-    /// Same key, other business arguments.
-    Mismatch { stored_fingerprint: String },
+    /// Same key, other business arguments. `differing_fields`: the top-level argument
+    /// names whose values differ (sorted).
+    Mismatch {
+        stored_fingerprint: String,
+        differing_fields: Vec<String>,
+    },
     /// UNKNOWN, or a lease that expired: this caller won the compare-and-swap and must
-    /// reconcile under `token`. `before` is the record as it was found.
-    TakeOver { token: i64, before: Box<Record> },
+    /// reconcile under `token` before `lease_until`. `before` is the record as it was found.
+    TakeOver {
+        token: i64,
+        lease_until: DateTime<Utc>,
+        before: Box<Record>,
+    },
 }
 
 /// Decides what a caller arriving at an existing key gets.
@@ -48,8 +60,11 @@ pub fn admit_existing(
             "fingerprint": args.fingerprint.0,
             "business_args": args.value,
         }));
-        let stored_fingerprint = rec.fingerprint.clone();
-        return (vec![attempt], Admission::Mismatch { stored_fingerprint });
+        let mismatch = Admission::Mismatch {
+            stored_fingerprint: rec.fingerprint.clone(),
+            differing_fields: differing_fields(&rec.business_args, &args.value),
+        };
+        return (vec![attempt], mismatch);
     }
     match rec.status {
         Status::Done => {
@@ -88,8 +103,12 @@ pub fn admit_existing(
                     "previous_token": before.fencing_token,
                     "lease_expired": lease_expired,
                 }));
-            let token = rec.fencing_token;
-            (vec![attempt], Admission::TakeOver { token, before })
+            let admission = Admission::TakeOver {
+                token: rec.fencing_token,
+                lease_until: rec.lease_until,
+                before,
+            };
+            (vec![attempt], admission)
         }
     }
 }
@@ -99,11 +118,11 @@ pub fn admit_existing(
 pub enum Settlement {
     Completed {
         result: Value,
-        duration_ms: i64,
+        duration_ms: Option<i64>,
     },
     Failed {
         error: String,
-        duration_ms: i64,
+        duration_ms: Option<i64>,
     },
     Unknown {
         reason: String,
@@ -111,7 +130,7 @@ pub enum Settlement {
     },
     ReconciledFound {
         result: Value,
-        duration_ms: i64,
+        duration_ms: Option<i64>,
     },
     /// About to resend with the same key: the row is written before the call.
     Resent {
@@ -187,11 +206,9 @@ pub fn settle(
         } => {
             rec.status = Status::Unknown;
             rec.lease_until = now;
-            let attempt = draft(AttemptKind::MarkedUnknown).detail(json!({ "reason": reason }));
-            match duration_ms {
-                Some(ms) => attempt.duration_ms(ms),
-                None => attempt,
-            }
+            draft(AttemptKind::MarkedUnknown)
+                .detail(json!({ "reason": reason }))
+                .duration_ms(duration_ms)
         }
         Settlement::Resent { reason } => {
             rec.release_approved = false;
@@ -210,40 +227,68 @@ pub fn settle(
     (vec![attempt], Ok(()))
 }
 
-/// What a takeover does after looking the effect up at the provider: record the
-/// effect it found; resend while that is safe (not found, or a failed lookup on a key
-/// a person released); otherwise stay UNKNOWN (a failed lookup) or ask a person (not
-/// found, and a resend is no longer safe). `lookup` is the lookup's result or why it
-/// failed; `before` is the record as the takeover found it.
+/// What the reconciliation lookup at the provider found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lookup {
+    /// The provider's record of the effect.
+    Found(Value),
+    /// No effect tagged with the key.
+    NotFound,
+    /// The lookup itself failed or timed out: why.
+    Failed(String),
+}
+
+/// What a takeover does after its lookup, decided on the locked record (its token,
+/// deadlines and release are those of the takeover): record the effect found; resend
+/// while that is safe (not found, or a failed lookup on a key a person released);
+/// otherwise stay UNKNOWN (a failed lookup) or ask a person (not found, and a resend
+/// is no longer safe).
 pub fn after_lookup(
-    before: &Record,
-    lookup: Result<Option<Value>, String>,
-    duration_ms: i64,
+    rec: &Record,
+    lookup: Lookup,
+    duration_ms: Option<i64>,
     now: DateTime<Utc>,
 ) -> Settlement {
-    let remembers = before.resend_safe(now);
+    let remembers = rec.resend_safe(now);
     match lookup {
-        Ok(Some(result)) => Settlement::ReconciledFound {
+        Lookup::Found(result) => Settlement::ReconciledFound {
             result,
             duration_ms,
         },
-        Ok(None) if remembers => Settlement::Resent {
+        Lookup::NotFound if remembers => Settlement::Resent {
             reason: "not found at the provider, which still remembers the key",
         },
-        Err(_) if remembers && before.release_approved => Settlement::Resent {
+        Lookup::Failed(_) if remembers && rec.release_approved => Settlement::Resent {
             reason: "provider lookup failed; a person released the key for resend",
         },
-        Err(reason) => Settlement::Unknown {
+        Lookup::Failed(reason) => Settlement::Unknown {
             reason,
-            duration_ms: Some(duration_ms),
+            duration_ms,
         },
-        Ok(None) => Settlement::Escalated {
+        Lookup::NotFound => Settlement::Escalated {
             reason: "not found at the provider, and a resend is no longer safe (the provider \
                      forgets the key within the safety margin, or already has): a resend could \
                      pay twice"
                 .to_string(),
         },
     }
+}
+
+/// The top-level argument names whose values differ between the stored business
+/// arguments and a retry's, sorted; values are compared in their canonical form, as
+/// the fingerprint compares them.
+pub fn differing_fields(stored: &Value, sent: &Value) -> Vec<String> {
+    let empty = serde_json::Map::new();
+    let stored = stored.as_object().unwrap_or(&empty);
+    let sent = sent.as_object().unwrap_or(&empty);
+    let canonical =
+        |v: Option<&Value>| v.map(|v| canonical_json(v).unwrap_or_else(|_| v.to_string()));
+    let names: std::collections::BTreeSet<&String> = stored.keys().chain(sent.keys()).collect();
+    names
+        .into_iter()
+        .filter(|name| canonical(stored.get(*name)) != canonical(sent.get(*name)))
+        .cloned()
+        .collect()
 }
 
 fn settlement_kind(s: &Settlement) -> AttemptKind {
@@ -370,4 +415,18 @@ pub fn resolve(
             "previous_token": previous.1,
         }));
     (vec![attempt], Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn differing_fields_name_the_top_level_arguments_that_changed() {
+        let stored = json!({"order": "A-1", "amount_p": 4500, "currency": "GBP"});
+        let sent = json!({"order": "A-1", "amount_p": 45, "note": "x", "currency": "GBP"});
+        assert_eq!(differing_fields(&stored, &sent), ["amount_p", "note"]);
+        let same_number = json!({"order": "A-1", "amount_p": 4500.0, "currency": "GBP"});
+        assert!(differing_fields(&stored, &same_number).is_empty());
+    }
 }

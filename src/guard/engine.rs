@@ -1,20 +1,21 @@
 //! The guarded wrapper: claim, execute, settle, take over, reconcile, resolve.
 
 use super::clock::Clock;
-use super::deadline::resend_safe_until;
-use super::decide::{self, Admission, Refusal, ResolveRequest, Settlement};
+use super::decide::{self, Admission, Lookup, Refusal, ResolveRequest};
 use super::error::GuardError;
 use super::key::{BusinessArgs, IdempotencyKey, Intent};
 use super::operation::{ErrorClass, Operation};
-use super::record::{AttemptDraft, GENESIS_HASH, Record};
-use super::status::{AttemptKind, Status};
-use crate::store::{Claim, Store, StoreError};
-use chrono::{DateTime, TimeDelta, Utc};
+use super::policy::ToolPolicy;
+use super::record::Record;
+use super::steps::{Admitted, CallOutcome, Reconciled};
+use crate::store::Store;
+use chrono::TimeDelta;
 use futures::FutureExt;
 use serde_json::Value;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
+use tokio::sync::broadcast;
 
 /// One call of a tool, as the orchestrator recorded the intent.
 #[derive(Debug, Clone)]
@@ -55,9 +56,12 @@ impl Default for GuardSettings {
 
 #[derive(Debug, Clone)]
 pub struct Guard {
-    store: Store,
-    clock: Arc<dyn Clock>,
-    settings: GuardSettings,
+    pub(super) store: Store,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) settings: GuardSettings,
+    /// Keys whose fencing token moved (a takeover, a resolution), for waiters in this
+    /// process (the HTTP long poll).
+    changes: broadcast::Sender<IdempotencyKey>,
 }
 
 impl Guard {
@@ -66,6 +70,7 @@ impl Guard {
             store,
             clock,
             settings,
+            changes: broadcast::channel(256).0,
         }
     }
 
@@ -73,19 +78,37 @@ impl Guard {
         &self.store
     }
 
-    fn lease<O: Operation>(&self, op: &O) -> TimeDelta {
-        TimeDelta::from_std(op.call_timeout()).unwrap_or(TimeDelta::MAX)
-            + self.settings.lease_margin
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    pub fn settings(&self) -> &GuardSettings {
+        &self.settings
+    }
+
+    /// Keys whose fencing token this guard (or a clone of it) moves from now on. A
+    /// lagging receiver has missed some: it should re-read what it waits for.
+    pub fn subscribe(&self) -> broadcast::Receiver<IdempotencyKey> {
+        self.changes.subscribe()
+    }
+
+    pub(super) fn changed(&self, key: &IdempotencyKey) {
+        // No receiver is not an error: nobody is waiting.
+        let _ = self.changes.send(key.clone());
     }
 
     /// Runs `op` for `call` at most once per intent.
     #[tracing::instrument(skip_all, fields(tool = %call.intent.tool, key))]
     pub async fn run<O: Operation>(&self, call: &ToolCall, op: &O) -> Result<Outcome, GuardError> {
-        let key = call.intent.key()?;
+        let policy = ToolPolicy::of(op);
+        let Admitted {
+            key,
+            args,
+            admission,
+        } = self.admit_call(call, &policy).await?.refuse()?;
         tracing::Span::current().record("key", key.as_str());
-        let args = BusinessArgs::new(&call.args, op.free_text_fields())?;
-        match self.admit(&key, call, &args, op).await? {
-            Admission::New { token } => self.execute(&key, token, &args, op, &call.actor).await,
+        match admission {
+            Admission::New { token, .. } => self.execute(&key, token, &args, op, &call.actor).await,
             Admission::Replay { result } => Ok(Outcome {
                 key,
                 result,
@@ -95,26 +118,16 @@ impl Guard {
                 key: key.to_string(),
                 error,
             }),
-            Admission::InFlight { lease_until } => Err(GuardError::InFlight {
-                key: key.to_string(),
-                lease_until,
-            }),
-            Admission::Mismatch { stored_fingerprint } => Err(GuardError::PayloadMismatch {
-                key: key.to_string(),
-                stored_fingerprint,
-                fingerprint: args.fingerprint.0.clone(),
-            }),
-            Admission::TakeOver { token, before } => {
-                self.reconcile(&key, token, &before, &args, op, &call.actor)
-                    .await
+            Admission::TakeOver { token, .. } => {
+                self.reconcile(&key, token, &args, op, &call.actor).await
+            }
+            Admission::InFlight { .. } | Admission::Mismatch { .. } => {
+                unreachable!("refused by Admitted::refuse")
             }
         }
     }
 
-    /// The atomic claim, or the decision for an existing key. The clock is read
-    /// inside the store's transaction, after any wait for the lock: a row written
-    /// after a wait carries the time it was written, and a takeover's lease starts
-    /// when the takeover does.
+    /// The atomic claim, or the decision for an existing key, under `op`'s policy.
     pub async fn admit<O: Operation>(
         &self,
         key: &IdempotencyKey,
@@ -122,53 +135,7 @@ impl Guard {
         args: &BusinessArgs,
         op: &O,
     ) -> Result<Admission, GuardError> {
-        let lease = self.lease(op);
-        let build = || {
-            let now = self.clock.now();
-            // The provider starts remembering the key at the first send.
-            let provider_retention_until = now + op.key_retention();
-            let record = Record {
-                key: key.to_string(),
-                tenant: call.intent.tenant.clone(),
-                tool: call.intent.tool.clone(),
-                workflow_id: call.intent.workflow_id.clone(),
-                step_id: call.intent.step_id.clone(),
-                intent_id: call.intent.intent_id.clone(),
-                business_ref: call.business_ref.clone(),
-                fingerprint: args.fingerprint.0.clone(),
-                business_args: args.value.clone(),
-                status: Status::InProgress,
-                fencing_token: 1,
-                lease_until: now + lease,
-                attempt_count: 1,
-                result: None,
-                error: None,
-                provider_retention_until,
-                resend_safe_until: resend_safe_until(now, provider_retention_until),
-                release_approved: false,
-                created_at: now,
-                updated_at: now,
-                log_seq: 0,
-                log_hash: GENESIS_HASH.to_string(),
-            };
-            let claimed = AttemptDraft::new(AttemptKind::Claimed, 1, &call.actor, now)
-                .detail(serde_json::json!({ "lease_until": record.lease_until }));
-            (record, claimed)
-        };
-        loop {
-            if let Claim::Created = self.store.claim(build).await? {
-                return Ok(Admission::New { token: 1 });
-            }
-            let decided = self.store.with_locked(key.as_str(), |rec| {
-                decide::admit_existing(rec, args, &call.actor, self.clock.now(), lease)
-            });
-            match decided.await {
-                Ok(admission) => return Ok(admission),
-                // Pruned between the two statements: claim again.
-                Err(StoreError::NotFound) => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
+        self.admit_with(key, call, args, &ToolPolicy::of(op)).await
     }
 
     /// Calls the provider under `token` and settles the outcome.
@@ -186,101 +153,49 @@ impl Guard {
             AssertUnwindSafe(op.execute(key, &args.value)).catch_unwind(),
         )
         .await;
-        let duration_ms = elapsed_ms(started);
-        let settlement = match called {
-            Ok(Ok(Ok(result))) => Settlement::Completed {
-                result,
-                duration_ms,
-            },
+        let duration_ms = Some(elapsed_ms(started));
+        let outcome = match called {
+            Ok(Ok(Ok(result))) => CallOutcome::Done { result },
             Ok(Ok(Err(e))) => match op.classify(&e) {
-                ErrorClass::Definitive => Settlement::Failed {
+                ErrorClass::Definitive => CallOutcome::Failed {
                     error: e.to_string(),
-                    duration_ms,
                 },
-                ErrorClass::Ambiguous => Settlement::Unknown {
+                ErrorClass::Ambiguous => CallOutcome::Unknown {
                     reason: format!("ambiguous provider error: {e}"),
-                    duration_ms: Some(duration_ms),
                 },
             },
-            Ok(Err(_panic)) => Settlement::Unknown {
+            Ok(Err(_panic)) => CallOutcome::Unknown {
                 reason: "the operation panicked".into(),
-                duration_ms: Some(duration_ms),
             },
-            Err(_elapsed) => Settlement::Unknown {
+            Err(_elapsed) => CallOutcome::Unknown {
                 reason: format!("timed out after {} ms", op.call_timeout().as_millis()),
-                duration_ms: Some(duration_ms),
             },
         };
-        let answer = match &settlement {
-            Settlement::Completed { result, .. } => Ok(Outcome {
+        let answer = match &outcome {
+            CallOutcome::Done { result } => Ok(Outcome {
                 key: key.clone(),
                 result: result.clone(),
                 replayed: false,
             }),
-            Settlement::Failed { error, .. } => Err(GuardError::OperationFailed {
+            CallOutcome::Failed { error } => Err(GuardError::OperationFailed {
                 key: key.to_string(),
                 error: error.clone(),
             }),
-            Settlement::Unknown { reason, .. } => Err(GuardError::OutcomeUnknown {
+            CallOutcome::Unknown { reason } => Err(GuardError::OutcomeUnknown {
                 key: key.to_string(),
                 reason: reason.clone(),
             }),
-            _ => unreachable!("execute settles only completed, failed or unknown"),
         };
-        self.settle(key, token, settlement, actor).await?;
+        self.settle_call(key, token, outcome, duration_ms, actor)
+            .await?;
         answer
     }
 
-    /// The fenced write of a settlement.
-    async fn settle(
-        &self,
-        key: &IdempotencyKey,
-        token: i64,
-        settlement: Settlement,
-        actor: &str,
-    ) -> Result<(), GuardError> {
-        self.settle_with(key, token, actor, |_| settlement)
-            .await
-            .map(drop)
-    }
-
-    /// The fenced write of the settlement `choose` makes from the time read under the
-    /// row lock; returns what it chose.
-    async fn settle_with(
-        &self,
-        key: &IdempotencyKey,
-        token: i64,
-        actor: &str,
-        choose: impl FnOnce(DateTime<Utc>) -> Settlement,
-    ) -> Result<Settlement, GuardError> {
-        let written = self
-            .store
-            .with_locked(key.as_str(), |rec| {
-                let now = self.clock.now();
-                let settlement = choose(now);
-                let (attempts, written) =
-                    decide::settle(rec, token, settlement.clone(), actor, now);
-                (attempts, written.map(|()| settlement))
-            })
-            .await?;
-        written.map_err(|stale| {
-            tracing::warn!(key = %key, fencing_token = token, current = stale.current, "stale write rejected");
-            GuardError::LeaseLost {
-                key: key.to_string(),
-                token,
-                current: stale.current,
-            }
-        })
-    }
-
-    /// After a takeover: look the effect up at the provider before any resend. What
-    /// follows the lookup (record the effect found, resend, stay UNKNOWN or ask a
-    /// person) is decided under the row lock, at the time the row is written.
+    /// After a takeover: look the effect up at the provider before any resend.
     async fn reconcile<O: Operation>(
         &self,
         key: &IdempotencyKey,
         token: i64,
-        before: &Record,
         args: &BusinessArgs,
         op: &O,
         actor: &str,
@@ -291,36 +206,28 @@ impl Guard {
             AssertUnwindSafe(op.find_by_key(key)).catch_unwind(),
         )
         .await;
-        let duration_ms = elapsed_ms(started);
+        let duration_ms = Some(elapsed_ms(started));
         let lookup = match lookup {
-            Ok(Ok(Ok(found))) => Ok(found),
-            Ok(Ok(Err(e))) => Err(format!("provider lookup failed: {e}")),
-            Ok(Err(_panic)) => Err("provider lookup panicked".to_string()),
-            Err(_elapsed) => Err("provider lookup timed out".to_string()),
+            Ok(Ok(Ok(Some(found)))) => Lookup::Found(found),
+            Ok(Ok(Ok(None))) => Lookup::NotFound,
+            Ok(Ok(Err(e))) => Lookup::Failed(format!("provider lookup failed: {e}")),
+            Ok(Err(_panic)) => Lookup::Failed("provider lookup panicked".to_string()),
+            Err(_elapsed) => Lookup::Failed("provider lookup timed out".to_string()),
         };
-        let settled = self
-            .settle_with(key, token, actor, |now| {
-                decide::after_lookup(before, lookup, duration_ms, now)
-            })
-            .await?;
-        match settled {
-            Settlement::ReconciledFound { result, .. } => Ok(Outcome {
+        match self
+            .report_lookup(key, token, lookup, duration_ms, actor)
+            .await?
+        {
+            Reconciled::Found { result } => Ok(Outcome {
                 key: key.clone(),
                 result,
                 replayed: true,
             }),
-            Settlement::Resent { .. } => self.execute(key, token, args, op, actor).await,
-            Settlement::Unknown { reason, .. } => Err(GuardError::OutcomeUnknown {
+            Reconciled::Resend { .. } => self.execute(key, token, args, op, actor).await,
+            Reconciled::Unknown { reason } => Err(GuardError::OutcomeUnknown {
                 key: key.to_string(),
                 reason,
             }),
-            Settlement::Escalated { .. } => Err(GuardError::NeedsHumanReview {
-                key: key.to_string(),
-                provider_retention_until: before.provider_retention_until,
-            }),
-            Settlement::Completed { .. } | Settlement::Failed { .. } => {
-                unreachable!("a lookup settles as found, resent, unknown or escalated")
-            }
         }
     }
 
@@ -334,8 +241,7 @@ impl Guard {
     ) -> Result<Record, GuardError> {
         validate_resolution(req)?;
         let decided = self
-            .store
-            .with_locked(key.as_str(), |rec| {
+            .locked(key, |rec| {
                 let (attempts, outcome) = decide::resolve(rec, req, self.clock.now());
                 (
                     attempts,
@@ -344,13 +250,8 @@ impl Guard {
                         .map_err(|r| (r, rec.status, rec.fencing_token)),
                 )
             })
-            .await;
-        match decided {
-            Ok(Ok(record)) => Ok(record),
-            Ok(Err((refusal, status, token))) => Err(refused(key.as_str(), refusal, status, token)),
-            Err(StoreError::NotFound) => Err(GuardError::NotFound(key.to_string())),
-            Err(e) => Err(e.into()),
-        }
+            .await?;
+        decided.map_err(|(refusal, status, token)| refused(key.as_str(), refusal, status, token))
     }
 
     /// What [`Guard::resolve`] would write over `record` now, or why it would refuse,

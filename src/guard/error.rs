@@ -22,14 +22,17 @@ pub enum GuardError {
 
     /// Same key, other business arguments: a client bug or an attack. Nothing was
     /// executed and the stored record is unchanged. HTTP 422. A genuinely new action
-    /// needs a new intent id.
+    /// needs a new intent id. `differing_fields`: the top-level argument names whose
+    /// values differ, sorted.
     #[error(
-        "key {key} was first used with other business arguments (stored fingerprint {stored_fingerprint}, this call {fingerprint}); use a new intent id for a new action"
+        "key {key} was first used with other business arguments (differing: {}; stored fingerprint {stored_fingerprint}, this call {fingerprint}); use a new intent id for a new action",
+        differing_fields.join(", ")
     )]
     PayloadMismatch {
         key: String,
         stored_fingerprint: String,
         fingerprint: String,
+        differing_fields: Vec<String>,
     },
 
     /// The original is still running under a live lease. HTTP 409: retry later,

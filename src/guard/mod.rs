@@ -14,17 +14,22 @@ mod engine;
 mod error;
 pub mod key;
 mod operation;
+mod policy;
 mod record;
 mod status;
+mod steps;
+mod tools_file;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use deadline::{LeaseState, RETENTION_MARGIN, resend_safe, resend_safe_until};
-pub use decide::{Admission, ResolveRequest};
+pub use decide::{Admission, Lookup, ResolveRequest, differing_fields};
 pub use engine::{Guard, GuardSettings, Outcome, ToolCall};
 pub use error::GuardError;
 pub use key::{BusinessArgs, FencingToken, Fingerprint, IdempotencyKey, Intent, KeyError};
 pub use operation::{ErrorClass, Operation};
+pub use policy::{ToolPolicies, ToolPolicy};
 pub use record::{
     Attempt, AttemptDraft, ChainFields, GENESIS_HASH, Record, chain_hash, rfc3339, seal,
 };
 pub use status::{AttemptKind, Resolution, Status, UnknownName};
+pub use steps::{Admitted, CallOutcome, Reconciled};

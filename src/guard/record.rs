@@ -94,8 +94,8 @@ impl AttemptDraft {
         self.detail = detail;
         self
     }
-    pub fn duration_ms(mut self, ms: i64) -> Self {
-        self.duration_ms = Some(ms);
+    pub fn duration_ms(mut self, ms: impl Into<Option<i64>>) -> Self {
+        self.duration_ms = ms.into();
         self
     }
 }

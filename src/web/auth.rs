@@ -10,7 +10,10 @@
 //! Public, with no sign-in: `/healthz`, `/readyz` (load balancers probe without
 //! credentials), `/metrics` (Prometheus scrapes without them; it carries counts per
 //! tool, never a key, an id or a business ref), `/static/*` (the CSS, the script and
-//! the icon) and `/login` itself.
+//! the icon), `/api/v1/openapi.json` (the API's description, no data) and `/login`.
+//!
+//! The guard's routes (`/api/v1/guard/*`) need [`Permission::Guard`] instead of
+//! `View`: a bearer token with the `worker` or `admin` role, or the local admin.
 //!
 //! CSRF: a random `idemwatch_csrf` cookie is issued to every browser that lacks one;
 //! forms carry `csrf_token`, the server's HMAC of that cookie (signed double submit),
@@ -89,7 +92,15 @@ pub struct Csrf {
 }
 
 fn is_public(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz" | "/metrics" | "/login") || path.starts_with("/static/")
+    matches!(
+        path,
+        "/healthz" | "/readyz" | "/metrics" | "/login" | "/api/v1/openapi.json"
+    ) || path.starts_with("/static/")
+}
+
+/// The guard's routes: they need [`Permission::Guard`] instead of `View`.
+pub fn is_guard(path: &str) -> bool {
+    path.starts_with("/api/v1/guard/")
 }
 
 /// Paths for scripts: errors in JSON, never a login redirect.
@@ -141,7 +152,14 @@ pub async fn authenticate(
     let refusal = match &principal {
         _ if public => None,
         None => Some(not_signed_in(&state, &request, &path)),
-        Some(p) if !p.can(Permission::View) => Some(
+        Some(p) if is_guard(&path) && !p.can(Permission::Guard) => Some(
+            Error::Forbidden(format!(
+                "Calling the guard needs a bearer token with the worker (or admin) role; {} has none (sessions and proxy users cannot call it). See docs/AUTH.md.",
+                p.name
+            ))
+            .into_response(),
+        ),
+        Some(p) if !is_guard(&path) && !p.can(Permission::View) => Some(
             Error::Forbidden(format!(
                 "Reading idemwatch needs one of the roles viewer, resolver, auditor or admin; {} has none. Ask an admin to add a role (docs/AUTH.md).",
                 p.name
@@ -296,6 +314,7 @@ async fn require(permission: Permission, request: Request, next: Next) -> Respon
         Permission::Resolve => ("Resolving keys", "resolver"),
         Permission::Export => ("Downloading exports", "auditor"),
         Permission::View => ("Reading idemwatch", "viewer"),
+        Permission::Guard => ("Calling the guard", "worker"),
     };
     let has = if p.roles.is_empty() {
         "no role".to_string()

@@ -1,17 +1,18 @@
 //! The one error type of the web layer. Each variant says which status it answers
 //! with; `IntoResponse` renders `templates/error.html`, and [`json_under_api`] turns
-//! the same error into JSON for paths under `/api/`. Internal errors are logged once,
-//! here, and shown as a generic message: no database text or trace reaches a page.
+//! the same error into an RFC 9457 problem document (`super::problem`) for paths under
+//! `/api/` and `/export/`, as it does axum's own rejections. Internal errors are logged
+//! once, here, and shown as a generic message: no database text or trace reaches a page.
 
 use super::pages::Layout;
-use crate::guard::GuardError;
+use super::problem::{self, Problem};
 use crate::store::StoreError;
 use askama::Template;
+use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
-use serde_json::json;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -56,6 +57,11 @@ pub enum Error {
     /// 500: anything else. The cause is logged, never shown.
     #[error("internal error")]
     Internal(String),
+    /// A refusal with its own code and members: the guard's answers (409 `in_flight`
+    /// with `Retry-After`, 422 `payload_mismatch` with `differing_fields`…), built by
+    /// [`Error::guard`]. Its status is the problem's.
+    #[error("{}", .0.detail)]
+    Refused(Box<Problem>),
 }
 
 impl Error {
@@ -77,7 +83,40 @@ impl Error {
             Error::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::Unavailable(_) | Error::ReadOnly(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Error::Refused(p) => p.status,
         }
+    }
+
+    /// A refusal with a code of its own (see [`Error::Refused`]).
+    pub fn refused(problem: Problem) -> Self {
+        Error::Refused(Box::new(problem))
+    }
+
+    /// The error as a problem document: code, title, detail, field and members.
+    pub fn problem(&self) -> Problem {
+        if let Error::Refused(p) = self {
+            return (**p).clone();
+        }
+        let (title, detail) = self.public();
+        let code = match self {
+            Error::BadRequest { .. } => "invalid",
+            Error::Unauthorized(_) => "unauthorized",
+            Error::Forbidden(_) => "forbidden",
+            Error::NotFound(_) => "not_found",
+            Error::Conflict(_) => "conflict",
+            Error::Unprocessable(_) => "unprocessable",
+            Error::Unavailable(_) => "unavailable",
+            Error::ReadOnly(_) => "read_only",
+            Error::MisdirectedHost(_) => "misdirected_host",
+            Error::Internal(_) | Error::Refused(_) => "internal",
+        };
+        let mut p = Problem::new(self.status(), code, title, detail);
+        match self {
+            Error::BadRequest { field, .. } => p = p.field(*field),
+            Error::Unavailable(_) => p = p.member("retry_after", 5),
+            _ => {}
+        }
+        p
     }
 
     /// What a person reads: a heading and one sentence they can act on.
@@ -105,6 +144,7 @@ impl Error {
                 "Something went wrong",
                 "The page could not be shown. The error has been logged.".to_string(),
             ),
+            Error::Refused(p) => (p.title, p.detail.clone()),
         }
     }
 }
@@ -120,38 +160,16 @@ impl From<StoreError> for Error {
     }
 }
 
-/// The one place a guard answer becomes an HTTP status.
-impl From<GuardError> for Error {
-    fn from(e: GuardError) -> Self {
-        match e {
-            GuardError::Invalid { field, message } => Error::BadRequest { field, message },
-            GuardError::InvalidCall(k) => Error::bad_request("key", k.to_string()),
-            GuardError::NotFound(key) => Error::NotFound(format!("No key {key} is recorded.")),
-            e @ (GuardError::Conflict { .. } | GuardError::InFlight { .. }) => {
-                Error::Conflict(e.to_string())
-            }
-            e @ (GuardError::NotResolvable { .. } | GuardError::PayloadMismatch { .. }) => {
-                Error::Unprocessable(e.to_string())
-            }
-            GuardError::Store(e) => Error::from(e),
-            other => Error::Internal(other.to_string()),
-        }
-    }
-}
-
 impl From<askama::Error> for Error {
     fn from(e: askama::Error) -> Self {
         Error::Internal(format!("template: {e}"))
     }
 }
 
-/// What the JSON conversion needs, carried from the HTML response to the middleware.
-#[derive(Debug, Clone)]
-struct Report {
-    status: StatusCode,
-    title: &'static str,
-    message: String,
-    field: Option<&'static str>,
+tokio::task_local! {
+    /// Set by [`json_under_api`] while it handles a script path: errors are rendered
+    /// as problem documents directly, without an HTML page first.
+    static WANTS_PROBLEM: bool;
 }
 
 #[derive(Template)]
@@ -161,7 +179,7 @@ struct ErrorPage<'a> {
     status: u16,
     title: &'a str,
     message: &'a str,
-    field: Option<&'static str>,
+    field: Option<&'a str>,
 }
 
 impl IntoResponse for Error {
@@ -172,28 +190,25 @@ impl IntoResponse for Error {
             Error::Unavailable(cause) => tracing::warn!(%cause, "database unavailable"),
             _ => {}
         }
-        let (title, message) = self.public();
-        let field = match &self {
-            Error::BadRequest { field, .. } => Some(*field),
-            _ => None,
+        let problem = self.problem();
+        let mut response = if WANTS_PROBLEM.try_with(|w| *w).unwrap_or(false) {
+            problem.response()
+        } else {
+            let page = ErrorPage {
+                layout: Layout::new(problem.title, ""),
+                status: status.as_u16(),
+                title: problem.title,
+                message: &problem.detail,
+                field: problem.field.as_deref(),
+            };
+            let body = page.render().unwrap_or_else(|e| {
+                tracing::error!(error = %e, "error page failed to render");
+                format!("{} {}", status.as_u16(), problem.title)
+            });
+            let mut r = (status, Html(body)).into_response();
+            problem.add_headers(&mut r);
+            r
         };
-        let page = ErrorPage {
-            layout: Layout::new(title, ""),
-            status: status.as_u16(),
-            title,
-            message: &message,
-            field,
-        };
-        let body = page.render().unwrap_or_else(|e| {
-            tracing::error!(error = %e, "error page failed to render");
-            format!("{} {title}", status.as_u16())
-        });
-        let mut response = (status, Html(body)).into_response();
-        if matches!(self, Error::Unavailable(_)) {
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-        }
         if status == StatusCode::UNAUTHORIZED {
             // Scripts authenticate with `Authorization: Bearer <token>`.
             response.headers_mut().insert(
@@ -201,54 +216,59 @@ impl IntoResponse for Error {
                 HeaderValue::from_static("Bearer realm=\"idemwatch\""),
             );
         }
-        response.extensions_mut().insert(Report {
-            status,
-            title,
-            message,
-            field,
-        });
         response
     }
 }
 
-/// Middleware: an error answered under `/api/` or `/export/` (script paths) becomes
-/// `{"error": {"status": 404, "title": "…", "message": "…", "field": null}}`.
+/// Whether errors on `path` are answered as problem documents (script paths).
+pub fn is_script_path(path: &str) -> bool {
+    path.starts_with("/api/") || path.starts_with("/export/")
+}
+
+/// Middleware: on `/api/` and `/export/` (script paths) every error is an RFC 9457
+/// problem document: ours are rendered so directly, and an error response from
+/// anywhere else (axum's extractor rejections: a body that is not JSON, a wrong content
+/// type or method, a body too large) is rewritten into one, its text as the detail.
 pub async fn json_under_api(request: Request, next: Next) -> Response {
-    let path = request.uri().path();
-    let api = path.starts_with("/api/") || path.starts_with("/export/");
-    let response = next.run(request).await;
-    if !api {
+    if !is_script_path(request.uri().path()) {
+        return next.run(request).await;
+    }
+    let response = WANTS_PROBLEM.scope(true, next.run(request)).await;
+    let status = response.status();
+    let done = response.extensions().get::<problem::Rendered>().is_some();
+    if done || !(status.is_client_error() || status.is_server_error()) {
         return response;
     }
-    let Some(report) = response.extensions().get::<Report>().cloned() else {
-        return response;
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 16 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    // A rejection of the body (415 without a JSON content type, 422 for JSON of the
+    // wrong shape) is a malformed request: 400, as every other malformed field.
+    let status = match status {
+        StatusCode::UNSUPPORTED_MEDIA_TYPE | StatusCode::UNPROCESSABLE_ENTITY => {
+            StatusCode::BAD_REQUEST
+        }
+        s => s,
     };
-    let retry_after = response.headers().get(header::RETRY_AFTER).cloned();
-    let challenge = response.headers().get(header::WWW_AUTHENTICATE).cloned();
-    let cookies: Vec<_> = response
-        .headers()
-        .get_all(header::SET_COOKIE)
-        .iter()
-        .cloned()
-        .collect();
-    let body = json!({ "error": {
-        "status": report.status.as_u16(),
-        "title": report.title,
-        "message": report.message,
-        "field": report.field,
-    }});
-    let mut json = (report.status, axum::Json(body)).into_response();
-    let headers = json.headers_mut();
-    if let Some(v) = retry_after {
-        headers.insert(header::RETRY_AFTER, v);
+    let (code, title) = problem::for_status(status);
+    let detail = if text.is_empty() || status.is_server_error() {
+        title.to_string()
+    } else {
+        text
+    };
+    let mut p = Problem::new(status, code, title, detail);
+    if status == StatusCode::BAD_REQUEST {
+        p = p.field("body");
     }
-    if let Some(v) = challenge {
-        headers.insert(header::WWW_AUTHENTICATE, v);
-    }
-    for c in cookies {
-        headers.append(header::SET_COOKIE, c);
-    }
-    json
+    parts.status = status;
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(problem::CONTENT_TYPE),
+    );
+    Response::from_parts(parts, Body::from(p.to_json().to_string()))
 }
 
 /// Any path no router claims.
@@ -264,6 +284,7 @@ pub fn panicked(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guard::GuardError;
 
     #[test]
     fn each_variant_answers_with_its_status() {

@@ -12,6 +12,7 @@
 //! request selects the same rows.
 
 use super::AppState;
+use super::problem::Problem;
 use crate::export::{CHUNK, Encoder, ExportFilter, FilterError, Format, Source};
 use crate::guard::{Clock, SystemClock, rfc3339};
 use crate::store::{Store, StoreError};
@@ -24,7 +25,6 @@ use axum::routing::get;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use serde::Deserialize;
-use serde_json::json;
 use tokio::sync::mpsc;
 
 pub fn router() -> Router<AppState> {
@@ -97,21 +97,31 @@ impl From<StoreError> for ExportError {
 
 impl IntoResponse for ExportError {
     fn into_response(self) -> Response {
-        let status = match &self {
-            ExportError::BadRequest(_) | ExportError::BadFormat(_) => StatusCode::BAD_REQUEST,
-            ExportError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            ExportError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        let (status, code, title) = match &self {
+            ExportError::BadRequest(_) | ExportError::BadFormat(_) => (
+                StatusCode::BAD_REQUEST,
+                "invalid",
+                "That input cannot be read",
+            ),
+            ExportError::Unavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "Database unavailable",
+            ),
+            ExportError::Internal => (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "Something went wrong",
+            ),
         };
-        let field = match &self {
-            ExportError::BadRequest(e) => Some(e.field),
-            ExportError::BadFormat(_) => Some("format"),
-            _ => None,
-        };
-        (
-            status,
-            axum::Json(json!({ "error": self.to_string(), "field": field })),
-        )
-            .into_response()
+        let mut problem = Problem::new(status, code, title, self.to_string());
+        match &self {
+            ExportError::BadRequest(e) => problem = problem.field(e.field),
+            ExportError::BadFormat(_) => problem = problem.field("format"),
+            ExportError::Unavailable => problem = problem.member("retry_after", 5),
+            ExportError::Internal => {}
+        }
+        problem.response()
     }
 }
 

@@ -5,10 +5,14 @@ pub mod auth;
 mod error;
 mod export;
 pub mod filters;
+mod guard;
 mod health;
 mod login;
 mod metrics;
+pub mod openapi;
 mod pages;
+pub mod problem;
+mod refusal;
 mod site;
 
 pub use error::Error;
@@ -16,7 +20,7 @@ pub use site::{check as check_site, same_site_only};
 
 use crate::auth::Authenticator;
 use crate::auth::throttle::LoginLimiter;
-use crate::guard::{Clock, SystemClock};
+use crate::guard::{Clock, Guard, GuardSettings, SystemClock, ToolPolicies};
 use crate::metrics::Metrics;
 use crate::store::Store;
 use axum::Router;
@@ -36,6 +40,12 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
     /// `--cookie-secure`: cookies only over HTTPS.
     pub cookie_secure: bool,
+    /// The one guard of this process, on `clock`: resolves and the guard routes go
+    /// through it, and it wakes the long polls of `/api/v1/guard/keys/{key}`.
+    pub guard: Guard,
+    /// The tools file (`--tools-file`): each guarded tool's policy. Empty: every tool
+    /// is refused over HTTP.
+    pub tools: Arc<ToolPolicies>,
     /// Password checks at once, and failures per user and address (docs/AUTH.md).
     pub logins: Arc<LoginLimiter>,
 }
@@ -48,13 +58,16 @@ impl AppState {
     }
 
     pub fn with_metrics(store: Store, metrics: Arc<Metrics>) -> Self {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         Self {
+            guard: Guard::new(store.clone(), clock.clone(), GuardSettings::default()),
             store,
             metrics,
-            clock: Arc::new(SystemClock),
+            clock,
             overview: pages::OverviewCache::default(),
             auth: Arc::new(Authenticator::new(None, None)),
             cookie_secure: false,
+            tools: Arc::default(),
             logins: Arc::new(LoginLimiter::default()),
         }
     }
@@ -74,7 +87,19 @@ impl AppState {
 
     /// The same state on another clock (tests move it past leases and retention).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.guard = Guard::new(
+            self.store.clone(),
+            clock.clone(),
+            self.guard.settings().clone(),
+        );
         self.clock = clock;
+        self
+    }
+
+    /// The same state with the tools file's policies and the guard's settings.
+    pub fn with_guard(mut self, tools: ToolPolicies, settings: GuardSettings) -> Self {
+        self.guard = Guard::new(self.store.clone(), self.clock.clone(), settings);
+        self.tools = Arc::new(tools);
         self
     }
 }
@@ -86,6 +111,8 @@ pub fn app(state: AppState) -> Router {
         .merge(export::router())
         .merge(login::router())
         .merge(metrics::router())
+        .merge(guard::router())
+        .merge(openapi::router())
         .merge(assets::router())
         .fallback(error::no_such_page)
         // Inner to outer: a panic becomes a 500 page; the caller is authenticated

@@ -203,7 +203,8 @@ async fn without_a_session_pages_go_to_the_login_and_scripts_get_401() {
     assert_eq!(a.status, StatusCode::UNAUTHORIZED);
     assert_eq!(a.headers["www-authenticate"], "Bearer realm=\"idemwatch\"");
     let json: serde_json::Value = serde_json::from_str(&a.body).unwrap();
-    assert_eq!(json["error"]["status"], 401);
+    assert_eq!(json["status"], 401);
+    assert_eq!(json["code"], "unauthorized");
     // A token that is not in the file is refused, not treated as anonymous.
     let mut r = request(Method::GET, "/keys", Who::Anonymous, None);
     r.headers_mut()

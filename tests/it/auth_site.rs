@@ -112,8 +112,12 @@ both_backends!(
         .await;
         let json: serde_json::Value = serde_json::from_str(&a.body).unwrap();
         assert_eq!(
-            json["error"]["status"], 421,
-            "the JSON error shape under /api/"
+            (json["status"].clone(), json["code"].clone()),
+            (
+                serde_json::json!(421),
+                serde_json::json!("misdirected_host")
+            ),
+            "the problem shape under /api/"
         );
 
         // Resolving, with a valid CSRF cookie and token, by form and by JSON: refused,

@@ -436,10 +436,14 @@ both_backends!(
         for (uri, status, field) in json_cases {
             let p = get(&app, &uri).await;
             assert_eq!(p.status.as_u16(), status, "{uri}");
-            assert_eq!(p.headers[header::CONTENT_TYPE], "application/json", "{uri}");
+            assert_eq!(
+                p.headers[header::CONTENT_TYPE],
+                "application/problem+json",
+                "{uri}"
+            );
             let v: serde_json::Value = serde_json::from_str(&p.body).unwrap();
-            assert_eq!(v["error"]["status"], status, "{uri}");
-            assert_eq!(v["error"]["field"].as_str(), field, "{uri}");
+            assert_eq!(v["status"], status, "{uri}");
+            assert_eq!(v["field"].as_str(), field, "{uri}");
         }
     }
 );
@@ -467,7 +471,8 @@ both_backends!(
         let p = get(&app, &format!("/api/v1/keys/{}", s.replayed)).await;
         assert_eq!(p.status, StatusCode::SERVICE_UNAVAILABLE);
         let v: serde_json::Value = serde_json::from_str(&p.body).unwrap();
-        assert_eq!(v["error"]["title"], "Database unavailable");
+        assert_eq!(v["title"], "Database unavailable");
+        assert_eq!(v["code"], "unavailable");
     }
 );
 

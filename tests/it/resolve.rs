@@ -604,13 +604,13 @@ both_backends!(
 
         let a = post(Who::Token("sam"), "{\"resolution\": ").await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST);
-        assert_eq!(error(&a.body)["error"]["field"], "body");
+        assert_eq!(error(&a.body)["field"], "body");
         let a = post(Who::Token("sam"), r#"{"resolution":"refund","reason":"r"}"#).await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST);
-        assert_eq!(error(&a.body)["error"]["field"], "resolution");
+        assert_eq!(error(&a.body)["field"], "resolution");
         let a = post(Who::Token("sam"), r#"{"resolution":"done","reason":"r"}"#).await;
         assert_eq!(
-            (a.status, error(&a.body)["error"]["field"].clone()),
+            (a.status, error(&a.body)["field"].clone()),
             (StatusCode::BAD_REQUEST, json!("evidence"))
         );
         let a = post(Who::Anonymous, r#"{"resolution":"failed","reason":"r"}"#).await;
@@ -618,7 +618,7 @@ both_backends!(
         let a = post(Who::Token("vic"), r#"{"resolution":"failed","reason":"r"}"#).await;
         assert_eq!(a.status, StatusCode::FORBIDDEN);
         assert!(
-            error(&a.body)["error"]["message"]
+            error(&a.body)["detail"]
                 .as_str()
                 .unwrap()
                 .contains("resolver role")
@@ -639,7 +639,7 @@ both_backends!(
         .await;
         assert_eq!(a.status, StatusCode::CONFLICT);
         assert!(
-            error(&a.body)["error"]["message"]
+            error(&a.body)["detail"]
                 .as_str()
                 .unwrap()
                 .contains("changed since you looked")

@@ -9,9 +9,7 @@
 
 use super::{Badge, Layout, Retention, lease_note, status_badge};
 use crate::auth::Principal;
-use crate::guard::{
-    Guard, GuardError, GuardSettings, IdempotencyKey, Record, Resolution, ResolveRequest, Status,
-};
+use crate::guard::{Guard, GuardError, IdempotencyKey, Record, Resolution, ResolveRequest, Status};
 use crate::web::auth::{Csrf, check_form_csrf, require_resolve};
 use crate::web::filters::{When, compact, pretty, short_key, when};
 use crate::web::{AppState, Error};
@@ -34,12 +32,8 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The guard the web layer resolves through: the store and clock of the pages.
-pub fn guard(state: &AppState) -> Guard {
-    Guard::new(
-        state.store.clone(),
-        state.clock.clone(),
-        GuardSettings::default(),
-    )
+pub fn guard(state: &AppState) -> &Guard {
+    &state.guard
 }
 
 /// A whole key from a path: 64 lowercase hex digits.
@@ -423,11 +417,15 @@ async fn refused(
         .ok_or_else(|| Error::NotFound(format!("No key {key} is recorded.")))?;
     let error = Error::from(e);
     let status = error.status();
-    let title = match &error {
-        Error::Conflict(_) if current.status == Status::InProgress => "A worker holds this key",
-        Error::Conflict(_) => "Someone else acted first",
-        Error::Unprocessable(_) => "This key cannot be resolved that way",
-        Error::BadRequest { .. } => return form_again(&current, form, error, now, csrf_token),
+    let title = match (&error, status) {
+        (Error::BadRequest { .. }, _) => {
+            return form_again(&current, form, error, now, csrf_token);
+        }
+        (_, StatusCode::CONFLICT) if current.status == Status::InProgress => {
+            "A worker holds this key"
+        }
+        (_, StatusCode::CONFLICT) => "Someone else acted first",
+        (_, StatusCode::UNPROCESSABLE_ENTITY) => "This key cannot be resolved that way",
         _ => return Err(error),
     };
     let page = RefusedPage {

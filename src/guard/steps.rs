@@ -1,0 +1,284 @@
+//! The engine's steps: admit, settle, and report a reconciliation lookup. None of them
+//! calls a provider. [`Guard::run`] strings them around its [`Operation`]'s calls;
+//! the HTTP routes (`/api/v1/guard/*`) expose each one, the caller making the provider
+//! calls in between. Both write the same rows through the same decisions.
+//!
+//! [`Operation`]: super::Operation
+
+use super::deadline::resend_safe_until;
+use super::decide::{self, Admission, Lookup, Settlement};
+use super::engine::{Guard, ToolCall};
+use super::error::GuardError;
+use super::key::{BusinessArgs, IdempotencyKey};
+use super::policy::ToolPolicy;
+use super::record::{AttemptDraft, GENESIS_HASH, Record};
+use super::status::{AttemptKind, Status};
+use crate::store::{Claim, StoreError};
+use serde_json::{Value, json};
+
+/// What admission decided, with the key and the business arguments it derived.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Admitted {
+    pub key: IdempotencyKey,
+    /// The arguments without free text: what the fingerprint covers and what is sent.
+    pub args: BusinessArgs,
+    pub admission: Admission,
+}
+
+impl Admitted {
+    /// In flight and payload mismatch refuse every caller alike: as errors. What is
+    /// left is for the caller to act on.
+    pub fn refuse(self) -> Result<Admitted, GuardError> {
+        match self.admission {
+            Admission::InFlight { lease_until } => Err(GuardError::InFlight {
+                key: self.key.to_string(),
+                lease_until,
+            }),
+            Admission::Mismatch {
+                stored_fingerprint,
+                differing_fields,
+            } => Err(GuardError::PayloadMismatch {
+                key: self.key.to_string(),
+                stored_fingerprint,
+                fingerprint: self.args.fingerprint.0,
+                differing_fields,
+            }),
+            _ => Ok(self),
+        }
+    }
+}
+
+/// How a provider call ended, as its worker reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallOutcome {
+    /// The provider answered: the effect happened.
+    Done { result: Value },
+    /// The provider refused definitively (a decline, a 400/422): nothing happened.
+    Failed { error: String },
+    /// Nobody knows (timeout, reset, 5xx, crash): why.
+    Unknown { reason: String },
+}
+
+/// What a reported lookup led to (a forgotten key with no effect is
+/// [`GuardError::NeedsHumanReview`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reconciled {
+    /// The provider had the effect: the key is DONE with it, a replay.
+    Found { result: Value },
+    /// Not found and the provider still remembers the key (or a person released it):
+    /// `resent` is recorded; call the provider again with the same key and token and
+    /// settle. `record` is the key as written.
+    Resend { record: Box<Record> },
+    /// The lookup failed: the key is UNKNOWN again; a later retry reconciles.
+    Unknown { reason: String },
+}
+
+impl Guard {
+    /// Step 1: derives the key and the business arguments of `call` under `policy`,
+    /// then claims the key or decides what the caller gets.
+    #[tracing::instrument(skip_all, fields(tool = %call.intent.tool, key))]
+    pub async fn admit_call(
+        &self,
+        call: &ToolCall,
+        policy: &ToolPolicy,
+    ) -> Result<Admitted, GuardError> {
+        let key = call.intent.key()?;
+        tracing::Span::current().record("key", key.as_str());
+        let args = BusinessArgs::new(&call.args, &policy.free_text_fields)?;
+        let admission = self.admit_with(&key, call, &args, policy).await?;
+        Ok(Admitted {
+            key,
+            args,
+            admission,
+        })
+    }
+
+    /// The atomic claim, or the decision for an existing key. The claim's attempt
+    /// records the policy in force, so an auditor sees which rules applied.
+    pub async fn admit_with(
+        &self,
+        key: &IdempotencyKey,
+        call: &ToolCall,
+        args: &BusinessArgs,
+        policy: &ToolPolicy,
+    ) -> Result<Admission, GuardError> {
+        let lease = policy.lease(self.settings.lease_margin);
+        // The clock is read inside the store's transaction, after any wait for the
+        // lock: a row written after a wait carries the time it was written, and a
+        // takeover's lease starts when the takeover does.
+        let claimed_lease = std::sync::Mutex::new(None);
+        let build = || {
+            let now = self.clock.now();
+            // The provider starts remembering the key at the first send.
+            let provider_retention_until = now + policy.key_retention;
+            let record = Record {
+                key: key.to_string(),
+                tenant: call.intent.tenant.clone(),
+                tool: call.intent.tool.clone(),
+                workflow_id: call.intent.workflow_id.clone(),
+                step_id: call.intent.step_id.clone(),
+                intent_id: call.intent.intent_id.clone(),
+                business_ref: call.business_ref.clone(),
+                fingerprint: args.fingerprint.0.clone(),
+                business_args: args.value.clone(),
+                status: Status::InProgress,
+                fencing_token: 1,
+                lease_until: now + lease,
+                attempt_count: 1,
+                result: None,
+                error: None,
+                provider_retention_until,
+                resend_safe_until: resend_safe_until(now, provider_retention_until),
+                release_approved: false,
+                created_at: now,
+                updated_at: now,
+                log_seq: 0,
+                log_hash: GENESIS_HASH.to_string(),
+            };
+            *claimed_lease.lock().unwrap_or_else(|e| e.into_inner()) = Some(record.lease_until);
+            let claimed =
+                AttemptDraft::new(AttemptKind::Claimed, 1, &call.actor, now).detail(json!({
+                    "lease_until": record.lease_until,
+                    "policy": policy.to_json(&call.intent.tool),
+                }));
+            (record, claimed)
+        };
+        loop {
+            if let Claim::Created = self.store.claim(build).await? {
+                let lease_until = claimed_lease
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .expect("a created claim built its record");
+                return Ok(Admission::New {
+                    token: 1,
+                    lease_until,
+                });
+            }
+            let decided = self.locked(key, |rec| {
+                decide::admit_existing(rec, args, &call.actor, self.clock.now(), lease)
+            });
+            match decided.await {
+                Ok(admission) => return Ok(admission),
+                // Pruned between the two statements: claim again.
+                Err(GuardError::NotFound(_)) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Step 2: the fenced write of a provider call's outcome under `token`. Returns the
+    /// record as written; a stale token is recorded and answered with
+    /// [`GuardError::LeaseLost`].
+    pub async fn settle_call(
+        &self,
+        key: &IdempotencyKey,
+        token: i64,
+        outcome: CallOutcome,
+        duration_ms: Option<i64>,
+        actor: &str,
+    ) -> Result<Record, GuardError> {
+        let settlement = match outcome {
+            CallOutcome::Done { result } => Settlement::Completed {
+                result,
+                duration_ms,
+            },
+            CallOutcome::Failed { error } => Settlement::Failed { error, duration_ms },
+            CallOutcome::Unknown { reason } => Settlement::Unknown {
+                reason,
+                duration_ms,
+            },
+        };
+        self.settle(key, token, actor, |_, _| settlement)
+            .await
+            .map(|(_, record)| record)
+    }
+
+    /// Step 3: after a takeover, what the lookup at the provider found, decided and
+    /// written under the row lock.
+    pub async fn report_lookup(
+        &self,
+        key: &IdempotencyKey,
+        token: i64,
+        lookup: Lookup,
+        duration_ms: Option<i64>,
+        actor: &str,
+    ) -> Result<Reconciled, GuardError> {
+        let (settlement, record) = self
+            .settle(key, token, actor, |rec, now| {
+                decide::after_lookup(rec, lookup, duration_ms, now)
+            })
+            .await?;
+        match settlement {
+            Settlement::ReconciledFound { result, .. } => Ok(Reconciled::Found { result }),
+            Settlement::Resent { .. } => Ok(Reconciled::Resend {
+                record: Box::new(record),
+            }),
+            Settlement::Unknown { reason, .. } => Ok(Reconciled::Unknown { reason }),
+            Settlement::Escalated { .. } => Err(GuardError::NeedsHumanReview {
+                key: key.to_string(),
+                provider_retention_until: record.provider_retention_until,
+            }),
+            Settlement::Completed { .. } | Settlement::Failed { .. } => {
+                unreachable!("a lookup settles as found, resent, unknown or escalated")
+            }
+        }
+    }
+
+    /// The fenced write of the settlement `choose` makes from the locked record and
+    /// the time; returns what it chose and the record as written.
+    async fn settle(
+        &self,
+        key: &IdempotencyKey,
+        token: i64,
+        actor: &str,
+        choose: impl FnOnce(&Record, chrono::DateTime<chrono::Utc>) -> Settlement,
+    ) -> Result<(Settlement, Record), GuardError> {
+        let written = self
+            .locked(key, |rec| {
+                let now = self.clock.now();
+                let settlement = choose(rec, now);
+                let (attempts, written) =
+                    decide::settle(rec, token, settlement.clone(), actor, now);
+                (attempts, written.map(|()| (settlement, rec.clone())))
+            })
+            .await?;
+        written.map_err(|stale| {
+            tracing::warn!(key = %key, fencing_token = token, current = stale.current, "stale write rejected");
+            GuardError::LeaseLost {
+                key: key.to_string(),
+                token,
+                current: stale.current,
+            }
+        })
+    }
+
+    /// [`crate::store::Store::with_locked`] for the guard: a missing key is
+    /// [`GuardError::NotFound`], and a write that moves the fencing token (a takeover,
+    /// a resolution) wakes whoever waits on the key in this process.
+    pub(super) async fn locked<T>(
+        &self,
+        key: &IdempotencyKey,
+        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T),
+    ) -> Result<T, GuardError> {
+        let mut moved = false;
+        let decided = self
+            .store
+            .with_locked(key.as_str(), |rec| {
+                let before = rec.fencing_token;
+                let out = decide(rec);
+                moved = rec.fencing_token != before;
+                out
+            })
+            .await;
+        match decided {
+            Ok(value) => {
+                if moved {
+                    self.changed(key);
+                }
+                Ok(value)
+            }
+            Err(StoreError::NotFound) => Err(GuardError::NotFound(key.to_string())),
+            Err(e) => Err(e.into()),
+        }
+    }
+}

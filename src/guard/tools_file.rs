@@ -1,0 +1,178 @@
+//! The tools file (`serve --tools-file`, TOML): each guarded tool's policy, and an
+//! optional default for tools it does not name. Checked whole at start-up; every error
+//! names the tool and the field.
+//!
+//! ```toml
+//! [default]                      # optional: without it, unknown tools are refused
+//! key_retention = "24h"
+//! call_timeout = "10s"
+//!
+//! [tools.issue_refund]
+//! key_retention = "24h"          # how long the provider remembers a key
+//! call_timeout = "10s"           # the client deadline of one call; the lease adds a margin
+//! free_text_fields = ["reason"]  # left out of the fingerprint, never sent
+//! ```
+
+use super::policy::{ToolPolicies, ToolPolicy};
+use crate::duration::HumanDuration;
+use serde::Deserialize;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// The longest call timeout a tools file may declare: a lease is held this long (plus
+/// the margin) by a worker that died, so a typo such as `10d` would park a key for days.
+const MAX_CALL_TIMEOUT_SECONDS: i64 = 3600;
+/// The longest field name, and a tool name's limit (an intent field's).
+const MAX_NAME_BYTES: usize = 512;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    default: Option<Entry>,
+    #[serde(default)]
+    tools: BTreeMap<String, Entry>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    key_retention: Option<String>,
+    call_timeout: Option<String>,
+    #[serde(default)]
+    free_text_fields: Vec<String>,
+}
+
+impl ToolPolicies {
+    pub fn load(path: &Path) -> Result<ToolPolicies, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read tools file {}: {e}", path.display()))?;
+        ToolPolicies::parse(&text).map_err(|e| format!("tools file {}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<ToolPolicies, String> {
+        let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
+        if file.tools.is_empty() && file.default.is_none() {
+            return Err("declares no tools: add a [tools.NAME] table or a [default]".into());
+        }
+        let mut tools = BTreeMap::new();
+        for (name, entry) in file.tools {
+            let what = format!("tool {name:?}");
+            if name.trim().is_empty() || name.len() > MAX_NAME_BYTES {
+                return Err(format!(
+                    "{what}: a tool name must be non-empty and at most {MAX_NAME_BYTES} bytes"
+                ));
+            }
+            let policy = entry.policy(&what)?;
+            tools.insert(name, policy);
+        }
+        let default = file
+            .default
+            .map(|entry| entry.policy("[default]"))
+            .transpose()?;
+        Ok(ToolPolicies { tools, default })
+    }
+}
+
+impl Entry {
+    fn policy(self, what: &str) -> Result<ToolPolicy, String> {
+        let duration = |field: &str, value: Option<String>| -> Result<HumanDuration, String> {
+            let text = value.ok_or_else(|| format!("{what}: {field} is missing (e.g. \"24h\")"))?;
+            let d: HumanDuration = text.parse().map_err(|e| format!("{what}: {field}: {e}"))?;
+            if d.0 <= chrono::TimeDelta::zero() {
+                return Err(format!("{what}: {field} must be more than 0"));
+            }
+            Ok(d)
+        };
+        let key_retention = duration("key_retention", self.key_retention)?;
+        let call_timeout = duration("call_timeout", self.call_timeout)?;
+        if call_timeout.0.num_seconds() > MAX_CALL_TIMEOUT_SECONDS {
+            return Err(format!(
+                "{what}: call_timeout {call_timeout} is longer than 1h: a worker that dies holds the key that long"
+            ));
+        }
+        if call_timeout.0 >= key_retention.0 {
+            return Err(format!(
+                "{what}: call_timeout ({call_timeout}) must be shorter than key_retention ({key_retention}): \
+                 the provider would forget the key before the first call ends"
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        for field in &self.free_text_fields {
+            if field.is_empty() || field.len() > MAX_NAME_BYTES {
+                return Err(format!(
+                    "{what}: free_text_fields: {field:?} must be non-empty and at most {MAX_NAME_BYTES} bytes"
+                ));
+            }
+            if !seen.insert(field) {
+                return Err(format!(
+                    "{what}: free_text_fields: {field:?} is listed twice"
+                ));
+            }
+        }
+        Ok(ToolPolicy {
+            key_retention: key_retention.0,
+            call_timeout: call_timeout.to_std(),
+            free_text_fields: self.free_text_fields,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_tools_file_declares_each_tools_policy_and_a_default() {
+        let p = ToolPolicies::parse(
+            "[default]\nkey_retention = \"1h\"\ncall_timeout = \"5s\"\n\
+             [tools.issue_refund]\nkey_retention = \"24h\"\ncall_timeout = \"250ms\"\nfree_text_fields = [\"reason\"]\n",
+        )
+        .unwrap();
+        let refund = p.get("issue_refund").unwrap();
+        assert_eq!(refund.call_timeout, Duration::from_millis(250));
+        assert_eq!(refund.key_retention, chrono::TimeDelta::hours(24));
+        assert_eq!(refund.free_text_fields, ["reason"]);
+        assert_eq!(p.get("other").unwrap().call_timeout, Duration::from_secs(5));
+    }
+
+    #[test]
+    fn each_mistake_names_the_tool_and_the_field() {
+        let cases = [
+            (
+                "[tools.a]\ncall_timeout = \"5s\"\n",
+                "tool \"a\": key_retention is missing",
+            ),
+            (
+                "[tools.a]\nkey_retention = \"24\"\ncall_timeout = \"5s\"\n",
+                "tool \"a\": key_retention: \"24\" is not a duration",
+            ),
+            (
+                "[tools.a]\nkey_retention = \"1h\"\ncall_timeout = \"0\"\n",
+                "tool \"a\": call_timeout must be more than 0",
+            ),
+            (
+                "[tools.a]\nkey_retention = \"1d\"\ncall_timeout = \"2h\"\n",
+                "tool \"a\": call_timeout 2h is longer than 1h",
+            ),
+            (
+                "[tools.a]\nkey_retention = \"1m\"\ncall_timeout = \"1m\"\n",
+                "must be shorter than key_retention",
+            ),
+            (
+                "[tools.a]\nkey_retention = \"1h\"\ncall_timeout = \"5s\"\nfree_text_fields = [\"r\", \"r\"]\n",
+                "tool \"a\": free_text_fields: \"r\" is listed twice",
+            ),
+            (
+                "[default]\nkey_retention = \"1h\"\ncall_timout = \"5s\"\n",
+                "unknown field `call_timout`",
+            ),
+            ("", "declares no tools"),
+        ];
+        for (text, want) in cases {
+            let err = ToolPolicies::parse(text).unwrap_err();
+            assert!(err.contains(want), "{text:?}: {err}");
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! Who calls the guard, for which tenants and tools, under which policy, and the one
+//! request header a browser cannot forge without a CORS preflight.
+
+use crate::auth::{Principal, Scope, Via};
+use crate::guard::{GuardError, IdempotencyKey, ToolPolicy};
+use crate::web::problem::Problem;
+use crate::web::{AppState, Error};
+use axum::http::{HeaderMap, StatusCode, header};
+
+/// The caller as the attempt log records it, and what its token may touch.
+pub struct Caller<'a> {
+    /// `token:NAME/worker-3`, or `local/worker-3` without an auth file: the caller's
+    /// identity plus the worker id it gives, never a person's name.
+    pub actor: String,
+    name: &'a str,
+    scope: &'a Scope,
+}
+
+impl<'a> Caller<'a> {
+    pub fn new(principal: &'a Principal, worker: Option<&str>) -> Self {
+        let who = match principal.via {
+            Via::Local => "local".to_string(),
+            _ => principal.actor(),
+        };
+        Self {
+            actor: match worker {
+                Some(w) => format!("{who}/{w}"),
+                None => who,
+            },
+            name: &principal.name,
+            scope: &principal.scope,
+        }
+    }
+
+    /// 403 unless a key of `tenant` and `tool` is inside the token's scope.
+    pub fn may_call(&self, tenant: &str, tool: &str) -> Result<(), Error> {
+        self.scope.check(tenant, tool).map_err(|outside| {
+            let value = if outside == "tenant" { tenant } else { tool };
+            Error::Forbidden(format!(
+                "The token {:?} may not call the guard for {outside} {value:?} (its `{outside}s` in the auth file). Nothing was written.",
+                self.name
+            ))
+        })
+    }
+
+    /// [`Caller::may_call`] for an existing key: a limited token reads the key's
+    /// tenant and tool first (they never change).
+    pub async fn may_touch(&self, state: &AppState, key: &IdempotencyKey) -> Result<(), Error> {
+        if !self.scope.is_limited() {
+            return Ok(());
+        }
+        match state.store.record(key.as_str()).await? {
+            Some(r) => self.may_call(&r.tenant, &r.tool),
+            None => Err(Error::guard(
+                GuardError::NotFound(key.to_string()),
+                state.clock.now(),
+            )),
+        }
+    }
+}
+
+/// The policy of `tool` from the tools file, or 400 `unknown_tool`.
+pub fn policy<'s>(state: &'s AppState, tool: &str) -> Result<&'s ToolPolicy, Error> {
+    state.tools.get(tool).ok_or_else(|| {
+        Error::refused(
+            Problem::new(
+                StatusCode::BAD_REQUEST,
+                "unknown_tool",
+                "Unknown tool",
+                format!(
+                    "The tool {tool:?} is not in the server's tools file and no default policy is configured; add [tools.{tool}] to the tools file (docs/OPERATIONS.md)."
+                ),
+            )
+            .field("intent.tool"),
+        )
+    })
+}
+
+/// 400 unless the request says its body is JSON. A cross-site page cannot send
+/// `Content-Type: application/json` without a CORS preflight, which idemwatch never
+/// grants, so this keeps browsers out of the guard when no auth file asks for tokens.
+pub fn require_json(headers: &HeaderMap) -> Result<(), Error> {
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+    if json {
+        Ok(())
+    } else {
+        Err(Error::bad_request(
+            "content-type",
+            "the guard takes JSON: send Content-Type: application/json",
+        ))
+    }
+}
