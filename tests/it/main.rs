@@ -20,6 +20,7 @@ mod guard_random;
 mod metrics;
 mod page_indexes;
 mod pages;
+mod pages_drilldown;
 mod past_retention;
 mod prometheus_e2e;
 mod resolve;

@@ -53,7 +53,7 @@ pub fn linked_keys(body: &str) -> Vec<String> {
 }
 
 /// The href of the link with `rel="next"`, unescaped.
-fn next_link(body: &str) -> Option<String> {
+pub fn next_link(body: &str) -> Option<String> {
     let at = body.find("rel=\"next\"")?;
     let start = body[..at].rfind("href=\"")? + "href=\"".len();
     let end = start + body[start..].find('"')?;
@@ -81,7 +81,7 @@ fn assert_no_internals(p: &Page) {
     }
 }
 
-async fn setup(db: &TestDb) -> (Router, Seeded) {
+pub async fn setup(db: &TestDb) -> (Router, Seeded) {
     let seeded = seed(&db.store, Utc::now(), 0).await;
     let state = AppState::new(db.store.clone()).with_clock(Arc::new(seeded.clock.clone()));
     (web::app(state), seeded)
