@@ -167,3 +167,142 @@ both_backends!(
         }
     }
 );
+
+/// Every data link of every dashboard panel, with its panel's title: the panel's own
+/// (`defaults`) and its series' (`overrides`).
+fn dashboard_links() -> Vec<(String, String)> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/grafana/dashboards/idemwatch.json"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut out = Vec::new();
+    for panel in json["panels"].as_array().unwrap() {
+        let title = panel["title"].as_str().unwrap().to_string();
+        let config = &panel["fieldConfig"];
+        let mut lists = vec![&config["defaults"]["links"]];
+        for o in config["overrides"].as_array().into_iter().flatten() {
+            for p in o["properties"].as_array().unwrap() {
+                if p["id"] == "links" {
+                    lists.push(&p["value"]);
+                }
+            }
+        }
+        for link in lists.into_iter().filter_map(|l| l.as_array()).flatten() {
+            out.push((title.clone(), link["url"].as_str().unwrap().to_string()));
+        }
+    }
+    out
+}
+
+/// The `ui_url` of each alert, in file order.
+fn alert_links() -> Vec<String> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/grafana/prometheus/idemwatch-rules.yml"
+    );
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("ui_url: '"))
+        .map(|l| l.trim_end_matches('\'').to_string())
+        .collect()
+}
+
+both_backends!(
+    async fn every_grafana_and_alert_link_opens_the_keys_behind_it(db: TestDb) {
+        let (app, s) = setup(&db).await;
+        let window = |url: &str, tool: &str| {
+            url.replace("${idemwatch_url}", "")
+                .replace("${__field.labels.tool:percentencode}", tool)
+                .replace("${__from:date:iso}", &rfc3339(s.end - TimeDelta::hours(4)))
+                .replace("${__to:date:iso}", &rfc3339(s.end))
+        };
+        let links = dashboard_links();
+        assert!(links.len() >= 15, "{links:?}");
+        for (title, url) in &links {
+            if url.contains("${__field.labels.tool") {
+                assert!(
+                    url.contains("tool=${__field.labels.tool:percentencode}"),
+                    "{title}: the tool must be percent-encoded: {url}"
+                );
+            }
+            // A window of a panel names what happened in it: never every key of the tool.
+            if url.contains("/keys?") && url.contains("from=") {
+                assert!(
+                    url.contains("&outcome=") || url.contains("&attempt_kind="),
+                    "{title}: {url}"
+                );
+            }
+            if !url.starts_with("${idemwatch_url}/") {
+                continue;
+            }
+            // Every link is a list the UI accepts, for every outcome a series can have,
+            // and for a tool name that needs encoding.
+            for outcome in idemwatch::guard::AttemptKind::outcomes() {
+                let uri = window(url, "send%20sms").replace("${__field.labels.outcome}", outcome);
+                let p = get(&app, &uri).await;
+                assert_eq!(p.status, StatusCode::OK, "{title}: {uri}: {}", p.body);
+            }
+        }
+
+        // Exactly the keys behind a panel, on the seeded keys.
+        let set = |keys: &[&String]| keys.iter().map(|k| k.to_string()).collect::<BTreeSet<_>>();
+        let opens = async |title: &str, nth: usize, tool: &str| {
+            let (_, url) = links
+                .iter()
+                .filter(|(t, _)| t == title)
+                .nth(nth)
+                .unwrap_or_else(|| panic!("no link {nth} on {title}"));
+            let uri = window(url, tool).replace("${__field.labels.outcome}", "replay");
+            linked_keys(&get(&app, &uri).await.body)
+                .into_iter()
+                .collect::<BTreeSet<_>>()
+        };
+        assert_eq!(
+            opens("Payload conflicts", 0, "issue_refund").await,
+            set(&[&s.mismatch])
+        );
+        assert_eq!(
+            opens("Replay ratio per tool", 0, "issue_refund").await,
+            set(&[&s.replayed])
+        );
+        assert_eq!(
+            opens("Admissions by outcome", 0, "issue_refund").await,
+            set(&[&s.replayed])
+        );
+        let takeovers = "Takeovers, escalation events and manual resolutions";
+        // The panel, then its series: takeovers, escalations, resolutions.
+        assert_eq!(
+            opens(takeovers, 0, "send_message").await,
+            set(&[&s.escalated])
+        );
+        assert_eq!(
+            opens(takeovers, 2, "send_message").await,
+            set(&[&s.escalated])
+        );
+        assert_eq!(opens(takeovers, 3, "send_message").await, set(&[]));
+
+        // The alerts' links: the keys behind a replay spike and a payload conflict.
+        let alerts = alert_links();
+        assert!(alerts.len() >= 7, "{alerts:?}");
+        for link in &alerts {
+            let path = link
+                .split_once("{{ end }}")
+                .map(|(_, p)| p)
+                .unwrap()
+                .replace("{{ $labels.tool | urlquery }}", "issue_refund");
+            let p = get(&app, &path.replace("now-1h", "now-4h")).await;
+            assert_eq!(p.status, StatusCode::OK, "{path}: {}", p.body);
+            let keys: BTreeSet<String> = linked_keys(&p.body).into_iter().collect();
+            if path.contains("outcome=conflict") {
+                assert_eq!(keys, set(&[&s.mismatch]), "{path}");
+            } else if path.contains("outcome=replay") {
+                assert_eq!(keys, set(&[&s.replayed]), "{path}");
+            }
+        }
+        let p = get(&app, "/backlog?tool=send+sms").await;
+        assert_eq!(p.status, StatusCode::OK);
+    }
+);
