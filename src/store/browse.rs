@@ -181,6 +181,16 @@ impl KeyFilter {
         }
     }
 
+    /// Whether a plan made for other parameter values serves this listing. Not with an
+    /// attempt filter: the best plan depends on how common the kinds are in the window
+    /// (a rare kind drives from its attempts, a common one walks the records newest
+    /// first), and a cached generic plan on PostgreSQL knows neither (measured: 1.6 s
+    /// instead of 0.2 ms for a kind with no attempts among 200,000 keys). Such
+    /// statements are prepared unnamed, so PostgreSQL plans them for the values bound.
+    fn plan_is_reusable(&self) -> bool {
+        self.attempt_kinds.is_empty()
+    }
+
     /// The bounds on last activity: `from`/`to`, unless they bound the attempts.
     fn activity_range(&self) -> (DateTime<Utc>, DateTime<Utc>) {
         if self.attempt_kinds.is_empty() {
@@ -334,7 +344,7 @@ impl Store {
         let rows: Vec<SummaryRow> = match self {
             Store::Postgres(pool) => {
                 bind_listing!(
-                    sqlx::query_as(statements.list_postgres),
+                    sqlx::query_as(statements.list_postgres).persistent(filter.plan_is_reusable()),
                     filter,
                     range,
                     cursor,
@@ -345,7 +355,7 @@ impl Store {
             }
             Store::Sqlite(pool) => {
                 bind_listing!(
-                    sqlx::query_as(statements.list_sqlite),
+                    sqlx::query_as(statements.list_sqlite).persistent(filter.plan_is_reusable()),
                     filter,
                     range,
                     cursor,
@@ -381,7 +391,8 @@ impl Store {
         let n: i64 = match self {
             Store::Postgres(pool) => {
                 bind_listing!(
-                    sqlx::query_scalar(statements.count_postgres),
+                    sqlx::query_scalar(statements.count_postgres)
+                        .persistent(filter.plan_is_reusable()),
                     filter,
                     range,
                     cursor,
@@ -392,7 +403,8 @@ impl Store {
             }
             Store::Sqlite(pool) => {
                 bind_listing!(
-                    sqlx::query_scalar(statements.count_sqlite),
+                    sqlx::query_scalar(statements.count_sqlite)
+                        .persistent(filter.plan_is_reusable()),
                     filter,
                     range,
                     cursor,
