@@ -156,7 +156,8 @@ macro_rules! by_updated_at {
 // idempotency_attempts_kind_occurred_at (one range per kind), then by primary key. A
 // semi-join (IN) rather than EXISTS: SQLite runs a correlated EXISTS once per record,
 // which would walk every record for a rare kind; an IN list it builds once and probes
-// the records with. Costs what the matching attempts in the window number.
+// the records with. Costs what the matching attempts in the window number (PostgreSQL
+// may walk the records newest first instead when the kind is common).
 macro_rules! by_attempts {
     ($kinds:expr) => {
         concat!(
@@ -189,8 +190,10 @@ macro_rules! selective {
     };
 }
 
-/// The statements of a listing meant to walk a time-ordered index. They are not chosen
-/// with an attempt filter ([`by_attempts!`] drives those) but apply it all the same.
+/// The statements of a listing meant to walk a time-ordered index. With an attempt
+/// filter only the undecided walk is chosen (its partial index is small by design) and
+/// probes each key's attempts; the tool and last-activity walks never are
+/// ([`by_attempts!`] drives those listings) but apply the filter all the same.
 macro_rules! ordered {
     ($driver:expr) => {
         KeyStatements {
