@@ -302,6 +302,15 @@ fn every_per_tool_alert_links_to_the_ui_under_the_operators_label() {
                 "{}: ui_url must start with {UI_BASE} and pass the tool query-encoded: {link}",
                 alert.name
             );
+            // A list of keys over a time window names what happened in it (`outcome=`,
+            // `attempt_kind=`): the keys behind the alert, not every key of the tool.
+            if link.contains("/keys?") && link.contains("from=") {
+                assert!(
+                    link.contains("&outcome=") || link.contains("&attempt_kind="),
+                    "{}: ui_url must select the keys behind the alert: {link}",
+                    alert.name
+                );
+            }
         } else {
             assert_eq!(
                 links,

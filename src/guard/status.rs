@@ -100,6 +100,22 @@ impl AttemptKind {
             _ => return None,
         })
     }
+
+    /// The attempt kinds recorded for admissions with `outcome` (the inverse of
+    /// [`admission_outcome`](Self::admission_outcome)); empty for a name that is no
+    /// outcome.
+    pub fn with_outcome(outcome: &str) -> Vec<AttemptKind> {
+        Self::ALL
+            .iter()
+            .copied()
+            .filter(|k| k.admission_outcome() == Some(outcome))
+            .collect()
+    }
+
+    /// Every admission outcome, in the order of [`AttemptKind::ALL`].
+    pub fn outcomes() -> impl Iterator<Item = &'static str> {
+        Self::ALL.iter().filter_map(|k| k.admission_outcome())
+    }
 }
 
 #[cfg(test)]
@@ -115,6 +131,23 @@ mod tests {
             assert_eq!(k.as_str().parse::<AttemptKind>().unwrap(), *k);
         }
         assert_eq!(AttemptKind::ALL.len(), 14);
+    }
+
+    #[test]
+    fn each_outcome_stands_for_the_kinds_that_record_it() {
+        let cases: [(&str, &[AttemptKind]); 7] = [
+            ("new", &[AttemptKind::Claimed]),
+            ("replay", &[AttemptKind::Replayed]),
+            ("replay_failure", &[AttemptKind::ReplayedFailure]),
+            ("conflict", &[AttemptKind::PayloadMismatch]),
+            ("in_flight", &[AttemptKind::InFlightRejected]),
+            ("takeover", &[AttemptKind::TakenOver]),
+            ("escalated", &[]),
+        ];
+        for (outcome, kinds) in cases {
+            assert_eq!(AttemptKind::with_outcome(outcome), kinds, "{outcome}");
+        }
+        assert_eq!(AttemptKind::outcomes().count(), 6);
     }
 
     #[test]

@@ -25,6 +25,7 @@ mod metrics;
 mod openapi;
 mod page_indexes;
 mod pages;
+mod pages_drilldown;
 mod past_retention;
 mod prometheus_e2e;
 mod resolve;

@@ -73,6 +73,20 @@ both_backends!(
                 "keys by tool and time",
                 &["idempotency_records_tool_updated_at"],
             ),
+            // What happened in a window: the attempts of those kinds, by kind.
+            (
+                "keys by attempt kind and time",
+                &["idempotency_attempts_kind_occurred_at"],
+            ),
+            // A few records by business ref, each probing its own attempts by key (or,
+            // for a kind the statistics say is rare, that kind's attempts read once).
+            (
+                "keys by business ref and attempt kind",
+                &[
+                    "idempotency_records_business_ref",
+                    "idempotency_attempts_key_seq|sqlite_autoindex_idempotency_attempts_1|idempotency_attempts_kind_occurred_at",
+                ][..],
+            ),
             ("keys by last activity", &["idempotency_records_updated_at"]),
             // A tenant the statistics say is rare may be read from the tenant index instead.
             (
@@ -97,7 +111,7 @@ both_backends!(
                 &["idempotency_attempts_occurred_at_tool_kind"],
             ),
         ];
-        assert_eq!(plans.len(), 8 * 2 + 5);
+        assert_eq!(plans.len(), 10 * 2 + 5);
         for (name, plan) in &plans {
             let base = name.trim_end_matches(" (count)");
             let (_, indexes) = expected

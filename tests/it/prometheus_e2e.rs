@@ -321,7 +321,9 @@ async fn a_replay_spike_pages_through_a_real_prometheus_and_alertmanager() {
         );
         assert_eq!(
             ui_url,
-            format!("http://{listen}/keys?tool=issue_refund&from=now-1h"),
+            format!(
+                "http://{listen}/keys?tool=issue_refund&outcome=replay,replay_failure&from=now-1h"
+            ),
             "{alert}"
         );
         // Follow both links, as on-call would.

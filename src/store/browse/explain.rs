@@ -3,7 +3,7 @@
 
 use super::sql::*;
 use super::{KEY_AFTER_ALL, KeyFilter, far_future, far_past};
-use crate::guard::Status;
+use crate::guard::{AttemptKind, Status};
 use crate::store::{Store, StoreError};
 use chrono::Utc;
 
@@ -52,6 +52,24 @@ fn sample_filters() -> Vec<(&'static str, KeyFilter)> {
                 tool: Some("issue_refund".into()),
                 from: Some(far_past()),
                 to: Some(far_future()),
+                ..f()
+            },
+        ),
+        (
+            "keys by attempt kind and time",
+            KeyFilter {
+                tool: Some("issue_refund".into()),
+                attempt_kinds: vec![AttemptKind::Replayed, AttemptKind::ReplayedFailure],
+                from: Some(Utc::now() - chrono::TimeDelta::hours(1)),
+                to: Some(Utc::now()),
+                ..f()
+            },
+        ),
+        (
+            "keys by business ref and attempt kind",
+            KeyFilter {
+                business_ref: Some("A-88214".into()),
+                attempt_kinds: vec![AttemptKind::PayloadMismatch],
                 ..f()
             },
         ),

@@ -17,6 +17,8 @@ macro_rules! summary_columns {
 /// $1/$2 key range, $3 business ref (driver only), $4 workflow, $5 intent, $6 tenant,
 /// $7 tool, $8 status, $9/$10 last-activity range (never NULL: sentinels when absent),
 /// $11/$12 the keyset position (a sentinel above every row on the first page).
+/// Then ($13 is the row limit) $14/$15 the attempt window and $16 the attempt kinds,
+/// for [`attempt_filter!`] and [`by_attempts!`].
 /// `$u` is how the time column is written: `updated_at`, or on SQLite `+updated_at`
 /// where the time index must not be used (a no-op that SQLite's planner cannot index).
 macro_rules! key_filters {
@@ -39,18 +41,55 @@ macro_rules! key_filters {
     };
 }
 
-/// A listing page: newest activity first, `$13` rows.
-macro_rules! keys_sql {
-    ($driver:expr) => {
-        keys_sql!($driver, "updated_at")
+/// The attempt kinds asked for: `$16` is their names, comma-separated (never empty when
+/// present; names are letters and underscores). The one part of the attempt filter the
+/// backends spell differently; both look each kind up in an index. PostgreSQL folds
+/// `string_to_array` of the bound value into a constant array when it plans, so it
+/// estimates from the statistics of each kind (a rare one drives the listing).
+macro_rules! kinds_postgres {
+    () => {
+        "kind = ANY(string_to_array($16, ','))"
     };
-    ($driver:expr, $u:literal) => {
+}
+macro_rules! kinds_sqlite {
+    () => {
+        "kind IN (SELECT value FROM json_each('[\"' || replace($16, ',', '\",\"') || '\"]'))"
+    };
+}
+
+/// What happened in the window: the key has an attempt of one of the kinds `$16` that
+/// occurred at or after `$14` and before `$15` (never NULL: sentinels when absent).
+macro_rules! attempt_in_window {
+    ($kinds:expr) => {
+        concat!($kinds, " AND occurred_at >= $14 AND occurred_at < $15")
+    };
+}
+
+/// The attempt filter of a listing driven by a records index: no filter when `$16` is
+/// NULL, otherwise a probe of the key's own attempts (idempotency_attempts_key_seq)
+/// for each row the driving index finds.
+macro_rules! attempt_filter {
+    ($kinds:expr) => {
+        concat!(
+            " AND ($16 IS NULL OR EXISTS (SELECT 1 FROM idempotency_attempts AS a \
+             WHERE a.key = idempotency_records.key AND ",
+            attempt_in_window!($kinds),
+            "))"
+        )
+    };
+}
+
+/// A listing page: newest activity first, `$13` rows. `$attempts` is the attempt
+/// filter ([`attempt_filter!`]), or nothing where the driver applies it.
+macro_rules! keys_sql {
+    ($driver:expr, $u:literal, $attempts:expr) => {
         concat!(
             "SELECT ",
             summary_columns!(),
             " FROM idempotency_records WHERE ",
             $driver,
             key_filters!($u),
+            $attempts,
             " ORDER BY updated_at DESC, key DESC LIMIT $13"
         )
     };
@@ -58,14 +97,12 @@ macro_rules! keys_sql {
 
 /// How many rows a listing has, counting at most `$13` (the cursor is the sentinel).
 macro_rules! count_sql {
-    ($driver:expr) => {
-        count_sql!($driver, "updated_at")
-    };
-    ($driver:expr, $u:literal) => {
+    ($driver:expr, $u:literal, $attempts:expr) => {
         concat!(
             "SELECT count(*) FROM (SELECT 1 FROM idempotency_records WHERE ",
             $driver,
             key_filters!($u),
+            $attempts,
             " LIMIT $13) AS capped"
         )
     };
@@ -115,6 +152,21 @@ macro_rules! by_updated_at {
         "$3 IS NULL"
     };
 }
+// The keys with an attempt of the kinds asked for in the window, read from
+// idempotency_attempts_kind_occurred_at (one range per kind), then by primary key. A
+// semi-join (IN) rather than EXISTS: SQLite runs a correlated EXISTS once per record,
+// which would walk every record for a rare kind; an IN list it builds once and probes
+// the records with. Costs what the matching attempts in the window number (PostgreSQL
+// may walk the records newest first instead when the kind is common).
+macro_rules! by_attempts {
+    ($kinds:expr) => {
+        concat!(
+            "$3 IS NULL AND key IN (SELECT key FROM idempotency_attempts WHERE ",
+            attempt_in_window!($kinds),
+            ")"
+        )
+    };
+}
 
 /// The listing and capped-count statements of one driving index, per backend.
 pub(super) struct KeyStatements {
@@ -130,22 +182,25 @@ pub(super) struct KeyStatements {
 macro_rules! selective {
     ($postgres:expr, $sqlite:expr) => {
         KeyStatements {
-            list_postgres: keys_sql!($postgres),
-            list_sqlite: keys_sql!($sqlite, "+updated_at"),
-            count_postgres: count_sql!($postgres),
-            count_sqlite: count_sql!($sqlite, "+updated_at"),
+            list_postgres: keys_sql!($postgres, "updated_at", attempt_filter!(kinds_postgres!())),
+            list_sqlite: keys_sql!($sqlite, "+updated_at", attempt_filter!(kinds_sqlite!())),
+            count_postgres: count_sql!($postgres, "updated_at", attempt_filter!(kinds_postgres!())),
+            count_sqlite: count_sql!($sqlite, "+updated_at", attempt_filter!(kinds_sqlite!())),
         }
     };
 }
 
-/// The statements of a listing meant to walk a time-ordered index.
+/// The statements of a listing meant to walk a time-ordered index. With an attempt
+/// filter only the undecided walk is chosen (its partial index is small by design) and
+/// probes each key's attempts; the tool and last-activity walks never are
+/// ([`by_attempts!`] drives those listings) but apply the filter all the same.
 macro_rules! ordered {
     ($driver:expr) => {
         KeyStatements {
-            list_postgres: keys_sql!($driver),
-            list_sqlite: keys_sql!($driver),
-            count_postgres: count_sql!($driver),
-            count_sqlite: count_sql!($driver),
+            list_postgres: keys_sql!($driver, "updated_at", attempt_filter!(kinds_postgres!())),
+            list_sqlite: keys_sql!($driver, "updated_at", attempt_filter!(kinds_sqlite!())),
+            count_postgres: count_sql!($driver, "updated_at", attempt_filter!(kinds_postgres!())),
+            count_sqlite: count_sql!($driver, "updated_at", attempt_filter!(kinds_sqlite!())),
         }
     };
 }
@@ -158,6 +213,13 @@ pub(super) const BY_INTENT: KeyStatements = selective!(by_intent!(), by_intent!(
 pub(super) const BY_UNDECIDED_STATUS: KeyStatements = ordered!(by_undecided_status!());
 pub(super) const BY_TOOL: KeyStatements = ordered!(by_tool!());
 pub(super) const BY_UPDATED_AT: KeyStatements = ordered!(by_updated_at!());
+/// On SQLite the time column is hidden as for a selective index: the attempts drive.
+pub(super) const BY_ATTEMPTS: KeyStatements = KeyStatements {
+    list_postgres: keys_sql!(by_attempts!(kinds_postgres!()), "updated_at", ""),
+    list_sqlite: keys_sql!(by_attempts!(kinds_sqlite!()), "+updated_at", ""),
+    count_postgres: count_sql!(by_attempts!(kinds_postgres!()), "updated_at", ""),
+    count_sqlite: count_sql!(by_attempts!(kinds_sqlite!()), "+updated_at", ""),
+};
 
 /// Other keys with the same business ref, newest first (idempotency_records_business_ref).
 pub const SAME_BUSINESS_REF: &str = concat!(
@@ -232,7 +294,13 @@ mod tests {
 
     #[test]
     fn each_statement_filters_the_same_way() {
-        for s in [&BY_BUSINESS_REF, &BY_KEY, &BY_WORKFLOW, &BY_INTENT] {
+        for s in [
+            &BY_BUSINESS_REF,
+            &BY_KEY,
+            &BY_WORKFLOW,
+            &BY_INTENT,
+            &BY_ATTEMPTS,
+        ] {
             for sql in [s.list_postgres, s.count_postgres] {
                 assert!(sql.contains(key_filters!()), "{sql}");
             }
@@ -249,6 +317,24 @@ mod tests {
             ] {
                 assert!(sql.contains(key_filters!()), "{sql}");
                 assert!(!sql.contains("OFFSET"), "{sql}");
+            }
+        }
+        // Every statement applies the attempt filter, once: as its filter or its driver.
+        for s in [
+            &BY_BUSINESS_REF,
+            &BY_KEY,
+            &BY_WORKFLOW,
+            &BY_INTENT,
+            &BY_UNDECIDED_STATUS,
+            &BY_TOOL,
+            &BY_UPDATED_AT,
+            &BY_ATTEMPTS,
+        ] {
+            for sql in [s.list_postgres, s.count_postgres] {
+                assert_eq!(sql.matches(kinds_postgres!()).count(), 1, "{sql}");
+            }
+            for sql in [s.list_sqlite, s.count_sqlite] {
+                assert_eq!(sql.matches(kinds_sqlite!()).count(), 1, "{sql}");
             }
         }
     }

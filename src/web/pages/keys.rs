@@ -1,12 +1,15 @@
 //! `/keys`: the keys matching the filters in the query string, newest activity first,
 //! one keyset page at a time. A Grafana data link
-//! `/keys?tool=issue_refund&from=…&to=…` opens exactly that list.
+//! `/keys?tool=issue_refund&from=…&to=…` opens exactly that list; with
+//! `outcome=conflict` (or `attempt_kind=escalated`) only the keys where that happened
+//! within the window.
 
 use super::params::{
-    self, Params, link, parse_cursor, parse_key_prefix, parse_limit, parse_status,
+    self, Params, link, parse_attempt_kinds, parse_cursor, parse_key_prefix, parse_limit,
+    parse_outcomes, parse_status,
 };
 use super::{KeyRow, Layout};
-use crate::guard::Status;
+use crate::guard::{AttemptKind, Status};
 use crate::store::{Count, KeyFilter};
 use crate::web::filters::{thousands_sep, utc};
 use crate::web::{AppState, Error};
@@ -22,7 +25,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The filter parameters, in the order the form shows them. Public contract.
-pub const FILTERS: [(&str, &str); 9] = [
+pub const FILTERS: [(&str, &str); 11] = [
     ("business_ref", "Business ref"),
     ("key", "Key or prefix"),
     ("tool", "Tool"),
@@ -30,6 +33,8 @@ pub const FILTERS: [(&str, &str); 9] = [
     ("tenant", "Tenant"),
     ("intent_id", "Intent id"),
     ("workflow_id", "Workflow id"),
+    ("attempt_kind", "Attempt kind"),
+    ("outcome", "Admission outcome"),
     ("from", "Active from"),
     ("to", "Active before"),
 ];
@@ -49,6 +54,7 @@ pub fn read_filter(p: &Params, now: DateTime<Utc>) -> Result<KeyFilter, Error> {
         status: p.get("status").map(parse_status).transpose()?,
         from: p.time("from", now)?,
         to: p.time("to", now)?,
+        attempt_kinds: read_attempt_kinds(p)?,
     };
     if let (Some(from), Some(to)) = (filter.from, filter.to)
         && to <= from
@@ -59,6 +65,33 @@ pub fn read_filter(p: &Params, now: DateTime<Utc>) -> Result<KeyFilter, Error> {
         ));
     }
     Ok(filter)
+}
+
+/// The attempt kinds asked for by `attempt_kind` and `outcome`: either alone, or the
+/// kinds both name. Kinds that cannot meet (`attempt_kind=escalated&outcome=replay`)
+/// are a 400 rather than an empty list that looks like "nothing happened".
+fn read_attempt_kinds(p: &Params) -> Result<Vec<AttemptKind>, Error> {
+    let kinds = p.get("attempt_kind").map(parse_attempt_kinds).transpose()?;
+    let of_outcomes = p.get("outcome").map(parse_outcomes).transpose()?;
+    Ok(match (kinds, of_outcomes) {
+        (Some(kinds), Some(of_outcomes)) => {
+            let both: Vec<AttemptKind> = kinds
+                .into_iter()
+                .filter(|k| of_outcomes.contains(k))
+                .collect();
+            if both.is_empty() {
+                return Err(Error::bad_request(
+                    "outcome",
+                    "no attempt kind given in attempt_kind records these outcomes; \
+                     give one of the two filters, or kinds that record the outcomes",
+                ));
+            }
+            both
+        }
+        (Some(kinds), None) => kinds,
+        (None, Some(kinds)) => kinds,
+        (None, None) => Vec::new(),
+    })
 }
 
 /// One filter input as the form shows it.
@@ -97,6 +130,8 @@ fn hint(name: &str) -> &'static str {
     match name {
         "business_ref" => "order:A-88214, or just A-88214",
         "key" => "at least 4 hex characters",
+        "attempt_kind" => "payload_mismatch, escalated, taken_over… (comma-separated)",
+        "outcome" => "new, replay, replay_failure, conflict, in_flight, takeover",
         "from" | "to" => "RFC 3339, 2026-11-29, now-1h or epoch ms",
         _ => "",
     }
@@ -144,16 +179,7 @@ async fn keys(
         link("/keys", &pairs)
     });
     let first = after.as_ref().map(|_| link("/keys", &raw));
-    let range = match (filter.from, filter.to) {
-        (None, None) => None,
-        (Some(f), None) => Some(format!("last activity at or after {}", utc(f))),
-        (None, Some(t)) => Some(format!("last activity before {}", utc(t))),
-        (Some(f), Some(t)) => Some(format!(
-            "last activity from {} to before {}",
-            utc(f),
-            utc(t)
-        )),
-    };
+    let range = describe_range(&filter);
     let count = page.count.map(|c| match c {
         Count::Exact(1) => "1 key".to_string(),
         Count::Exact(n) => format!("{} keys", thousands_sep(n)),
@@ -195,6 +221,25 @@ async fn keys(
         other_way,
     };
     Ok(Html(view.render()?))
+}
+
+/// What the list selects on: last activity, or an attempt of some kinds, in a window.
+fn describe_range(filter: &KeyFilter) -> Option<String> {
+    let window = match (filter.from, filter.to) {
+        (None, None) => None,
+        (Some(f), None) => Some(format!("at or after {}", utc(f))),
+        (None, Some(t)) => Some(format!("before {}", utc(t))),
+        (Some(f), Some(t)) => Some(format!("from {} to before {}", utc(f), utc(t))),
+    };
+    if filter.attempt_kinds.is_empty() {
+        return window.map(|w| format!("last activity {w}"));
+    }
+    let kinds: Vec<&str> = filter.attempt_kinds.iter().map(|k| k.as_str()).collect();
+    let what = format!("an attempt of kind {}", kinds.join(" or "));
+    Some(match window {
+        Some(w) => format!("{what} {w}"),
+        None => what,
+    })
 }
 
 /// A search for `88214` may have meant a key prefix or an order id: offer the other.

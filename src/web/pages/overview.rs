@@ -82,8 +82,39 @@ struct ToolCard {
     chart: Chart,
     keys_hour: String,
     keys_day: String,
+    /// The keys behind each count, as `/keys?tool=…&outcome=…&from=…` lists them.
+    replay_keys: Drill,
+    conflict_keys: Drill,
+    takeover_keys: Drill,
+    escalation_keys: Drill,
     backlog: String,
     expired: String,
+}
+
+/// The keys where something happened to a tool in the last hour and the last day.
+struct Drill {
+    hour: String,
+    day: String,
+}
+
+impl Drill {
+    /// `filter` is `outcome` or `attempt_kind`, `value` what it selects.
+    fn new(tool: &str, filter: &str, value: &str) -> Drill {
+        let within = |from| {
+            link(
+                "/keys",
+                &[
+                    ("tool", Some(tool)),
+                    (filter, Some(value)),
+                    ("from", Some(from)),
+                ],
+            )
+        };
+        Drill {
+            hour: within("now-1h"),
+            day: within("now-1d"),
+        }
+    }
 }
 
 #[derive(Template)]
@@ -237,6 +268,10 @@ async fn overview(State(state): State<AppState>) -> Result<Html<String>, Error> 
             oldest_unknown: b.oldest_unknown.map(|t| when(t, now)),
             keys_hour: link("/keys", &[("tool", Some(&tool)), ("from", Some("now-1h"))]),
             keys_day: link("/keys", &[("tool", Some(&tool)), ("from", Some("now-1d"))]),
+            replay_keys: Drill::new(&tool, "outcome", "replay,replay_failure"),
+            conflict_keys: Drill::new(&tool, "outcome", "conflict"),
+            takeover_keys: Drill::new(&tool, "outcome", "takeover"),
+            escalation_keys: Drill::new(&tool, "attempt_kind", "escalated"),
             backlog: link("/backlog", &[("tool", Some(&tool))]),
             expired: link(
                 "/keys",

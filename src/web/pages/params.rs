@@ -2,7 +2,7 @@
 //! that names the parameter and the form it expects. Empty values (an untouched form
 //! field) count as absent; unknown parameters (Grafana adds `orgId`) are ignored.
 
-use crate::guard::Status;
+use crate::guard::{AttemptKind, Status};
 use crate::store::Cursor;
 use crate::web::Error;
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
@@ -126,6 +126,54 @@ pub fn parse_status(value: &str) -> Result<Status, Error> {
             ),
         )
     })
+}
+
+/// Attempt kinds by their stored names, comma-separated (`taken_over,escalated`).
+pub fn parse_attempt_kinds(value: &str) -> Result<Vec<AttemptKind>, Error> {
+    list(value)
+        .map(|name| {
+            name.parse().map_err(|_| {
+                Error::bad_request(
+                    "attempt_kind",
+                    format!(
+                        "{} is not an attempt kind; expected one or more of {}, comma-separated",
+                        quoted(name),
+                        names(AttemptKind::ALL.iter().map(|k| k.as_str()))
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
+/// Admission outcomes as `idempotency_requests_total{outcome}` names them,
+/// comma-separated (`replay,replay_failure`): the attempt kinds that record them.
+pub fn parse_outcomes(value: &str) -> Result<Vec<AttemptKind>, Error> {
+    let mut kinds = Vec::new();
+    for name in list(value) {
+        let of = AttemptKind::with_outcome(name);
+        if of.is_empty() {
+            return Err(Error::bad_request(
+                "outcome",
+                format!(
+                    "{} is not an admission outcome; expected one or more of {}, comma-separated",
+                    quoted(name),
+                    names(AttemptKind::outcomes())
+                ),
+            ));
+        }
+        kinds.extend(of);
+    }
+    Ok(kinds)
+}
+
+/// The non-empty items of a comma-separated value, trimmed.
+fn list(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim).filter(|v| !v.is_empty())
+}
+
+fn names<'a>(all: impl Iterator<Item = &'a str>) -> String {
+    all.collect::<Vec<_>>().join(", ")
 }
 
 /// A key or its beginning: 4 to 64 hex digits, any case (stored keys are lowercase).
@@ -275,6 +323,39 @@ mod tests {
         let e = parse_status("finished").unwrap_err().to_string();
         assert!(
             e.contains("status") && e.contains("IN_PROGRESS, DONE, FAILED, UNKNOWN"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn attempt_kinds_and_outcomes_are_read_as_lists() {
+        use AttemptKind::*;
+        let cases: [(&str, Vec<AttemptKind>); 3] = [
+            ("escalated", vec![Escalated]),
+            ("taken_over, escalated,", vec![TakenOver, Escalated]),
+            ("payload_mismatch", vec![PayloadMismatch]),
+        ];
+        for (input, want) in cases {
+            assert_eq!(parse_attempt_kinds(input).unwrap(), want, "{input}");
+        }
+        let cases: [(&str, Vec<AttemptKind>); 3] = [
+            ("conflict", vec![PayloadMismatch]),
+            ("replay,replay_failure", vec![Replayed, ReplayedFailure]),
+            ("new,takeover", vec![Claimed, TakenOver]),
+        ];
+        for (input, want) in cases {
+            assert_eq!(parse_outcomes(input).unwrap(), want, "{input}");
+        }
+        let e = parse_attempt_kinds("escalated,mismatch")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("attempt_kind: \"mismatch\" is not an attempt kind; expected one or more of claimed, replayed,"),
+            "{e}"
+        );
+        let e = parse_outcomes("escalated").unwrap_err().to_string();
+        assert!(
+            e.starts_with("outcome: \"escalated\" is not an admission outcome; expected one or more of new, replay, replay_failure, in_flight, conflict, takeover"),
             "{e}"
         );
     }
