@@ -1,4 +1,4 @@
-// `Client`: the four protocol steps of docs/GUARD-HTTP.md over HTTP, one method each.
+// `Client`: the four protocol steps of docs/GUARD.md over HTTP, one method each.
 
 import { hostname } from "node:os";
 import { Unavailable, fromProblem } from "./errors.js";

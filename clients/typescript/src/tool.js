@@ -1,4 +1,4 @@
-// The guarded tool: the client's side of docs/GUARD-HTTP.md, "A guarded call, as a client
+// The guarded tool: the client's side of docs/GUARD.md, "A guarded call, as a client
 // runs it". Every decision is the server's; this loop calls the provider when told to
 // (execute, reconcile) and reports what happened.
 

@@ -1,4 +1,4 @@
-// Unit tests of the error mapping: canned problem documents (as docs/GUARD-HTTP.md shows
+// Unit tests of the error mapping: canned problem documents (as docs/GUARD.md shows
 // them) parsed into the error types. No server here: these are parser tests.
 
 import assert from "node:assert/strict";
