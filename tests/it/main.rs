@@ -17,6 +17,7 @@ mod export;
 mod guard_clock;
 mod guard_faults;
 mod guard_random;
+mod hardening;
 mod metrics;
 mod page_indexes;
 mod pages;
