@@ -17,13 +17,13 @@ use crate::guard::{Clock, SystemClock, rfc3339};
 use crate::store::{Store, StoreError};
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Query, State};
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -37,7 +37,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The query string; empty values mean "no filter".
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default)]
 pub struct ExportQuery {
     since: Option<String>,
     until: Option<String>,
@@ -46,6 +46,43 @@ pub struct ExportQuery {
     key: Option<String>,
     business_ref: Option<String>,
     format: Option<String>,
+}
+
+/// Read by hand rather than with `Query<ExportQuery>`, whose rejection (a parameter
+/// given twice, say) is a plain-text 400 naming no field: here every refusal is the
+/// export's JSON error with the parameter named. Unknown parameters are ignored.
+impl<S: Send + Sync> FromRequestParts<S> for ExportQuery {
+    type Rejection = ExportError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| FilterError {
+                field: "query",
+                message: e.body_text(),
+            })?;
+        let mut query = ExportQuery::default();
+        for (name, value) in pairs {
+            let (field, slot) = match name.as_str() {
+                "since" => ("since", &mut query.since),
+                "until" => ("until", &mut query.until),
+                "tenant" => ("tenant", &mut query.tenant),
+                "tool" => ("tool", &mut query.tool),
+                "key" => ("key", &mut query.key),
+                "business_ref" => ("business_ref", &mut query.business_ref),
+                "format" => ("format", &mut query.format),
+                _ => continue,
+            };
+            if slot.replace(value).is_some() {
+                return Err(FilterError {
+                    field,
+                    message: "given more than once".into(),
+                }
+                .into());
+            }
+        }
+        Ok(query)
+    }
 }
 
 impl ExportQuery {
@@ -115,20 +152,17 @@ impl IntoResponse for ExportError {
     }
 }
 
-async fn csv(state: State<AppState>, query: Query<ExportQuery>) -> Result<Response, ExportError> {
+async fn csv(state: State<AppState>, query: ExportQuery) -> Result<Response, ExportError> {
     download(state, query, Format::Csv).await
 }
 
-async fn ndjson(
-    state: State<AppState>,
-    query: Query<ExportQuery>,
-) -> Result<Response, ExportError> {
+async fn ndjson(state: State<AppState>, query: ExportQuery) -> Result<Response, ExportError> {
     download(state, query, Format::Ndjson).await
 }
 
 async fn download(
     State(state): State<AppState>,
-    Query(query): Query<ExportQuery>,
+    query: ExportQuery,
     format: Format,
 ) -> Result<Response, ExportError> {
     let now = SystemClock.now();
@@ -218,7 +252,7 @@ async fn produce(
 /// The manifest of a query: the same rows encoded the same way, hashed, discarded.
 async fn manifest(
     State(state): State<AppState>,
-    Query(query): Query<ExportQuery>,
+    query: ExportQuery,
 ) -> Result<Response, ExportError> {
     let format: Format = query
         .format

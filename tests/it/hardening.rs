@@ -1,6 +1,7 @@
 //! The medium and low findings of issue 14 (docs/AUTH.md, "Security"), one test each,
 //! through `web::app`: what an attacker sends, and the 3xx/4xx that must answer it.
 
+use crate::both_backends;
 use crate::support::TestDb;
 use crate::support::auth::*;
 use crate::ui_seed::seed;
@@ -54,3 +55,38 @@ async fn after_sign_in_next_never_leaves_the_site_and_never_fails() {
     assert_eq!(r.status, StatusCode::OK);
     assert!(r.body.contains("name=\"next\" value=\"/\""), "{}", r.body);
 }
+
+both_backends!(
+    async fn malformed_filters_are_a_400_naming_the_field_never_a_500(db: TestDb) {
+        let app = setup(&db).await;
+        // Pages: an HTML 400 naming the parameter.
+        for (uri, field) in [
+            ("/keys?from=now%C3%A9", "from"),
+            ("/keys?from=now-400000w", "from"),
+            ("/keys?to=-5000-01-01", "to"),
+        ] {
+            let r = call(&app, Method::GET, uri, Who::Session("ada"), None).await;
+            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{uri}: {}", r.body);
+            assert!(r.body.contains(field), "{uri}: {}", r.body);
+        }
+        // Scripts: the JSON error shape with the field, including what axum's own
+        // extractors would have refused in plain text.
+        for (uri, field) in [
+            ("/export/attempts.csv?since=-5000-01-01", "since"),
+            ("/export/attempts.ndjson?until=-5000-01-01", "until"),
+            ("/export/attempts.manifest?since=-5000-01-01", "since"),
+            (
+                "/export/attempts.csv?since=2026-01-01&since=2026-01-02",
+                "since",
+            ),
+            ("/api/v1/keys/%FF", "key"),
+        ] {
+            let r = call(&app, Method::GET, uri, Who::Session("ada"), None).await;
+            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{uri}: {}", r.body);
+            let v: serde_json::Value = serde_json::from_str(&r.body)
+                .unwrap_or_else(|e| panic!("{uri}: not JSON ({e}): {}", r.body));
+            let named = v["field"] == field || v["error"]["field"] == field;
+            assert!(named, "{uri}: {v}");
+        }
+    }
+);
