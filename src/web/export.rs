@@ -12,7 +12,7 @@
 //! request selects the same rows.
 
 use super::AppState;
-use crate::export::{CHUNK, Encoder, ExportFilter, FilterError, Format, Source};
+use crate::export::{CHUNK, CsvCells, Encoder, ExportFilter, FilterError, Format, Source};
 use crate::guard::{Clock, SystemClock, rfc3339};
 use crate::store::{Store, StoreError};
 use axum::Router;
@@ -46,6 +46,7 @@ pub struct ExportQuery {
     key: Option<String>,
     business_ref: Option<String>,
     format: Option<String>,
+    raw: Option<String>,
 }
 
 /// Read by hand rather than with `Query<ExportQuery>`, whose rejection (a parameter
@@ -71,6 +72,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ExportQuery {
                 "key" => ("key", &mut query.key),
                 "business_ref" => ("business_ref", &mut query.business_ref),
                 "format" => ("format", &mut query.format),
+                "raw" => ("raw", &mut query.raw),
                 _ => continue,
             };
             if slot.replace(value).is_some() {
@@ -86,6 +88,19 @@ impl<S: Send + Sync> FromRequestParts<S> for ExportQuery {
 }
 
 impl ExportQuery {
+    /// `raw=true`: CSV cells as stored, formula-like ones included (docs/EXPORT.md).
+    fn csv_cells(&self) -> Result<CsvCells, ExportError> {
+        match self.raw.as_deref().map(str::trim) {
+            None | Some("" | "false" | "0") => Ok(CsvCells::Neutralised),
+            Some("true" | "1") => Ok(CsvCells::Raw),
+            Some(_) => Err(FilterError {
+                field: "raw",
+                message: "expected true or false".into(),
+            }
+            .into()),
+        }
+    }
+
     /// The filter, with `until` pinned to `now` when not given.
     fn filter(&self, now: DateTime<Utc>) -> Result<ExportFilter, ExportError> {
         let mut filter = ExportFilter::parse(
@@ -167,8 +182,10 @@ async fn download(
 ) -> Result<Response, ExportError> {
     let now = SystemClock.now();
     let filter = query.filter(now)?;
+    let cells = query.csv_cells()?;
     let (tx, mut rx) = mpsc::channel::<Result<Bytes, StoreError>>(4);
-    tokio::spawn(produce(state.store.clone(), filter.clone(), format, tx));
+    let store = state.store.clone();
+    tokio::spawn(produce(store, filter.clone(), format, cells, tx));
     // Wait for the first chunk (or error) before answering, so a database that
     // cannot be read gets a proper 503 rather than a 200 with a broken body.
     let first = rx.recv().await.ok_or(ExportError::Internal)??;
@@ -199,6 +216,11 @@ async fn download(
     let link = format!(
         "<{}>; rel=\"describedby\"; type=\"application/json\"",
         manifest_url(&filter, format)
+            + if cells == CsvCells::Raw {
+                "&raw=true"
+            } else {
+                ""
+            }
     );
     if let Ok(v) = HeaderValue::from_str(&link) {
         headers.insert(header::LINK, v);
@@ -211,6 +233,7 @@ async fn produce(
     store: Store,
     filter: ExportFilter,
     format: Format,
+    cells: CsvCells,
     tx: mpsc::Sender<Result<Bytes, StoreError>>,
 ) {
     let mut buf = Vec::with_capacity(CHUNK * 2);
@@ -223,8 +246,9 @@ async fn produce(
             return;
         }
     };
-    let mut encoder =
-        Encoder::start(format, Source::Export, filter.clone(), &mut buf).with_evidence(evidence);
+    let mut encoder = Encoder::start(format, Source::Export, filter.clone(), &mut buf)
+        .with_evidence(evidence)
+        .csv_cells(cells);
     let mut rows = store.export_rows(&filter);
     while let Some(item) = rows.next().await {
         match item {
@@ -261,12 +285,14 @@ async fn manifest(
         .parse()
         .map_err(ExportError::BadFormat)?;
     let filter = query.filter(SystemClock.now())?;
+    let cells = query.csv_cells()?;
     let mut buf = Vec::new();
     let evidence = crate::export::evidence_source(&state.store)
         .await?
         .map(std::sync::Arc::new);
-    let mut encoder =
-        Encoder::start(format, Source::Export, filter.clone(), &mut buf).with_evidence(evidence);
+    let mut encoder = Encoder::start(format, Source::Export, filter.clone(), &mut buf)
+        .with_evidence(evidence)
+        .csv_cells(cells);
     let mut rows = state.store.export_rows(&filter);
     while let Some(item) = rows.next().await {
         let (row, _head) = item?;
