@@ -156,7 +156,7 @@ async fn login(
             name,
         ));
     };
-    tracing::info!(user = %name, "signed in");
+    tracing::info!(user = %state.auth.loggable_name(&name), "signed in");
     let mut response = Redirect::to(&next).into_response();
     let secure = secure_cookies(&state, &headers);
     if let Some(v) = cookie_header(SESSION_COOKIE, &session, Some(SESSION_SECONDS), secure) {
@@ -207,7 +207,11 @@ fn refused(
     };
     let retry_after = refusal.retry_after();
     match retry_after {
-        None => tracing::info!(user = %name, "login refused"),
+        None => tracing::info!(
+            user = %state.auth.loggable_name(&name),
+            address = ?peer,
+            "login refused"
+        ),
         Some(retry_after) => {
             tracing::warn!(reason = refusal.reason(), address = ?peer, retry_after, "sign-in refused")
         }

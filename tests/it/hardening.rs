@@ -90,3 +90,70 @@ both_backends!(
         }
     }
 );
+
+/// Everything logged while the guard lives (this thread only: a current-thread test).
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn start() -> (Self, tracing::subscriber::DefaultGuard) {
+        let buf = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let writer = buf.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || Writer(writer.clone()))
+            .finish();
+        (Captured(buf), tracing::subscriber::set_default(subscriber))
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).to_string()
+    }
+}
+
+struct Writer(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Writer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_failed_sign_in_logs_no_forged_line_and_no_password_typed_as_a_name() {
+    let db = TestDb::sqlite().await;
+    let app = setup(&db).await;
+    let (log, _guard) = Captured::start();
+    let forged = "eve\n2026-11-30T00:00:00Z  INFO idemwatch: signed in user=root \u{1b}[2J";
+    for name in [forged, "Tr0ub4dor&3-typed-as-a-name", "sam"] {
+        let body = form(&[
+            ("name", name),
+            ("password", "wrong"),
+            ("csrf_token", &csrf_token()),
+        ]);
+        let r = call(&app, Method::POST, "/login", Who::Anonymous, Some(body)).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{}", r.body);
+    }
+    let text = log.text();
+    let refusals: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("login refused"))
+        .collect();
+    assert_eq!(refusals.len(), 3, "{text}");
+    assert_eq!(
+        text.lines().count(),
+        3,
+        "one line each, none forged: {text}"
+    );
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    assert!(
+        !text.contains("eve") && !text.contains("Tr0ub4dor"),
+        "{text}"
+    );
+    assert!(refusals[0].contains("user=unknown#"), "{text}");
+    assert!(refusals[2].contains("user=\"sam\""), "{text}");
+}
