@@ -25,7 +25,7 @@ pub struct DemoArgs {
     /// Database for the demo's keys: `sqlite://FILE` or `postgres://…`. Default: a new
     /// SQLite file in a temporary directory, removed on exit. Deliberately not read
     /// from DATABASE_URL, so that a demo never writes into a real database by accident.
-    #[arg(long, env = "IDEMWATCH_DEMO_DATABASE_URL")]
+    #[arg(long, env = "IDEMWATCH_DEMO_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// New tool calls per second; transport retries and redeliveries come on top.
     #[arg(long, env = "IDEMWATCH_DEMO_RATE", default_value_t = 10.0, value_parser = parse_rate)]
