@@ -19,6 +19,8 @@ use std::time::Duration;
 
 #[derive(Clone, Args)]
 pub struct DemoArgs {
+    #[command(flatten)]
+    pub timeouts: super::TimeoutArgs,
     /// Address to listen on. Loopback by default; any other address needs `--auth-file`.
     #[arg(long, env = "IDEMWATCH_DEMO_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
@@ -107,6 +109,7 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
             checkpoint_dir: None,
             checkpoint_interval: crate::retention::HumanDuration::days(0),
         },
+        timeouts: args.timeouts.clone(),
     };
     // The same refusal as `serve`: a public address needs authentication.
     let auth = args.auth.authenticator(args.listen)?;

@@ -159,6 +159,31 @@ pub struct ServeArgs {
     pub metrics: MetricsArgs,
     #[command(flatten)]
     pub checkpoints: CheckpointArgs,
+    #[command(flatten)]
+    pub timeouts: TimeoutArgs,
+}
+
+/// How long a client may take to send a request (docs/OPERATIONS.md).
+#[derive(Debug, Clone, Args)]
+pub struct TimeoutArgs {
+    /// Close a new connection that sends nothing for this long, and one whose request
+    /// head (request line and headers) has not fully arrived this long after its first
+    /// byte.
+    #[arg(long, env = "IDEMWATCH_HEADER_READ_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub header_read_timeout: std::time::Duration,
+    /// Answer 408 when a request body has not fully arrived this long after the
+    /// handler started reading it.
+    #[arg(long, env = "IDEMWATCH_REQUEST_BODY_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub request_body_timeout: std::time::Duration,
+}
+
+impl TimeoutArgs {
+    pub fn timeouts(&self) -> crate::web::server::Timeouts {
+        crate::web::server::Timeouts {
+            header_read: self.header_read_timeout,
+            request_body: self.request_body_timeout,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

@@ -9,6 +9,7 @@ mod health;
 mod login;
 mod metrics;
 mod pages;
+pub mod server;
 mod site;
 
 pub use error::Error;

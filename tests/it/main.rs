@@ -24,4 +24,5 @@ mod pages;
 mod past_retention;
 mod prometheus_e2e;
 mod resolve;
+mod serve_timeouts;
 mod ui_seed;
