@@ -157,3 +157,54 @@ async fn a_failed_sign_in_logs_no_forged_line_and_no_password_typed_as_a_name() 
     assert!(refusals[0].contains("user=unknown#"), "{text}");
     assert!(refusals[2].contains("user=\"sam\""), "{text}");
 }
+
+both_backends!(
+    async fn a_key_listed_many_times_in_a_bulk_resolve_is_resolved_once(db: TestDb) {
+        let s = seed(&db.store, Utc::now(), 0).await;
+        let app = builtin_app(&db.store, Arc::new(s.clock.clone()));
+        let before = db.store.attempts(&s.unknown).await.unwrap().len();
+        let item = format!("{}.1", s.unknown);
+        let csrf = csrf_token();
+        let post = |items: Vec<String>| {
+            let mut f: Vec<(&str, &str)> = vec![
+                ("scope", "selected"),
+                ("resolution", "release"),
+                ("reason", "provider outage: nothing was executed"),
+                ("csrf_token", csrf.as_str()),
+                ("confirm", "yes"),
+            ];
+            for i in &items {
+                f.push(("key", i.as_str()));
+            }
+            form(&f)
+        };
+        let r = call(
+            &app,
+            Method::POST,
+            "/backlog/resolve",
+            Who::Session("sam"),
+            Some(post(vec![item.clone(); 200])),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        assert!(r.body.contains(": 1 resolved</h1>"), "{}", r.body);
+        let after = db.store.attempts(&s.unknown).await.unwrap().len();
+        assert_eq!(after, before + 1, "one resolution, no stale-write rows");
+
+        // The same key under two tokens, and more keys than a batch holds: 400.
+        let two = vec![format!("{}.2", s.unknown), format!("{}.3", s.unknown)];
+        let too_many = vec![format!("{}.2", s.unknown); 1001];
+        for items in [two, too_many] {
+            let r = call(
+                &app,
+                Method::POST,
+                "/backlog/resolve",
+                Who::Session("sam"),
+                Some(post(items)),
+            )
+            .await;
+            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+        }
+        assert_eq!(db.store.attempts(&s.unknown).await.unwrap().len(), after);
+    }
+);
