@@ -232,10 +232,11 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// The token of `Authorization: Bearer <token>`; the scheme is case-insensitive
+/// (RFC 9110 §11.1), so `bearer` and `BEARER` are read too.
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    header(headers, "authorization")?
-        .strip_prefix("Bearer ")
-        .map(str::trim)
+    let (scheme, token) = header(headers, "authorization")?.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 /// The value of cookie `name` in the request's Cookie headers.

@@ -208,3 +208,51 @@ both_backends!(
         assert_eq!(db.store.attempts(&s.unknown).await.unwrap().len(), after);
     }
 );
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_leaks_and_refusals_of_issue_14_are_closed() {
+    let db = TestDb::sqlite().await;
+    let app = setup(&db).await;
+
+    // Signed-in pages are not cached; public ones keep their own rules.
+    let page = call(&app, Method::GET, "/keys", Who::Session("vic"), None).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert_eq!(page.headers["cache-control"], "no-store");
+
+    // `Bearer` in any case (RFC 9110: the scheme is case-insensitive).
+    for scheme in ["bearer", "BEARER", "Bearer"] {
+        let r = axum::http::Request::get("/api/v1/csrf")
+            .header("authorization", format!("{scheme} {}", token("vic")))
+            .body(axum::body::Body::empty())
+            .unwrap();
+        assert_eq!(send(&app, r).await.status, StatusCode::OK, "{scheme}");
+    }
+
+    // A user with no role can still sign out.
+    let out = call(
+        &app,
+        Method::POST,
+        "/logout",
+        Who::Session("nobody"),
+        Some(form(&[("csrf_token", &csrf_token())])),
+    )
+    .await;
+    assert_eq!(out.status, StatusCode::SEE_OTHER, "{}", out.body);
+    assert!(
+        out.set_cookies()
+            .iter()
+            .any(|c| c.starts_with("idemwatch_session=;")),
+        "{:?}",
+        out.set_cookies()
+    );
+
+    // `/readyz` is public: the store's error text stays in the log.
+    db.store.close().await;
+    let r = call(&app, Method::GET, "/readyz", Who::Anonymous, None).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE);
+    let v: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(
+        v["reason"],
+        "the database cannot be used; the error is in the server's log"
+    );
+}
