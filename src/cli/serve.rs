@@ -161,9 +161,7 @@ pub async fn run_server(
     }
     let mut server_stopped = stopped.clone();
     let timeouts = args.timeouts.timeouts();
-    let app = web::app(state)
-        .merge(args.checkpoints.router()?)
-        .merge(extra);
+    let app = web::app_with(state, extra).merge(args.checkpoints.router()?);
     tasks.spawn(async move {
         // The peer address: proxy headers are believed only from trusted proxies.
         let shutdown = async move {

@@ -81,6 +81,13 @@ impl AppState {
 }
 
 pub fn app(state: AppState) -> Router {
+    app_with(state, Router::new())
+}
+
+/// [`app`] with `extra` routes (their state applied) behind the same layers: the
+/// demo's `/demo/stats` is authenticated, host-checked and gets the security headers
+/// like every other route.
+pub fn app_with(state: AppState, extra: Router) -> Router {
     Router::new()
         .merge(health::router())
         .merge(pages::router())
@@ -89,6 +96,8 @@ pub fn app(state: AppState) -> Router {
         .merge(metrics::router())
         .merge(assets::router())
         .fallback(error::no_such_page)
+        .with_state(state.clone())
+        .merge(extra)
         // Inner to outer: a panic becomes a 500 page; the caller is authenticated
         // before any route runs, and before that, a request for another host name or
         // a state-changing one from another site is refused (site.rs); errors under
@@ -108,5 +117,4 @@ pub fn app(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(error::json_under_api))
         .layer(axum::middleware::from_fn(auth::security_headers))
         .layer(tower_http::trace::TraceLayer::new_for_http())
-        .with_state(state)
 }

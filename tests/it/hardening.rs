@@ -256,3 +256,25 @@ async fn small_leaks_and_refusals_of_issue_14_are_closed() {
         "the database cannot be used; the error is in the server's log"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extra_routes_such_as_demo_stats_sit_behind_auth_and_the_security_headers() {
+    let db = TestDb::sqlite().await;
+    let s = seed(&db.store, Utc::now(), 0).await;
+    let state = idemwatch::web::AppState::new(db.store.clone())
+        .with_clock(Arc::new(s.clock.clone()))
+        .with_auth(BUILTIN.clone(), false);
+    let extra = Router::new().route("/demo/stats", axum::routing::get(|| async { "{}" }));
+    let app = idemwatch::web::app_with(state, extra);
+    let anonymous = call(&app, Method::GET, "/demo/stats", Who::Anonymous, None).await;
+    assert_eq!(
+        anonymous.status,
+        StatusCode::SEE_OTHER,
+        "{}",
+        anonymous.body
+    );
+    assert!(anonymous.headers.contains_key("content-security-policy"));
+    let viewer = call(&app, Method::GET, "/demo/stats", Who::Session("vic"), None).await;
+    assert_eq!(viewer.status, StatusCode::OK);
+    assert!(viewer.headers.contains_key("content-security-policy"));
+}
