@@ -128,6 +128,9 @@ pub enum ExportError {
     /// 400.
     #[error("invalid format: {0}")]
     BadFormat(String),
+    /// As many downloads as allowed are running. 429 with `Retry-After`.
+    #[error("too many exports are running; try again in a minute")]
+    Busy,
     /// The database cannot be read now. 503; the detail is logged, not shown.
     #[error("the database is unavailable; try again later")]
     Unavailable,
@@ -151,6 +154,7 @@ impl IntoResponse for ExportError {
     fn into_response(self) -> Response {
         let status = match &self {
             ExportError::BadRequest(_) | ExportError::BadFormat(_) => StatusCode::BAD_REQUEST,
+            ExportError::Busy => StatusCode::TOO_MANY_REQUESTS,
             ExportError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ExportError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -159,11 +163,17 @@ impl IntoResponse for ExportError {
             ExportError::BadFormat(_) => Some("format"),
             _ => None,
         };
-        (
+        let mut response = (
             status,
             axum::Json(json!({ "error": self.to_string(), "field": field })),
         )
-            .into_response()
+            .into_response();
+        if matches!(self, ExportError::Busy) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+        }
+        response
     }
 }
 
@@ -183,6 +193,12 @@ async fn download(
     let now = SystemClock.now();
     let filter = query.filter(now)?;
     let cells = query.csv_cells()?;
+    // Held by the body until the download ends or the client goes away.
+    let permit = state
+        .exports
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ExportError::Busy)?;
     let (tx, mut rx) = mpsc::channel::<Result<Bytes, StoreError>>(4);
     let store = state.store.clone();
     tokio::spawn(produce(store, filter.clone(), format, cells, tx));
@@ -193,6 +209,10 @@ async fn download(
         // A failure mid-stream can only abort the body: the client sees an incomplete
         // transfer, and an NDJSON file then lacks its manifest, which verify reports.
         chunk.map_err(|e| std::io::Error::other(e.to_string()))
+    });
+    let rest = rest.map(move |chunk| {
+        let _held = &permit;
+        chunk
     });
     let body = Body::from_stream(futures::stream::once(async { Ok(first) }).chain(rest));
     let mut response = Response::new(body);

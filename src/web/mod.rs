@@ -23,6 +23,9 @@ use crate::store::Store;
 use axum::Router;
 use std::sync::Arc;
 
+/// Concurrent export downloads by default: a quarter of the default pool of 16.
+pub const MAX_EXPORTS: usize = 4;
+
 /// Everything a handler needs, shared through `State`.
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -39,6 +42,10 @@ pub struct AppState {
     pub cookie_secure: bool,
     /// Password checks at once, and failures per user and address (docs/AUTH.md).
     pub logins: Arc<LoginLimiter>,
+    /// Downloads under `/export/` at once: each holds a pooled connection and a
+    /// snapshot while its client reads, so a few stalled clients must not take the
+    /// pool from the pages (docs/AUTH.md, Security).
+    pub exports: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -57,7 +64,14 @@ impl AppState {
             auth: Arc::new(Authenticator::new(None, None)),
             cookie_secure: false,
             logins: Arc::new(LoginLimiter::default()),
+            exports: Arc::new(tokio::sync::Semaphore::new(MAX_EXPORTS)),
         }
+    }
+
+    /// The same state allowing `n` concurrent export downloads.
+    pub fn with_max_exports(mut self, n: usize) -> Self {
+        self.exports = Arc::new(tokio::sync::Semaphore::new(n));
+        self
     }
 
     /// The same state with authentication (see `cli::AuthArgs::authenticator`).

@@ -278,3 +278,38 @@ async fn extra_routes_such_as_demo_stats_sit_behind_auth_and_the_security_header
     assert_eq!(viewer.status, StatusCode::OK);
     assert!(viewer.headers.contains_key("content-security-policy"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn downloads_beyond_the_cap_are_refused_with_429_while_pages_answer() {
+    use tower::ServiceExt;
+    let db = TestDb::sqlite().await;
+    let s = seed(&db.store, Utc::now(), 0).await;
+    let state = idemwatch::web::AppState::new(db.store.clone())
+        .with_clock(Arc::new(s.clock.clone()))
+        .with_auth(BUILTIN.clone(), false)
+        .with_max_exports(2);
+    let app = idemwatch::web::app(state);
+    let download = || {
+        request(
+            Method::GET,
+            "/export/attempts.csv",
+            Who::Session("ada"),
+            None,
+        )
+    };
+    // Two clients that never read their downloads.
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let r = app.clone().oneshot(download()).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        stalled.push(r);
+    }
+    let busy = send(&app, download()).await;
+    assert_eq!(busy.status, StatusCode::TOO_MANY_REQUESTS, "{}", busy.body);
+    assert_eq!(busy.headers["retry-after"], "60");
+    let page = call(&app, Method::GET, "/keys", Who::Session("ada"), None).await;
+    assert_eq!(page.status, StatusCode::OK);
+    // A client that goes away frees its slot.
+    stalled.pop();
+    assert_eq!(send(&app, download()).await.status, StatusCode::OK);
+}
