@@ -162,6 +162,25 @@ impl Authenticator {
         })
     }
 
+    /// The user name typed at sign-in, as it may be logged. A configured user's name is
+    /// quoted and escaped (`"sam"`), so a newline or an ANSI escape cannot forge a log
+    /// line. Any other text is often a password typed into the name field, so only a
+    /// tag is logged, `unknown#` and 8 characters of an HMAC under the session secret:
+    /// the same text gives the same tag (a guessing run shows up) while the log
+    /// reveals nothing that could be checked against a password list.
+    pub fn loggable_name(&self, name: &str) -> String {
+        let known = self
+            .file
+            .as_ref()
+            .is_some_and(|f| f.users.iter().any(|u| u.name == name));
+        if known {
+            return format!("{name:?}");
+        }
+        let signed = self.signer.sign(format!("log|{name}").as_bytes());
+        let tag = signed.rsplit('.').next().unwrap_or_default();
+        format!("unknown#{}", tag.chars().take(8).collect::<String>())
+    }
+
     /// Checks a password; on success returns the session cookie value.
     pub fn login(&self, name: &str, password: &str, now_unix: i64) -> Option<String> {
         let file = self.file.as_ref().filter(|f| f.mode == Mode::Builtin)?;
@@ -220,10 +239,11 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// The token of `Authorization: Bearer <token>`; the scheme is case-insensitive
+/// (RFC 9110 §11.1), so `bearer` and `BEARER` are read too.
 fn bearer(headers: &HeaderMap) -> Option<&str> {
-    header(headers, "authorization")?
-        .strip_prefix("Bearer ")
-        .map(str::trim)
+    let (scheme, token) = header(headers, "authorization")?.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 /// The value of cookie `name` in the request's Cookie headers.

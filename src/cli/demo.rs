@@ -20,13 +20,15 @@ use std::time::Duration;
 
 #[derive(Clone, Args)]
 pub struct DemoArgs {
+    #[command(flatten)]
+    pub timeouts: super::TimeoutArgs,
     /// Address to listen on. Loopback by default; any other address needs `--auth-file`.
     #[arg(long, env = "IDEMWATCH_DEMO_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Database for the demo's keys: `sqlite://FILE` or `postgres://…`. Default: a new
     /// SQLite file in a temporary directory, removed on exit. Deliberately not read
     /// from DATABASE_URL, so that a demo never writes into a real database by accident.
-    #[arg(long, env = "IDEMWATCH_DEMO_DATABASE_URL")]
+    #[arg(long, env = "IDEMWATCH_DEMO_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
     /// New tool calls per second; transport retries and redeliveries come on top.
     #[arg(long, env = "IDEMWATCH_DEMO_RATE", default_value_t = 10.0, value_parser = parse_rate)]
@@ -117,6 +119,7 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
             checkpoint_dir: None,
             checkpoint_interval: crate::retention::HumanDuration::days(0),
         },
+        timeouts: args.timeouts.clone(),
     };
     // The same refusal as `serve`: a public address needs authentication.
     let auth = args.auth.authenticator(args.listen)?;

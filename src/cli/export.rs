@@ -3,8 +3,8 @@
 
 use super::{DatabaseArgs, redact_url};
 use crate::export::{
-    self, ExportFilter, FileEvidence, FilterError, Format, Manifest, Report, ndjson_manifest,
-    sha256_of, verify_csv_with, verify_ndjson_with,
+    self, CsvCells, ExportFilter, FileEvidence, FilterError, Format, Manifest, Report,
+    ndjson_manifest, sha256_of, verify_csv_with, verify_ndjson_with,
 };
 use crate::store::{Store, StoreOptions};
 use anyhow::{Context, bail};
@@ -37,6 +37,11 @@ pub struct ExportArgs {
     /// E.g. `order:A-88214`.
     #[arg(long)]
     pub business_ref: Option<String>,
+    /// CSV cells as stored. By default a cell starting with `=`, `+`, `-`, `@`, tab,
+    /// CR or `'` gets a leading `'` so a spreadsheet shows it as text instead of running
+    /// it as a formula; `verify` takes it off again (docs/EXPORT.md).
+    #[arg(long, env = "IDEMWATCH_CSV_RAW")]
+    pub csv_raw: bool,
     /// Write here (plus FILE.sha256, and FILE.manifest.json for CSV) instead of stdout.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
@@ -93,12 +98,17 @@ pub async fn export_command(args: ExportArgs) -> anyhow::Result<()> {
         args.business_ref.as_deref(),
     )
     .map_err(flag_error)?;
+    let cells = if args.csv_raw {
+        CsvCells::Raw
+    } else {
+        CsvCells::Neutralised
+    };
     let store = open_read_only(&args.database).await?;
     let result = match &args.output {
-        Some(path) => export_file(&store, &filter, args.format, path).await,
+        Some(path) => export_file(&store, &filter, args.format, cells, path).await,
         None => {
             let mut out = BufWriter::new(tokio::io::stdout());
-            let manifest = export::export_to(&store, &filter, args.format, &mut out).await?;
+            let manifest = export::export_to(&store, &filter, args.format, cells, &mut out).await?;
             if args.format == Format::Csv {
                 eprint!("{}", manifest.to_pretty_json());
             }
@@ -115,6 +125,7 @@ async fn export_file(
     store: &Store,
     filter: &ExportFilter,
     format: Format,
+    cells: CsvCells,
     path: &Path,
 ) -> anyhow::Result<()> {
     let partial = sidecar(path, "partial");
@@ -122,7 +133,7 @@ async fn export_file(
         .await
         .with_context(|| format!("cannot create {}", partial.display()))?;
     let mut out = BufWriter::new(file);
-    let manifest = match export::export_to(store, filter, format, &mut out).await {
+    let manifest = match export::export_to(store, filter, format, cells, &mut out).await {
         Ok(m) => m,
         Err(e) => {
             let _ = tokio::fs::remove_file(&partial).await;

@@ -72,9 +72,11 @@ pub enum Command {
 #[derive(Clone, Args)]
 pub struct DatabaseArgs {
     /// `sqlite://FILE?mode=rwc` (embedded, the default) or `postgres://USER:PASS@HOST/DB`.
+    /// (`hide_env_values`: `--help` must not print the password from the environment.)
     #[arg(
         long,
         env = "DATABASE_URL",
+        hide_env_values = true,
         default_value = "sqlite://idemwatch.db?mode=rwc"
     )]
     pub database_url: String,
@@ -99,17 +101,45 @@ impl fmt::Debug for DatabaseArgs {
     }
 }
 
-/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
+/// A database URL fit to print: the password in the user info
+/// (`postgres://user:***@host/db`, a password with `@` in it included) and any
+/// `password`/`sslpassword` query parameter (`?password=***`) are replaced. The URL is
+/// read as the `url` crate (WHATWG) reads it: the last `@` ends the user info. A URL
+/// without a secret is printed as given; one that cannot be parsed but has an `@` shows
+/// no user info at all.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
+    const HIDDEN: &str = "***";
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        return match (url.split_once("://"), url.rfind('@')) {
+            (Some((scheme, _)), Some(at)) => format!("{scheme}://{HIDDEN}{}", &url[at..]),
+            _ => url.to_string(),
+        };
     };
-    let Some((userinfo, host)) = rest.split_once('@') else {
-        return url.to_string();
-    };
-    match userinfo.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
-        None => url.to_string(),
+    let mut redacted = false;
+    if parsed.password().is_some() {
+        redacted = parsed.set_password(Some(HIDDEN)).is_ok();
+    }
+    let secret =
+        |k: &str| k.eq_ignore_ascii_case("password") || k.eq_ignore_ascii_case("sslpassword");
+    if parsed.query_pairs().any(|(k, _)| secret(&k)) {
+        let pairs: Vec<(String, String)> = parsed
+            .query_pairs()
+            .map(|(k, v)| {
+                let v = if secret(&k) {
+                    HIDDEN.into()
+                } else {
+                    v.into_owned()
+                };
+                (k.into_owned(), v)
+            })
+            .collect();
+        parsed.query_pairs_mut().clear().extend_pairs(pairs);
+        redacted = true;
+    }
+    if redacted {
+        parsed.to_string()
+    } else {
+        url.to_string()
     }
 }
 
@@ -131,6 +161,31 @@ pub struct ServeArgs {
     pub guard: GuardArgs,
     #[command(flatten)]
     pub checkpoints: CheckpointArgs,
+    #[command(flatten)]
+    pub timeouts: TimeoutArgs,
+}
+
+/// How long a client may take to send a request (docs/OPERATIONS.md).
+#[derive(Debug, Clone, Args)]
+pub struct TimeoutArgs {
+    /// Close a new connection that sends nothing for this long, and one whose request
+    /// head (request line and headers) has not fully arrived this long after its first
+    /// byte.
+    #[arg(long, env = "IDEMWATCH_HEADER_READ_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub header_read_timeout: std::time::Duration,
+    /// Answer 408 when a request body has not fully arrived this long after the
+    /// handler started reading it.
+    #[arg(long, env = "IDEMWATCH_REQUEST_BODY_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub request_body_timeout: std::time::Duration,
+}
+
+impl TimeoutArgs {
+    pub fn timeouts(&self) -> crate::web::server::Timeouts {
+        crate::web::server::Timeouts {
+            header_read: self.header_read_timeout,
+            request_body: self.request_body_timeout,
+        }
+    }
 }
 
 /// The guard over HTTP (`/api/v1/guard/*`).
@@ -206,6 +261,30 @@ mod tests {
         assert_eq!(
             redact_url("sqlite://idemwatch.db?mode=rwc"),
             "sqlite://idemwatch.db?mode=rwc"
+        );
+        assert_eq!(redact_url("sqlite::memory:"), "sqlite::memory:");
+        for (url, secret) in [
+            ("postgres://app:p@ss@db:5432/idem", "ss"),
+            ("postgres://app:s3cret@db/idem?sslmode=require", "s3cret"),
+            ("postgres://db/idem?user=app&password=s3cret", "s3cret"),
+            (
+                "postgres://db/idem?PASSWORD=s3cret&sslmode=require",
+                "s3cret",
+            ),
+            ("postgres://db/idem?sslpassword=s3cret", "s3cret"),
+            ("postgres://app:s3cret@[::1/idem", "s3cret"),
+        ] {
+            let shown = redact_url(url);
+            assert!(!shown.contains(secret), "{url} → {shown}");
+            assert!(shown.contains("***"), "{url} → {shown}");
+        }
+        assert_eq!(
+            redact_url("postgres://app:p@ss@db:5432/idem"),
+            "postgres://app:***@db:5432/idem"
+        );
+        assert_eq!(
+            redact_url("postgres://db/idem?user=app&password=s3cret&sslmode=require"),
+            "postgres://db/idem?user=app&password=***&sslmode=require"
         );
         let args = DatabaseArgs {
             database_url: "postgres://app:s3cret@db/idem".into(),

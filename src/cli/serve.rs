@@ -168,16 +168,14 @@ pub async fn run_server(
         );
     }
     let mut server_stopped = stopped.clone();
-    let app = web::app(state)
-        .merge(args.checkpoints.router()?)
-        .merge(extra);
+    let timeouts = args.timeouts.timeouts();
+    let app = web::app_with(state, extra).merge(args.checkpoints.router()?);
     tasks.spawn(async move {
         // The peer address: proxy headers are believed only from trusted proxies.
-        let app = app.into_make_service_with_connect_info::<SocketAddr>();
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = server_stopped.wait_for(|stop| *stop).await;
-            })
+        let shutdown = async move {
+            let _ = server_stopped.wait_for(|stop| *stop).await;
+        };
+        let served = web::server::serve(listener, app, timeouts, shutdown)
             .await
             .context("server failed");
         ("server", served)

@@ -3,7 +3,7 @@
 //! file, stdout or an HTTP body as it likes: nothing here holds more than one row.
 
 use super::filter::ExportFilter;
-use super::manifest::{Format, HASH_CHAIN, MANIFEST_VERSION, Manifest, ORDER, Source};
+use super::manifest::{CsvCells, Format, HASH_CHAIN, MANIFEST_VERSION, Manifest, ORDER, Source};
 use super::row::{COLUMNS, ExportRow};
 use crate::evidence::EvidenceSource;
 use chrono::{DateTime, Utc};
@@ -26,6 +26,7 @@ pub struct Encoder {
     source: Source,
     filter: ExportFilter,
     csv: Option<(csv::Writer<Shared>, Shared)>,
+    csv_cells: CsvCells,
     digest: Sha256,
     rows: u64,
     keys: u64,
@@ -42,6 +43,12 @@ impl Encoder {
     /// the manifest.
     pub fn with_evidence(mut self, evidence: Option<Arc<EvidenceSource>>) -> Self {
         self.evidence = evidence;
+        self
+    }
+
+    /// Writes CSV cells as stored ([`CsvCells::Raw`]) or neutralised (the default).
+    pub fn csv_cells(mut self, cells: CsvCells) -> Self {
+        self.csv_cells = cells;
         self
     }
 
@@ -62,6 +69,7 @@ impl Encoder {
             source,
             filter,
             csv,
+            csv_cells: CsvCells::Neutralised,
             digest: Sha256::new(),
             rows: 0,
             keys: 0,
@@ -83,7 +91,11 @@ impl Encoder {
     pub fn row(&mut self, row: &ExportRow, out: &mut Vec<u8>) {
         let start = out.len();
         match self.csv.as_mut() {
-            Some((w, shared)) => write_csv(w, shared, row.csv_fields(), out),
+            Some((w, shared)) => {
+                let cells = self.csv_cells;
+                let fields = row.csv_fields().map(|f| cells.write(&f).into_owned());
+                write_csv(w, shared, fields, out)
+            }
             None => {
                 let line = Tagged {
                     kind: "attempt",
@@ -134,6 +146,7 @@ impl Encoder {
             sha256_covers: self.format.sha256_covers().into(),
             hash_chain: HASH_CHAIN.into(),
             evidence: self.evidence.as_ref().map(|e| e.evidence(&self.exported)),
+            csv_cells: (self.format == Format::Csv).then_some(self.csv_cells),
         };
         if self.format == Format::Ndjson {
             let line = Tagged {

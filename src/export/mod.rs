@@ -17,7 +17,7 @@ mod verify;
 
 pub use encode::Encoder;
 pub use filter::{ExportFilter, FilterError, parse_time};
-pub use manifest::{Format, Manifest, Source};
+pub use manifest::{CsvCells, Format, Manifest, Source};
 pub use read::{
     FileEvidence, ndjson_manifest, sha256_of, verify_csv, verify_csv_with, verify_ndjson,
     verify_ndjson_with,
@@ -51,12 +51,14 @@ pub async fn export_to<W: AsyncWrite + Unpin>(
     store: &Store,
     filter: &ExportFilter,
     format: Format,
+    cells: CsvCells,
     out: &mut W,
 ) -> Result<Manifest, ExportError> {
     let mut buf = Vec::with_capacity(CHUNK * 2);
     let evidence = evidence_source(store).await?.map(Arc::new);
-    let mut encoder =
-        Encoder::start(format, Source::Export, filter.clone(), &mut buf).with_evidence(evidence);
+    let mut encoder = Encoder::start(format, Source::Export, filter.clone(), &mut buf)
+        .with_evidence(evidence)
+        .csv_cells(cells);
     let mut rows = store.export_rows(filter);
     while let Some(item) = rows.next().await {
         let (row, _head) = item?;

@@ -2,7 +2,7 @@
 //! manifest is the `FILE.manifest.json` sidecar). Read once, line by line, in
 //! constant memory.
 
-use super::manifest::{Format, Manifest};
+use super::manifest::{CsvCells, Format, Manifest};
 use super::row::ExportRow;
 use super::verify::{ChainCheck, Problem, Report};
 use crate::evidence::Anchor;
@@ -177,6 +177,7 @@ pub fn verify_csv_with<R: Read>(
     evidence.apply_before(&mut check);
     let mut rows = 0u64;
     let mut keys = KeyCounter::default();
+    let cells = manifest.csv_cells.unwrap_or(CsvCells::Raw);
     {
         let mut csv = csv::ReaderBuilder::new()
             .has_headers(false)
@@ -210,6 +211,9 @@ pub fn verify_csv_with<R: Read>(
                     );
                 }
                 continue;
+            }
+            if cells == CsvCells::Neutralised {
+                record = record.iter().map(|f| cells.read(f)).collect();
             }
             match ExportRow::from_csv_fields(&record) {
                 Ok(row) => {

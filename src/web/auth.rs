@@ -149,6 +149,10 @@ pub async fn authenticate(
         }
     };
 
+    // Signing out needs no role: a user whose roles were all removed can still end
+    // their session.
+    let sign_out = path == "/logout";
+    let signed_in = !public && principal.is_some();
     let refusal = match &principal {
         _ if public => None,
         None => Some(not_signed_in(&state, &request, &path)),
@@ -159,7 +163,7 @@ pub async fn authenticate(
             ))
             .into_response(),
         ),
-        Some(p) if !is_guard(&path) && !p.can(Permission::View) => Some(
+        Some(p) if !is_guard(&path) && !p.can(Permission::View) && !sign_out => Some(
             Error::Forbidden(format!(
                 "Reading idemwatch needs one of the roles viewer, resolver, auditor or admin; {} has none. Ask an admin to add a role (docs/AUTH.md).",
                 p.name
@@ -182,6 +186,13 @@ pub async fn authenticate(
             CONTEXT.scope(context, next.run(request)).await
         }
     };
+    // What a signed-in person sees must not stay in a shared or back-button cache
+    // after they sign out (downloads already say `no-store`).
+    if signed_in && !response.headers().contains_key(header::CACHE_CONTROL) {
+        response
+            .headers_mut()
+            .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
     let new_cookie = issued
         .filter(|_| !path.starts_with("/static/"))
         .and_then(|value| cookie_header(CSRF_COOKIE, &value, None, secure));

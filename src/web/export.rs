@@ -13,18 +13,18 @@
 
 use super::AppState;
 use super::problem::Problem;
-use crate::export::{CHUNK, Encoder, ExportFilter, FilterError, Format, Source};
+use crate::export::{CHUNK, CsvCells, Encoder, ExportFilter, FilterError, Format, Source};
 use crate::guard::{Clock, SystemClock, rfc3339};
 use crate::store::{Store, StoreError};
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{Query, State};
+use axum::extract::{FromRequestParts, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use serde::Deserialize;
 use tokio::sync::mpsc;
 
 pub fn router() -> Router<AppState> {
@@ -37,7 +37,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The query string; empty values mean "no filter".
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default)]
 pub struct ExportQuery {
     since: Option<String>,
     until: Option<String>,
@@ -46,9 +46,61 @@ pub struct ExportQuery {
     key: Option<String>,
     business_ref: Option<String>,
     format: Option<String>,
+    raw: Option<String>,
+}
+
+/// Read by hand rather than with `Query<ExportQuery>`, whose rejection (a parameter
+/// given twice, say) is a plain-text 400 naming no field: here every refusal is the
+/// export's JSON error with the parameter named. Unknown parameters are ignored.
+impl<S: Send + Sync> FromRequestParts<S> for ExportQuery {
+    type Rejection = ExportError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| FilterError {
+                field: "query",
+                message: e.body_text(),
+            })?;
+        let mut query = ExportQuery::default();
+        for (name, value) in pairs {
+            let (field, slot) = match name.as_str() {
+                "since" => ("since", &mut query.since),
+                "until" => ("until", &mut query.until),
+                "tenant" => ("tenant", &mut query.tenant),
+                "tool" => ("tool", &mut query.tool),
+                "key" => ("key", &mut query.key),
+                "business_ref" => ("business_ref", &mut query.business_ref),
+                "format" => ("format", &mut query.format),
+                "raw" => ("raw", &mut query.raw),
+                _ => continue,
+            };
+            if slot.replace(value).is_some() {
+                return Err(FilterError {
+                    field,
+                    message: "given more than once".into(),
+                }
+                .into());
+            }
+        }
+        Ok(query)
+    }
 }
 
 impl ExportQuery {
+    /// `raw=true`: CSV cells as stored, formula-like ones included (docs/EXPORT.md).
+    fn csv_cells(&self) -> Result<CsvCells, ExportError> {
+        match self.raw.as_deref().map(str::trim) {
+            None | Some("" | "false" | "0") => Ok(CsvCells::Neutralised),
+            Some("true" | "1") => Ok(CsvCells::Raw),
+            Some(_) => Err(FilterError {
+                field: "raw",
+                message: "expected true or false".into(),
+            }
+            .into()),
+        }
+    }
+
     /// The filter, with `until` pinned to `now` when not given.
     fn filter(&self, now: DateTime<Utc>) -> Result<ExportFilter, ExportError> {
         let mut filter = ExportFilter::parse(
@@ -76,6 +128,9 @@ pub enum ExportError {
     /// 400.
     #[error("invalid format: {0}")]
     BadFormat(String),
+    /// As many downloads as allowed are running. 429 with `Retry-After`.
+    #[error("too many exports are running; try again in a minute")]
+    Busy,
     /// The database cannot be read now. 503; the detail is logged, not shown.
     #[error("the database is unavailable; try again later")]
     Unavailable,
@@ -103,6 +158,11 @@ impl IntoResponse for ExportError {
                 "invalid",
                 "That input cannot be read",
             ),
+            ExportError::Busy => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "busy",
+                "Too many downloads at once",
+            ),
             ExportError::Unavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
@@ -119,32 +179,39 @@ impl IntoResponse for ExportError {
             ExportError::BadRequest(e) => problem = problem.field(e.field),
             ExportError::BadFormat(_) => problem = problem.field("format"),
             ExportError::Unavailable => problem = problem.member("retry_after", 5),
+            // Downloads take minutes: a minute before the next try.
+            ExportError::Busy => problem = problem.member("retry_after", 60),
             ExportError::Internal => {}
         }
         problem.response()
     }
 }
 
-async fn csv(state: State<AppState>, query: Query<ExportQuery>) -> Result<Response, ExportError> {
+async fn csv(state: State<AppState>, query: ExportQuery) -> Result<Response, ExportError> {
     download(state, query, Format::Csv).await
 }
 
-async fn ndjson(
-    state: State<AppState>,
-    query: Query<ExportQuery>,
-) -> Result<Response, ExportError> {
+async fn ndjson(state: State<AppState>, query: ExportQuery) -> Result<Response, ExportError> {
     download(state, query, Format::Ndjson).await
 }
 
 async fn download(
     State(state): State<AppState>,
-    Query(query): Query<ExportQuery>,
+    query: ExportQuery,
     format: Format,
 ) -> Result<Response, ExportError> {
     let now = SystemClock.now();
     let filter = query.filter(now)?;
+    let cells = query.csv_cells()?;
+    // Held by the body until the download ends or the client goes away.
+    let permit = state
+        .exports
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ExportError::Busy)?;
     let (tx, mut rx) = mpsc::channel::<Result<Bytes, StoreError>>(4);
-    tokio::spawn(produce(state.store.clone(), filter.clone(), format, tx));
+    let store = state.store.clone();
+    tokio::spawn(produce(store, filter.clone(), format, cells, tx));
     // Wait for the first chunk (or error) before answering, so a database that
     // cannot be read gets a proper 503 rather than a 200 with a broken body.
     let first = rx.recv().await.ok_or(ExportError::Internal)??;
@@ -152,6 +219,10 @@ async fn download(
         // A failure mid-stream can only abort the body: the client sees an incomplete
         // transfer, and an NDJSON file then lacks its manifest, which verify reports.
         chunk.map_err(|e| std::io::Error::other(e.to_string()))
+    });
+    let rest = rest.map(move |chunk| {
+        let _held = &permit;
+        chunk
     });
     let body = Body::from_stream(futures::stream::once(async { Ok(first) }).chain(rest));
     let mut response = Response::new(body);
@@ -175,6 +246,11 @@ async fn download(
     let link = format!(
         "<{}>; rel=\"describedby\"; type=\"application/json\"",
         manifest_url(&filter, format)
+            + if cells == CsvCells::Raw {
+                "&raw=true"
+            } else {
+                ""
+            }
     );
     if let Ok(v) = HeaderValue::from_str(&link) {
         headers.insert(header::LINK, v);
@@ -187,6 +263,7 @@ async fn produce(
     store: Store,
     filter: ExportFilter,
     format: Format,
+    cells: CsvCells,
     tx: mpsc::Sender<Result<Bytes, StoreError>>,
 ) {
     let mut buf = Vec::with_capacity(CHUNK * 2);
@@ -199,8 +276,9 @@ async fn produce(
             return;
         }
     };
-    let mut encoder =
-        Encoder::start(format, Source::Export, filter.clone(), &mut buf).with_evidence(evidence);
+    let mut encoder = Encoder::start(format, Source::Export, filter.clone(), &mut buf)
+        .with_evidence(evidence)
+        .csv_cells(cells);
     let mut rows = store.export_rows(&filter);
     while let Some(item) = rows.next().await {
         match item {
@@ -228,7 +306,7 @@ async fn produce(
 /// The manifest of a query: the same rows encoded the same way, hashed, discarded.
 async fn manifest(
     State(state): State<AppState>,
-    Query(query): Query<ExportQuery>,
+    query: ExportQuery,
 ) -> Result<Response, ExportError> {
     let format: Format = query
         .format
@@ -237,12 +315,14 @@ async fn manifest(
         .parse()
         .map_err(ExportError::BadFormat)?;
     let filter = query.filter(SystemClock.now())?;
+    let cells = query.csv_cells()?;
     let mut buf = Vec::new();
     let evidence = crate::export::evidence_source(&state.store)
         .await?
         .map(std::sync::Arc::new);
-    let mut encoder =
-        Encoder::start(format, Source::Export, filter.clone(), &mut buf).with_evidence(evidence);
+    let mut encoder = Encoder::start(format, Source::Export, filter.clone(), &mut buf)
+        .with_evidence(evidence)
+        .csv_cells(cells);
     let mut rows = state.store.export_rows(&filter);
     while let Some(item) = rows.next().await {
         let (row, _head) = item?;

@@ -22,10 +22,15 @@ async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     match state.store.ready().await {
         Ok(()) => (StatusCode::OK, Json(json!({ "status": "ready" }))),
         Err(e) => {
+            // The probe is public: the store's error text (host names, SQL states,
+            // file paths) goes to the log only.
             tracing::warn!(error = %e, "not ready");
             (
                 StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({ "status": "unavailable", "reason": e.to_string() })),
+                Json(json!({
+                    "status": "unavailable",
+                    "reason": "the database cannot be used; the error is in the server's log",
+                })),
             )
         }
     }

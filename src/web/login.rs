@@ -47,19 +47,33 @@ struct LoginForm {
 }
 
 /// Where to go after signing in: a path on this site only (`/keys?…`), never another
-/// site (`//evil.example`, `https://…`, `/\evil`).
+/// site. The value is parsed the way a browser will read the `Location` header
+/// (against a stand-in origin, with tabs and newlines dropped and `\` read as `/`),
+/// and only a result on that same origin is kept, re-serialised as path and query:
+/// `/%09/evil.example`, `/\evil`, `https://…` and `//…` all become `/`, and control
+/// or non-ASCII characters come out percent-encoded, so the header is always valid.
 fn safe_next(next: Option<&str>) -> String {
-    match next {
-        Some(n)
-            if n.starts_with('/')
-                && !n.starts_with("//")
-                && !n.contains('\\')
-                && !n.contains(['\r', '\n']) =>
-        {
-            n.to_string()
-        }
-        _ => "/".to_string(),
+    static BASE: std::sync::LazyLock<url::Url> = std::sync::LazyLock::new(|| {
+        url::Url::parse("http://idemwatch.invalid/").expect("a valid base URL")
+    });
+    let home = || "/".to_string();
+    let Some(next) = next.filter(|n| n.starts_with('/')) else {
+        return home();
+    };
+    let Ok(url) = BASE.join(next) else {
+        return home();
+    };
+    if url.origin() != BASE.origin() {
+        return home();
     }
+    let mut out = url.path().to_string();
+    if let Some(query) = url.query() {
+        out.push('?');
+        out.push_str(query);
+    }
+    // A path that normalises to `//host` (`/.//evil.example`) would be read as
+    // another host by the browser.
+    if out.starts_with("//") { home() } else { out }
 }
 
 async fn login_page(
@@ -142,7 +156,7 @@ async fn login(
             name,
         ));
     };
-    tracing::info!(user = %name, "signed in");
+    tracing::info!(user = %state.auth.loggable_name(&name), "signed in");
     let mut response = Redirect::to(&next).into_response();
     let secure = secure_cookies(&state, &headers);
     if let Some(v) = cookie_header(SESSION_COOKIE, &session, Some(SESSION_SECONDS), secure) {
@@ -193,7 +207,11 @@ fn refused(
     };
     let retry_after = refusal.retry_after();
     match retry_after {
-        None => tracing::info!(user = %name, "login refused"),
+        None => tracing::info!(
+            user = %state.auth.loggable_name(&name),
+            address = ?peer,
+            "login refused"
+        ),
         Some(retry_after) => {
             tracing::warn!(reason = refusal.reason(), address = ?peer, retry_after, "sign-in refused")
         }
@@ -249,14 +267,34 @@ mod tests {
     #[test]
     fn after_login_only_paths_on_this_site_are_followed() {
         assert_eq!(safe_next(Some("/keys?tool=a")), "/keys?tool=a");
+        assert_eq!(safe_next(Some("/keys/a%2Fb")), "/keys/a%2Fb");
+        // Encoded slashes stay encoded: a path segment, not a host.
+        assert_eq!(
+            safe_next(Some("/%2F%2Fevil.example")),
+            "/%2F%2Fevil.example"
+        );
+        // Control and non-ASCII characters come out encoded (a valid header).
+        assert_eq!(safe_next(Some("/keys\u{1}x")), "/keys%01x");
+        assert_eq!(safe_next(Some("/k\u{e9}")), "/k%C3%A9");
+        assert_eq!(safe_next(Some("/a/../b#frag")), "/b");
         for bad in [
             "//evil.example/x",
             "https://evil.example",
             "/\\evil",
+            "/\\/evil.example",
+            "\\\\evil.example",
+            "/\t/evil.example",
+            "/\n/evil.example",
+            "/\r\n/evil.example",
+            "/.//evil.example",
+            "/./\\evil.example",
+            "javascript:alert(1)",
+            "data:text/html,x",
+            " //evil.example",
             "keys",
             "",
         ] {
-            assert_eq!(safe_next(Some(bad)), "/", "{bad}");
+            assert_eq!(safe_next(Some(bad)), "/", "{bad:?}");
         }
         assert_eq!(safe_next(None), "/");
     }

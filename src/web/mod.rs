@@ -13,6 +13,7 @@ pub mod openapi;
 mod pages;
 pub mod problem;
 mod refusal;
+pub mod server;
 mod site;
 
 pub use error::Error;
@@ -25,6 +26,9 @@ use crate::metrics::Metrics;
 use crate::store::Store;
 use axum::Router;
 use std::sync::Arc;
+
+/// Concurrent export downloads by default: a quarter of the default pool of 16.
+pub const MAX_EXPORTS: usize = 4;
 
 /// Everything a handler needs, shared through `State`.
 #[derive(Debug, Clone)]
@@ -48,6 +52,10 @@ pub struct AppState {
     pub tools: Arc<ToolPolicies>,
     /// Password checks at once, and failures per user and address (docs/AUTH.md).
     pub logins: Arc<LoginLimiter>,
+    /// Downloads under `/export/` at once: each holds a pooled connection and a
+    /// snapshot while its client reads, so a few stalled clients must not take the
+    /// pool from the pages (docs/AUTH.md, Security).
+    pub exports: Arc<tokio::sync::Semaphore>,
 }
 
 impl AppState {
@@ -69,7 +77,14 @@ impl AppState {
             cookie_secure: false,
             tools: Arc::default(),
             logins: Arc::new(LoginLimiter::default()),
+            exports: Arc::new(tokio::sync::Semaphore::new(MAX_EXPORTS)),
         }
+    }
+
+    /// The same state allowing `n` concurrent export downloads.
+    pub fn with_max_exports(mut self, n: usize) -> Self {
+        self.exports = Arc::new(tokio::sync::Semaphore::new(n));
+        self
     }
 
     /// The same state with authentication (see `cli::AuthArgs::authenticator`).
@@ -105,6 +120,13 @@ impl AppState {
 }
 
 pub fn app(state: AppState) -> Router {
+    app_with(state, Router::new())
+}
+
+/// [`app`] with `extra` routes (their state applied) behind the same layers: the
+/// demo's `/demo/stats` is authenticated, host-checked and gets the security headers
+/// like every other route.
+pub fn app_with(state: AppState, extra: Router) -> Router {
     Router::new()
         .merge(health::router())
         .merge(pages::router())
@@ -115,6 +137,8 @@ pub fn app(state: AppState) -> Router {
         .merge(openapi::router())
         .merge(assets::router())
         .fallback(error::no_such_page)
+        .with_state(state.clone())
+        .merge(extra)
         // Inner to outer: a panic becomes a 500 page; the caller is authenticated
         // before any route runs, and before that, a request for another host name or
         // a state-changing one from another site is refused (site.rs); errors under
@@ -134,5 +158,4 @@ pub fn app(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(error::json_under_api))
         .layer(axum::middleware::from_fn(auth::security_headers))
         .layer(tower_http::trace::TraceLayer::new_for_http())
-        .with_state(state)
 }

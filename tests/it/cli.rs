@@ -156,3 +156,21 @@ fn no_migrate_refuses_an_unmigrated_database_and_migrate_creates_a_plain_sqlite_
     let (code, _, err) = idemwatch(&["prune", "--database-url", &url, "--no-migrate"]);
     assert_eq!(code, 0, "{err}");
 }
+
+#[test]
+fn help_never_prints_the_database_password_from_the_environment() {
+    for command in ["serve", "migrate", "export", "demo"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_idemwatch"))
+            .args([command, "--help"])
+            .env("DATABASE_URL", "postgres://app:s3cret-db@db/idem")
+            .env(
+                "IDEMWATCH_DEMO_DATABASE_URL",
+                "postgres://app:s3cret-demo@db/idem",
+            )
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{command}: {text}");
+        assert!(!text.contains("s3cret"), "{command} --help: {text}");
+    }
+}

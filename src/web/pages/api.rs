@@ -14,6 +14,7 @@ use crate::guard::{Attempt, Record, ResolveRequest};
 use crate::web::auth::{Csrf, check_api_csrf, require_resolve};
 use crate::web::{AppState, Error};
 use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::middleware::from_fn;
@@ -40,10 +41,17 @@ struct KeyView {
 
 async fn key(
     State(state): State<AppState>,
-    Path(key): Path<String>,
+    key: Result<Path<String>, PathRejection>,
 ) -> Result<Json<KeyView>, Error> {
-    let key = parse_key(&key)?;
+    let key = parse_key(&path_key(key)?)?;
     view(&state, key.as_str()).await.map(Json)
+}
+
+/// The `{key}` segment, or a 400 naming it in the JSON error shape (axum's own
+/// rejection, for `%FF` say, is plain text).
+fn path_key(key: Result<Path<String>, PathRejection>) -> Result<String, Error> {
+    key.map(|Path(k)| k)
+        .map_err(|e| Error::bad_request("key", e.body_text()))
 }
 
 async fn view(state: &AppState, key: &str) -> Result<KeyView, Error> {
@@ -123,11 +131,11 @@ async fn resolve(
     State(state): State<AppState>,
     principal: Principal,
     headers: HeaderMap,
-    Path(key): Path<String>,
+    key: Result<Path<String>, PathRejection>,
     body: Bytes,
 ) -> Result<Json<KeyView>, Error> {
     check_api_csrf(&state, &principal, &headers)?;
-    let key = parse_key(&key)?;
+    let key = parse_key(&path_key(key)?)?;
     let req = parse_body(&body, principal.actor())?;
     guard(&state).resolve(&key, &req).await?;
     view(&state, key.as_str()).await.map(Json)

@@ -3,7 +3,7 @@
 //! field) count as absent; unknown parameters (Grafana adds `orgId`) are ignored.
 
 use crate::guard::{AttemptKind, Status};
-use crate::store::Cursor;
+use crate::store::{self, Cursor};
 use crate::web::Error;
 use chrono::{DateTime, NaiveDate, TimeDelta, Utc};
 
@@ -59,12 +59,27 @@ fn quoted(v: &str) -> String {
 }
 
 /// RFC 3339, a date (midnight UTC), `now`, `now-1h` / `now+30m`, or epoch milliseconds
-/// (what Grafana's `${__from}` writes).
+/// (what Grafana's `${__from}` writes), within the years both stores can compare.
 pub fn parse_time(
     field: &'static str,
     value: &str,
     now: DateTime<Utc>,
 ) -> Result<DateTime<Utc>, Error> {
+    let t = read_time(field, value, now)?;
+    if !store::filter_time_in_range(t) {
+        return Err(Error::bad_request(
+            field,
+            format!(
+                "{} is {t}, expected a time {}",
+                quoted(value),
+                store::FILTER_TIME_RANGE
+            ),
+        ));
+    }
+    Ok(t)
+}
+
+fn read_time(field: &'static str, value: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, Error> {
     let bad = || {
         Error::bad_request(
             field,
@@ -75,10 +90,13 @@ pub fn parse_time(
         if rest.is_empty() {
             return Ok(now);
         }
-        let (sign, amount) = match rest.split_at(1) {
-            ("-", a) => (-1, a),
-            ("+", a) => (1, a),
-            _ => return Err(bad()),
+        // By character, not by byte: `now` followed by `é` is an error, not a panic.
+        let (sign, amount) = if let Some(a) = rest.strip_prefix('-') {
+            (-1, a)
+        } else if let Some(a) = rest.strip_prefix('+') {
+            (1, a)
+        } else {
+            return Err(bad());
         };
         let unit_at = amount.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
         let (n, unit) = amount.split_at(unit_at);
@@ -314,6 +332,31 @@ mod tests {
             assert!(e.starts_with("to: cannot read"), "{input}: {e}");
             assert!(e.contains("RFC 3339") && e.contains("now-1h"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_multibyte_character_after_now_is_an_error_not_a_panic() {
+        let now = t("2026-11-29T14:02:11Z");
+        for input in ["nowé", "now—1h", "now-1é", "now+"] {
+            let e = parse_time("from", input, now).unwrap_err().to_string();
+            assert!(e.starts_with("from: cannot read"), "{input}: {e}");
+        }
+    }
+
+    #[test]
+    fn times_before_year_1_or_after_9999_are_refused_by_name() {
+        let now = t("2026-11-29T14:02:11Z");
+        for input in [
+            "now-400000w",
+            "-5000-01-01",
+            "+10000-01-01",
+            "253402300800000",
+        ] {
+            let e = parse_time("from", input, now).unwrap_err().to_string();
+            assert!(e.starts_with("from: "), "{input}: {e}");
+            assert!(e.contains("between the years 1 and 9999"), "{input}: {e}");
+        }
+        assert!(parse_time("from", "0001-01-01", now).is_ok());
     }
 
     #[test]

@@ -127,11 +127,18 @@ async fn bulk(
         expected_token,
     };
     request(None).validate()?;
-    let selected: Vec<Item> =
+    let listed: Vec<&str> =
         p.0.iter()
             .filter(|(k, v)| k == "key" && !v.trim().is_empty())
-            .map(|(_, v)| Item::parse(v))
-            .collect::<Result<_, _>>()?;
+            .map(|(_, v)| v.as_str())
+            .collect();
+    check_size(listed.len(), "key")?;
+    let selected = distinct(
+        listed
+            .into_iter()
+            .map(Item::parse)
+            .collect::<Result<_, _>>()?,
+    )?;
 
     if p.get("confirm") == Some("yes") {
         // Exactly the listed keys, each under the token shown for it.
@@ -249,6 +256,35 @@ async fn bulk(
     Ok(Html(page.render()?).into_response())
 }
 
+/// Each key once. A key listed twice would be resolved once and then refused as a
+/// stale write for every further copy, each refusal a permanent row in its log (one
+/// request once appended 999). The same key under two different tokens is a form
+/// that was edited or merged from two pages: refused, naming the key.
+fn distinct(items: Vec<Item>) -> Result<Vec<Item>, Error> {
+    let mut seen = std::collections::HashMap::with_capacity(items.len());
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        match seen.get(&item.key) {
+            None => {
+                seen.insert(item.key.clone(), item.token);
+                out.push(item);
+            }
+            Some(&token) if token == item.token => {}
+            Some(&token) => {
+                return Err(Error::bad_request(
+                    "key",
+                    format!(
+                        "{} is listed twice, with fencing tokens {token} and {}: reload the backlog",
+                        crate::web::filters::short_key(&item.key),
+                        item.token
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
 fn check_size(n: usize, field: &'static str) -> Result<(), Error> {
     if n > MAX_BATCH {
         return Err(Error::bad_request(
@@ -262,6 +298,18 @@ fn check_size(n: usize, field: &'static str) -> Result<(), Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_listed_twice_is_resolved_once_and_two_tokens_are_refused() {
+        let item = |c: &str, token| Item {
+            key: c.repeat(64),
+            token,
+        };
+        let once = distinct(vec![item("a", 1), item("b", 2), item("a", 1), item("a", 1)]);
+        assert_eq!(once.unwrap(), vec![item("a", 1), item("b", 2)]);
+        let e = distinct(vec![item("a", 1), item("a", 2)]).unwrap_err();
+        assert!(e.to_string().starts_with("key: "), "{e}");
+    }
 
     #[test]
     fn a_batch_item_is_a_key_and_the_token_seen() {

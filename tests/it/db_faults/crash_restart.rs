@@ -25,7 +25,13 @@ async fn a_crash_and_restart_loses_no_acknowledged_call_and_makes_no_duplicate()
     tokio::time::sleep(Duration::from_secs(1)).await;
     let crashed = Instant::now();
     pg.crash();
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Keep the database down until the outside has seen the outage: a fixed pause was too
+    // short on a loaded machine, where /readyz's own probe could outlast it.
+    let seen = Duration::from_secs(30);
+    monitor.wait_for(|s| s.ready == 503, crashed, seen).await;
+    monitor
+        .wait_for(|s| s.db_up == Some(0.0), crashed, seen)
+        .await;
     let restarting = Instant::now();
     pg.start();
     let accepting = restarting.elapsed();

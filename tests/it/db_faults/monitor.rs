@@ -49,7 +49,7 @@ impl Monitor {
         while Monitor::first(&self.samples.lock().unwrap(), since, &ok).is_none() {
             assert!(
                 started.elapsed() < within,
-                "the service did not recover within {within:?}"
+                "the service did not reach the awaited state within {within:?}"
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

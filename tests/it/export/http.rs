@@ -122,3 +122,34 @@ both_backends!(
         assert_eq!(status, StatusCode::BAD_REQUEST);
     }
 );
+
+both_backends!(
+    async fn raw_true_downloads_cells_as_stored_and_links_the_raw_manifest(db: TestDb) {
+        let f = Fixture::new(&db);
+        let mut call = refund("F-2", 100, "1");
+        call.intent.tenant = "=1+1".into();
+        f.guard.run(&call, &f.client([])).await.unwrap();
+        let until = rfc3339(Utc::now() + TimeDelta::hours(1));
+
+        let (_, headers, body) =
+            get(&f.store, &format!("/export/attempts.csv?until={until}")).await;
+        assert!(String::from_utf8_lossy(&body).contains(",'=1+1,"));
+        assert!(!text(&headers, header::LINK).contains("raw=true"));
+
+        let raw = format!("/export/attempts.csv?until={until}&raw=true");
+        let (status, headers, body) = get(&f.store, &raw).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(String::from_utf8_lossy(&body).contains(",=1+1,"));
+        let link = text(&headers, header::LINK);
+        let manifest_uri = link[1..link.find('>').unwrap()].to_string();
+        assert!(manifest_uri.ends_with("&raw=true"), "{link}");
+        let (_, _, manifest) = get(&f.store, &manifest_uri).await;
+        let manifest: Manifest = serde_json::from_slice(&manifest).unwrap();
+        assert_eq!(manifest.sha256, sha256_hex(&body));
+
+        let (status, _, body) = get(&f.store, "/export/attempts.csv?raw=maybe").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["field"], "raw");
+    }
+);

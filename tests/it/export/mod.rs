@@ -5,6 +5,7 @@
 mod cli;
 mod evidence;
 mod files;
+mod formulas;
 mod http;
 mod prune;
 mod tamper;
@@ -12,7 +13,7 @@ mod tamper;
 use crate::guard_faults::{Fixture, refund};
 use crate::support::provider::Fault;
 use chrono::{DateTime, TimeDelta, Utc};
-use idemwatch::export::{ExportFilter, Format, Manifest, export_to};
+use idemwatch::export::{CsvCells, ExportFilter, Format, Manifest, export_to};
 use idemwatch::guard::{
     Clock, Resolution, ResolveRequest, ToolCall, canonical::canonical_json, rfc3339,
 };
@@ -225,7 +226,9 @@ pub fn csv_fields(row: &Value) -> Vec<String> {
 
 pub async fn export(store: &Store, filter: &ExportFilter, format: Format) -> (Vec<u8>, Manifest) {
     let mut out = Vec::new();
-    let manifest = export_to(store, filter, format, &mut out).await.unwrap();
+    let manifest = export_to(store, filter, format, CsvCells::Neutralised, &mut out)
+        .await
+        .unwrap();
     (out, manifest)
 }
 
