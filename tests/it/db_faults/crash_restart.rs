@@ -1,14 +1,18 @@
 //! PostgreSQL crashed (`pg_ctl stop -m immediate`: every server process killed, no
 //! checkpoint) and started again while guard calls are in flight, on a cluster with
 //! `fsync` and `synchronous_commit` on. A real `idemwatch serve` watches the same
-//! database; the test samples its `/readyz` and `/metrics` throughout.
-//! (Guard calls over HTTP are not covered here: the guard-over-HTTP routes are not on
-//! this branch.)
+//! database; the test samples its `/readyz` and `/metrics` throughout. Guard calls run
+//! both in process (8 workers, `load.rs`) and over HTTP against that serve (4 workers on
+//! /api/v1/guard/admit|settle|reconcile, `http_load.rs`): over HTTP a cut-off call must
+//! get a 503 `unavailable` problem or a connection error (never a 500, never a success
+//! that is not committed), and after the recovery every intent finishes, retried with
+//! the same intent, with exactly one effect.
 
 use super::cluster::{Cluster, execute, wait_until_up};
+use super::http_load::HttpLoad;
 use super::load::{Load, metric_sum};
 use super::monitor::Monitor;
-use super::{assert_tail_counted, assert_verifies, recover_and_check, watching_serve};
+use super::{assert_tail_counted, assert_verifies, recover_and_check, watching_guard_serve};
 use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -18,9 +22,10 @@ async fn a_crash_and_restart_loses_no_acknowledged_call_and_makes_no_duplicate()
     };
     execute(&pg.url("postgres"), "CREATE DATABASE idemwatch").await;
     let url = pg.url("idemwatch");
-    let serve = watching_serve(&url).await;
+    let (serve, _tools) = watching_guard_serve(&url).await;
     let monitor = Monitor::start(&serve.addr).await;
     let load = Load::start(&url, 8).await;
+    let http = HttpLoad::start(&serve.addr, 4);
 
     tokio::time::sleep(Duration::from_secs(1)).await;
     let crashed = Instant::now();
@@ -37,6 +42,12 @@ async fn a_crash_and_restart_loses_no_acknowledged_call_and_makes_no_duplicate()
     let accepting = restarting.elapsed();
     wait_until_up(&url, Duration::from_secs(30)).await;
     let (tally, finisher, samples) = recover_and_check(monitor, load, restarting).await;
+    let http = http.finish_and_check(&finisher.store).await;
+    let mut http_texts: Vec<&str> = http.cut_off.iter().map(|c| c.1.as_str()).collect();
+    http_texts.sort_unstable();
+    http_texts.dedup();
+    let http_first_cut = http.cut_off.iter().map(|c| c.0).min();
+    let http_again = http.first_success_after(restarting);
 
     // From the outside: /readyz 503 and idemwatch_db_up 0 during the outage, both back.
     let not_ready = samples.iter().find(|s| s.at >= crashed && s.ready == 503);
@@ -77,7 +88,9 @@ async fn a_crash_and_restart_loses_no_acknowledged_call_and_makes_no_duplicate()
         "crash/restart: {} calls acknowledged, {} cut off ({} distinct errors: {texts:?}), {} finished after; \
          first cut-off {:?} after the crash; pg_ctl start took {accepting:?}; \
          after the restart: guard ok in {:?}, /readyz 200 in {:?}, idemwatch_db_up 1 in {:?}; \
-         callers saw no success for {:?}; tailer counted {rows} rows exactly",
+         callers saw no success for {:?}; tailer counted {rows} rows exactly; \
+         over HTTP: {} calls acknowledged, {} requests cut off ({} distinct errors: {http_texts:?}), \
+         {} finished after; first HTTP cut-off {:?} after the crash; HTTP guard ok {:?} after the restart",
         tally.acked.len(),
         tally.cut_off.len(),
         texts.len(),
@@ -87,6 +100,12 @@ async fn a_crash_and_restart_loses_no_acknowledged_call_and_makes_no_duplicate()
         ready_again - restarting,
         up_again - restarting,
         guard_again - last_before,
+        http.acked.len(),
+        http.cut_off.len(),
+        http_texts.len(),
+        http.pending.len(),
+        http_first_cut.map(|t| t.saturating_duration_since(crashed)),
+        http_again.map(|t| t.saturating_duration_since(restarting)),
     );
     drop(serve);
 }

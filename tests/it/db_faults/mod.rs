@@ -7,6 +7,7 @@
 mod cluster;
 mod crash_restart;
 mod failover;
+mod http_load;
 mod load;
 mod monitor;
 mod pgbouncer;
@@ -64,6 +65,32 @@ pub async fn watching_serve(url: &str) -> Server {
         "0",
     ];
     Server::start("serve", url, &args).await
+}
+
+/// [`watching_serve`] that also guards over HTTP: `issue_refund` in a tools file (call
+/// timeout 1 s) and a lease margin of 2 s, so a lease cut off by the database runs out
+/// soon after the recovery. Keep the directory until the server is dropped.
+pub async fn watching_guard_serve(url: &str) -> (Server, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = dir.path().join("tools.toml");
+    std::fs::write(
+        &tools,
+        "[tools.issue_refund]\nkey_retention = \"24h\"\ncall_timeout = \"1s\"\nfree_text_fields = [\"reason\"]\n",
+    )
+    .unwrap();
+    let args = [
+        "--tail-poll-interval",
+        "200ms",
+        "--backlog-refresh-interval",
+        "1s",
+        "--prune-interval",
+        "0",
+        "--tools-file",
+        tools.to_str().unwrap(),
+        "--lease-margin",
+        "2s",
+    ];
+    (Server::start("serve", url, &args).await, dir)
 }
 
 /// Waits until the tailer of the service at `addr` has read `rows` attempt rows, and
