@@ -6,11 +6,12 @@
 //! with exactly one effect.
 
 use crate::support::TestDb;
+use crate::support::effects::Effects;
 use crate::support::server::Server;
 use serde_json::{Value, json};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -32,28 +33,6 @@ async fn post(addr: &str, path: &str, body: &Value) -> (u16, Value) {
     let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
     let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     (status, serde_json::from_str(body).unwrap_or(Value::Null))
-}
-
-/// A provider without idempotency: every send is an effect, tagged with the key.
-#[derive(Default)]
-struct Provider {
-    effects: Mutex<HashMap<String, Vec<String>>>,
-}
-
-impl Provider {
-    fn send(&self, key: &str) -> Value {
-        let mut effects = self.effects.lock().unwrap();
-        let ids = effects.entry(key.to_string()).or_default();
-        ids.push(format!("rf_{}_{}", &key[..8], ids.len() + 1));
-        json!({ "refund_id": ids.last().unwrap() })
-    }
-    fn lookup(&self, key: &str) -> Option<Value> {
-        let effects = self.effects.lock().unwrap();
-        effects
-            .get(key)
-            .and_then(|ids| ids.first())
-            .map(|id| json!({ "refund_id": id }))
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -79,7 +58,7 @@ fn fault(intent: usize, execution: u32) -> Fault {
 
 struct World {
     servers: [String; 2],
-    provider: Provider,
+    provider: Effects,
     executions: Vec<AtomicU32>,
     requests: AtomicU32,
 }
@@ -196,7 +175,7 @@ async fn two_replicas_on_one_database_perform_each_intent_exactly_once() {
     let b = Server::start("serve", &db.url, &args).await;
     let world = Arc::new(World {
         servers: [a.addr.clone(), b.addr.clone()],
-        provider: Provider::default(),
+        provider: Effects::default(),
         executions: (0..INTENTS).map(|_| AtomicU32::new(0)).collect(),
         requests: AtomicU32::new(0),
     });
@@ -225,7 +204,7 @@ async fn two_replicas_on_one_database_perform_each_intent_exactly_once() {
         }
     }
 
-    let effects = world.provider.effects.lock().unwrap().clone();
+    let effects = world.provider.snapshot();
     assert_eq!(effects.len(), INTENTS, "one key per intent");
     for (key, ids) in &effects {
         assert_eq!(ids.len(), 1, "key {key}: {ids:?}");

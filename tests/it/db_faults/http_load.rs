@@ -4,10 +4,10 @@
 //! caller would. [`HttpLoad::finish_and_check`] then retries every unfinished intent
 //! (past its lease: it reconciles) and checks the books.
 
+use crate::support::effects::Effects;
 use idemwatch::guard::Status;
 use idemwatch::store::Store;
 use serde_json::{Value, json};
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -31,28 +31,6 @@ impl HttpTally {
     /// The first success at or after `t`.
     pub fn first_success_after(&self, t: Instant) -> Option<Instant> {
         self.acked.iter().map(|a| a.2).filter(|a| *a >= t).min()
-    }
-}
-
-/// A provider without idempotency: every send is an effect, tagged with the key.
-#[derive(Default)]
-struct Provider {
-    effects: Mutex<HashMap<String, Vec<String>>>,
-}
-
-impl Provider {
-    fn send(&self, key: &str) -> Value {
-        let mut effects = self.effects.lock().unwrap();
-        let ids = effects.entry(key.to_string()).or_default();
-        ids.push(format!("rf_{}_{}", &key[..8], ids.len() + 1));
-        json!({ "refund_id": ids.last().unwrap() })
-    }
-    fn lookup(&self, key: &str) -> Option<Value> {
-        let effects = self.effects.lock().unwrap();
-        effects
-            .get(key)
-            .and_then(|ids| ids.first())
-            .map(|id| json!({ "refund_id": id }))
     }
 }
 
@@ -105,7 +83,7 @@ enum Step {
 
 struct World {
     addr: String,
-    provider: Provider,
+    provider: Effects,
     tally: Mutex<HttpTally>,
 }
 
@@ -211,7 +189,7 @@ impl HttpLoad {
     pub fn start(addr: &str, workers: usize) -> HttpLoad {
         let world = Arc::new(World {
             addr: addr.to_string(),
-            provider: Provider::default(),
+            provider: Effects::default(),
             tally: Mutex::new(HttpTally::default()),
         });
         let (stop, stopped) = watch::channel(false);
@@ -287,7 +265,7 @@ impl HttpLoad {
             assert_eq!(record.status, Status::Done, "{key}");
             assert_eq!(record.result.as_ref(), Some(result), "{key}");
         }
-        let effects = world.provider.effects.lock().unwrap().clone();
+        let effects = world.provider.snapshot();
         for (key, ids) in &effects {
             assert_eq!(ids.len(), 1, "{key}: {ids:?}");
             let record = store.record(key).await.unwrap().unwrap();

@@ -3,6 +3,7 @@
 pub mod alertmanager;
 pub mod auth;
 pub mod dashboard;
+pub mod effects;
 pub mod guard_api;
 pub mod pg;
 pub mod process;
