@@ -1,6 +1,7 @@
 //! Durations as operators write them in flags and environment variables: `30d`,
-//! `12h`, `90m`, `45s`, `250ms`, `2w`, or sums such as `1d12h`. `0` means zero.
-//! Every duration flag of every command takes this one syntax.
+//! `12h`, `90m`, `45s`, `250ms`, `2w`, sums such as `1d12h`, or spelled out (`2 weeks`).
+//! `0` means zero. Every duration flag of every command, and the offset in a relative
+//! time (`now-1h`, see [`crate::time_input`]), takes this one syntax: humantime's.
 
 use chrono::TimeDelta;
 use std::fmt;
@@ -25,6 +26,8 @@ impl HumanDuration {
 
 impl FromStr for HumanDuration {
     type Err = String;
+    /// humantime's grammar (`30d`, `1d12h`, `250ms`, `2 weeks`), bounded to what a
+    /// `TimeDelta` holds. `0` needs no unit.
     fn from_str(text: &str) -> Result<Self, String> {
         let bad = || {
             format!(
@@ -32,41 +35,10 @@ impl FromStr for HumanDuration {
                 text.chars().take(40).collect::<String>()
             )
         };
-        let text = text.trim();
-        if text == "0" {
-            return Ok(HumanDuration(TimeDelta::zero()));
-        }
-        let mut total = TimeDelta::zero();
-        let mut digits = String::new();
-        let mut saw_unit = false;
-        let mut chars = text.chars().peekable();
-        while let Some(c) = chars.next() {
-            if c.is_ascii_digit() {
-                digits.push(c);
-                continue;
-            }
-            let n: i64 = digits.parse().map_err(|_| bad())?;
-            digits.clear();
-            let unit = match c {
-                'm' if chars.peek() == Some(&'s') => {
-                    chars.next();
-                    TimeDelta::try_milliseconds(n)
-                }
-                's' => TimeDelta::try_seconds(n),
-                'm' => TimeDelta::try_minutes(n),
-                'h' => TimeDelta::try_hours(n),
-                'd' => TimeDelta::try_days(n),
-                'w' => TimeDelta::try_weeks(n),
-                _ => None,
-            }
-            .ok_or_else(bad)?;
-            total = total.checked_add(&unit).ok_or_else(bad)?;
-            saw_unit = true;
-        }
-        if !digits.is_empty() || !saw_unit {
-            return Err(bad());
-        }
-        Ok(HumanDuration(total))
+        let std = humantime::parse_duration(text.trim()).map_err(|_| bad())?;
+        TimeDelta::from_std(std)
+            .map(HumanDuration)
+            .map_err(|_| bad())
     }
 }
 
@@ -107,11 +79,13 @@ mod tests {
             (" 5m ", TimeDelta::minutes(5)),
             ("250ms", TimeDelta::milliseconds(250)),
             ("1s500ms", TimeDelta::milliseconds(1500)),
+            ("30 days", TimeDelta::days(30)),
+            ("2 weeks", TimeDelta::weeks(2)),
         ];
         for (text, expected) in table {
             assert_eq!(text.parse::<HumanDuration>().unwrap().0, expected, "{text}");
         }
-        for bad in ["", "30", "d", "30 days", "-1d", "1y", "99999999999999999w"] {
+        for bad in ["", "30", "d", "30 dayz", "-1d", "1d-", "99999999999999999w"] {
             let err = bad.parse::<HumanDuration>().unwrap_err();
             assert!(err.contains("not a duration"), "{bad}: {err}");
         }

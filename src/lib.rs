@@ -12,4 +12,5 @@ pub mod metrics;
 pub mod retention;
 pub mod store;
 pub mod tail;
+pub mod time_input;
 pub mod web;

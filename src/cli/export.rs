@@ -90,6 +90,7 @@ fn flag_error(e: FilterError) -> anyhow::Error {
 
 pub async fn export_command(args: ExportArgs) -> anyhow::Result<()> {
     let filter = ExportFilter::parse(
+        chrono::Utc::now(),
         args.since.as_deref(),
         args.until.as_deref(),
         args.tenant.as_deref(),

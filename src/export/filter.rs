@@ -3,8 +3,8 @@
 
 use super::row::micros;
 use crate::guard::IdempotencyKey;
-use crate::store::{FILTER_TIME_RANGE, filter_time_in_range};
-use chrono::{DateTime, NaiveDate, Utc};
+use crate::time_input;
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 /// All filters are optional and combine with AND. `since` is inclusive and `until`
@@ -31,10 +31,11 @@ pub struct FilterError {
 }
 
 impl ExportFilter {
-    /// Builds a filter from text as a person types it: times as RFC 3339
-    /// (`2026-11-29T14:02:11Z`) or a date (`2026-11-29`, midnight UTC); empty text
-    /// means "no filter" (what an HTML form sends for an empty field).
+    /// Builds a filter from text as a person types it: times in [`time_input`]'s
+    /// grammar (RFC 3339, a date, `now-24h`, epoch milliseconds), read against `now`;
+    /// empty text means "no filter" (what an HTML form sends for an empty field).
     pub fn parse(
+        now: DateTime<Utc>,
         since: Option<&str>,
         until: Option<&str>,
         tenant: Option<&str>,
@@ -46,8 +47,12 @@ impl ExportFilter {
             v.map(str::trim).filter(|s| !s.is_empty())
         }
         let filter = ExportFilter {
-            since: text(since).map(|t| parse_time("since", t)).transpose()?,
-            until: text(until).map(|t| parse_time("until", t)).transpose()?,
+            since: text(since)
+                .map(|t| parse_time("since", t, now))
+                .transpose()?,
+            until: text(until)
+                .map(|t| parse_time("until", t, now))
+                .transpose()?,
             tenant: text(tenant).map(String::from),
             tool: text(tool).map(String::from),
             key: text(key).map(String::from),
@@ -76,74 +81,54 @@ impl ExportFilter {
     }
 }
 
-/// RFC 3339 with any offset, or a plain date meaning midnight UTC, within the years
-/// both stores can compare.
-pub fn parse_time(field: &'static str, text: &str) -> Result<DateTime<Utc>, FilterError> {
-    let read = DateTime::parse_from_rfc3339(text)
-        .map(|t| t.to_utc())
-        .ok()
-        .or_else(|| {
-            NaiveDate::parse_from_str(text, "%Y-%m-%d")
-                .ok()
-                .and_then(|d| d.and_hms_opt(0, 0, 0))
-                .map(|t| t.and_utc())
-        });
-    if let Some(t) = read {
-        if filter_time_in_range(t) {
-            return Ok(t);
-        }
-        return Err(FilterError {
-            field,
-            message: format!(
-                "{:?} is {t}, expected a time {FILTER_TIME_RANGE}",
-                text.chars().take(60).collect::<String>()
-            ),
-        });
-    }
-    Err(FilterError {
-        field,
-        message: format!(
-            "{:?} is not a time: use RFC 3339 (2026-11-29T14:02:11Z) or a date (2026-11-29)",
-            text.chars().take(60).collect::<String>()
-        ),
-    })
+/// A filter time in [`time_input`]'s grammar, naming the field when it cannot be used.
+pub fn parse_time(
+    field: &'static str,
+    text: &str,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, FilterError> {
+    time_input::parse(text, now).map_err(|message| FilterError { field, message })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn times_are_rfc3339_or_dates_in_utc() {
-        let table = [
-            ("2026-11-29T14:02:11Z", "2026-11-29T14:02:11+00:00"),
-            ("2026-11-29T15:02:11+01:00", "2026-11-29T14:02:11+00:00"),
-            ("2026-11-29", "2026-11-29T00:00:00+00:00"),
-        ];
-        for (input, expected) in table {
-            assert_eq!(parse_time("since", input).unwrap().to_rfc3339(), expected);
-        }
-        let err = parse_time("since", "yesterday").unwrap_err();
-        assert_eq!(err.field, "since");
-        assert!(err.message.contains("RFC 3339"), "{err}");
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-11-29T14:02:11Z")
+            .unwrap()
+            .to_utc()
     }
 
     #[test]
-    fn times_outside_the_years_1_to_9999_name_their_field() {
-        for input in ["-5000-01-01", "+10000-01-01", "0000-12-31T23:59:59Z"] {
-            let err = parse_time("since", input).unwrap_err();
-            assert_eq!(err.field, "since");
-            assert!(
-                err.message.contains("between the years 1 and 9999"),
-                "{err}"
-            );
-        }
+    fn times_share_the_pages_grammar_and_name_their_field() {
+        assert_eq!(
+            parse_time("since", "now-1d", now()).unwrap().to_rfc3339(),
+            "2026-11-28T14:02:11+00:00"
+        );
+        let err = parse_time("since", "yesterday", now()).unwrap_err();
+        assert_eq!(err.field, "since");
+        assert!(err.message.contains("RFC 3339"), "{err}");
+        let err = parse_time("until", "+10000-01-01", now()).unwrap_err();
+        assert_eq!(err.field, "until");
+        assert!(
+            err.message.contains("between the years 1 and 9999"),
+            "{err}"
+        );
     }
 
     #[test]
     fn empty_fields_mean_no_filter() {
-        let f = ExportFilter::parse(Some(""), None, Some("  "), Some("issue_refund"), None, None)
-            .unwrap();
+        let f = ExportFilter::parse(
+            now(),
+            Some(""),
+            None,
+            Some("  "),
+            Some("issue_refund"),
+            None,
+            None,
+        )
+        .unwrap();
         assert_eq!(
             f,
             ExportFilter {
@@ -156,6 +141,7 @@ mod tests {
     #[test]
     fn a_backwards_range_and_a_malformed_key_name_their_field() {
         let err = ExportFilter::parse(
+            now(),
             Some("2026-12-01"),
             Some("2026-11-01"),
             None,
@@ -165,7 +151,8 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.field, "until");
-        let err = ExportFilter::parse(None, None, None, None, Some("order:A-1"), None).unwrap_err();
+        let err = ExportFilter::parse(now(), None, None, None, None, Some("order:A-1"), None)
+            .unwrap_err();
         assert_eq!(err.field, "key");
     }
 }

@@ -28,18 +28,6 @@ pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use records::Claim;
 pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};
 
-/// Whether a time given as a filter can be compared in both backends: PostgreSQL's
-/// `timestamptz` starts in 4713 BC (an earlier bound is an error, not an empty
-/// result), and SQLite's text times sort correctly only with four-digit years. Every
-/// filter keeps to the years 1 to 9999.
-pub fn filter_time_in_range(t: chrono::DateTime<chrono::Utc>) -> bool {
-    use chrono::Datelike;
-    (1..=9999).contains(&t.year())
-}
-
-/// How [`filter_time_in_range`] is explained to a person.
-pub const FILTER_TIME_RANGE: &str = "between the years 1 and 9999";
-
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,

@@ -12,6 +12,7 @@
 //! request selects the same rows.
 
 use super::AppState;
+use super::pages::params::encode;
 use super::problem::Problem;
 use crate::export::{CHUNK, CsvCells, Encoder, ExportFilter, FilterError, Format, Source};
 use crate::guard::{Clock, SystemClock, rfc3339};
@@ -104,6 +105,7 @@ impl ExportQuery {
     /// The filter, with `until` pinned to `now` when not given.
     fn filter(&self, now: DateTime<Utc>) -> Result<ExportFilter, ExportError> {
         let mut filter = ExportFilter::parse(
+            now,
             self.since.as_deref(),
             self.until.as_deref(),
             self.tenant.as_deref(),
@@ -385,7 +387,7 @@ pub fn manifest_url(filter: &ExportFilter, format: Format) -> String {
     let times = [("since", filter.since), ("until", filter.until)];
     for (name, t) in times {
         if let Some(t) = t {
-            url.push_str(&format!("&{name}={}", percent_encode(&rfc3339(t))));
+            url.push_str(&format!("&{name}={}", encode(&rfc3339(t))));
         }
     }
     let texts = [
@@ -396,23 +398,10 @@ pub fn manifest_url(filter: &ExportFilter, format: Format) -> String {
     ];
     for (name, v) in texts {
         if let Some(v) = v {
-            url.push_str(&format!("&{name}={}", percent_encode(v)));
+            url.push_str(&format!("&{name}={}", encode(v)));
         }
     }
     url
-}
-
-/// Percent-encodes everything but RFC 3986 unreserved characters.
-fn percent_encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 #[cfg(test)]
