@@ -2,7 +2,7 @@
 //! attempt log, the admissions exactly as `idempotency_requests_total{outcome}` counts
 //! them; from the provider, the effects.
 
-use crate::guard::{AttemptKind, GuardError, Outcome};
+use crate::guard::{AdmissionOutcome, AttemptKind, GuardError, Outcome};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -107,18 +107,20 @@ pub struct Admissions {
 
 impl Admissions {
     pub fn from_kinds(kinds: &[(AttemptKind, i64)]) -> Self {
-        let mut by_outcome: BTreeMap<&'static str, i64> = AttemptKind::ALL
+        let mut by_outcome: BTreeMap<&'static str, i64> = AdmissionOutcome::ALL
             .iter()
-            .filter_map(|k| k.admission_outcome())
-            .map(|o| (o, 0))
+            .map(|o| (o.as_str(), 0))
             .collect();
+        let mut replays = 0;
         for (kind, n) in kinds {
             if let Some(outcome) = kind.admission_outcome() {
-                *by_outcome.entry(outcome).or_default() += n;
+                *by_outcome.entry(outcome.as_str()).or_default() += n;
+                if outcome.is_replay() {
+                    replays += n;
+                }
             }
         }
         let requests = by_outcome.values().sum();
-        let replays = by_outcome["replay"] + by_outcome["replay_failure"];
         Self {
             requests,
             replays,

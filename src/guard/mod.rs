@@ -31,5 +31,5 @@ pub use policy::{ToolPolicies, ToolPolicy};
 pub use record::{
     Attempt, AttemptDraft, ChainFields, GENESIS_HASH, Record, chain_hash, rfc3339, seal,
 };
-pub use status::{AttemptKind, Resolution, Status, UnknownName};
+pub use status::{AdmissionOutcome, AttemptKind, Resolution, Status, UnknownName};
 pub use steps::{Admitted, CallOutcome, Reconciled};

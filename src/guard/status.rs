@@ -1,15 +1,19 @@
-//! The closed vocabularies stored in the tables: record statuses and attempt kinds.
-//! Their string forms are public contract (other languages' guards, SQL users).
+//! The closed vocabularies: record statuses, attempt kinds, admission outcomes and
+//! resolutions. Each is written once here, with `ALL` and its string form, and every
+//! user (metric families and their pre-created label slots, the tailer, the overview,
+//! the key page, the demo's stats, the filters) reads it from here, so a new variant is
+//! a compile error wherever it matters. The string forms are public contract (other
+//! languages' guards, SQL users, metric labels).
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
 macro_rules! string_enum {
-    ($(#[$meta:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal),+ $(,)? }) => {
         $(#[$meta])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        pub enum $name { $(#[serde(rename = $text)] $variant),+ }
+        pub enum $name { $($(#[$vmeta])* #[serde(rename = $text)] $variant),+ }
 
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
@@ -72,6 +76,25 @@ string_enum!(
 );
 
 string_enum!(
+    /// What an admission to the guard found, as `idempotency_requests_total{outcome}`
+    /// and the `/keys?outcome=` filter name it.
+    AdmissionOutcome {
+        /// Claimed the key.
+        New = "new",
+        /// The stored result, returned again.
+        Replay = "replay",
+        /// The stored definitive failure, returned again.
+        ReplayFailure = "replay_failure",
+        /// Refused while the first attempt runs (409).
+        InFlight = "in_flight",
+        /// Same key, other payload (422).
+        Conflict = "conflict",
+        /// Took over an UNKNOWN key or an expired lease.
+        Takeover = "takeover",
+    }
+);
+
+string_enum!(
     /// A person's decision on a key the guard could not decide.
     Resolution {
         Done = "done",
@@ -81,6 +104,10 @@ string_enum!(
 );
 
 impl Status {
+    /// The statuses a record can enter from IN_PROGRESS, as
+    /// `idempotency_transitions_total{status}` counts them.
+    pub const ENTERED: [Status; 3] = [Status::Done, Status::Failed, Status::Unknown];
+
     pub fn is_terminal(self) -> bool {
         matches!(self, Status::Done | Status::Failed)
     }
@@ -88,33 +115,43 @@ impl Status {
 
 impl AttemptKind {
     /// The admission outcome this row stands for, if it records an admission
-    /// (`idempotency_requests_total{outcome}`).
-    pub fn admission_outcome(self) -> Option<&'static str> {
-        Some(match self {
-            AttemptKind::Claimed => "new",
-            AttemptKind::Replayed => "replay",
-            AttemptKind::ReplayedFailure => "replay_failure",
-            AttemptKind::PayloadMismatch => "conflict",
-            AttemptKind::InFlightRejected => "in_flight",
-            AttemptKind::TakenOver => "takeover",
-            _ => return None,
-        })
+    /// (`idempotency_requests_total{outcome}`). Exhaustive on purpose: a new kind must
+    /// say whether it is an admission.
+    pub fn admission_outcome(self) -> Option<AdmissionOutcome> {
+        use AttemptKind::*;
+        match self {
+            Claimed => Some(AdmissionOutcome::New),
+            Replayed => Some(AdmissionOutcome::Replay),
+            ReplayedFailure => Some(AdmissionOutcome::ReplayFailure),
+            PayloadMismatch => Some(AdmissionOutcome::Conflict),
+            InFlightRejected => Some(AdmissionOutcome::InFlight),
+            TakenOver => Some(AdmissionOutcome::Takeover),
+            Completed | Failed | MarkedUnknown | ReconciledFound | Resent | Escalated
+            | Resolved | StaleWriteRejected => None,
+        }
+    }
+}
+
+impl AdmissionOutcome {
+    /// The attempt kind that records this outcome (the inverse of
+    /// [`AttemptKind::admission_outcome`]).
+    pub fn kind(self) -> AttemptKind {
+        match self {
+            AdmissionOutcome::New => AttemptKind::Claimed,
+            AdmissionOutcome::Replay => AttemptKind::Replayed,
+            AdmissionOutcome::ReplayFailure => AttemptKind::ReplayedFailure,
+            AdmissionOutcome::Conflict => AttemptKind::PayloadMismatch,
+            AdmissionOutcome::InFlight => AttemptKind::InFlightRejected,
+            AdmissionOutcome::Takeover => AttemptKind::TakenOver,
+        }
     }
 
-    /// The attempt kinds recorded for admissions with `outcome` (the inverse of
-    /// [`admission_outcome`](Self::admission_outcome)); empty for a name that is no
-    /// outcome.
-    pub fn with_outcome(outcome: &str) -> Vec<AttemptKind> {
-        Self::ALL
-            .iter()
-            .copied()
-            .filter(|k| k.admission_outcome() == Some(outcome))
-            .collect()
-    }
-
-    /// Every admission outcome, in the order of [`AttemptKind::ALL`].
-    pub fn outcomes() -> impl Iterator<Item = &'static str> {
-        Self::ALL.iter().filter_map(|k| k.admission_outcome())
+    /// A stored answer returned again: what the replay rate counts.
+    pub fn is_replay(self) -> bool {
+        matches!(
+            self,
+            AdmissionOutcome::Replay | AdmissionOutcome::ReplayFailure
+        )
     }
 }
 
@@ -134,20 +171,20 @@ mod tests {
     }
 
     #[test]
-    fn each_outcome_stands_for_the_kinds_that_record_it() {
-        let cases: [(&str, &[AttemptKind]); 7] = [
-            ("new", &[AttemptKind::Claimed]),
-            ("replay", &[AttemptKind::Replayed]),
-            ("replay_failure", &[AttemptKind::ReplayedFailure]),
-            ("conflict", &[AttemptKind::PayloadMismatch]),
-            ("in_flight", &[AttemptKind::InFlightRejected]),
-            ("takeover", &[AttemptKind::TakenOver]),
-            ("escalated", &[]),
-        ];
-        for (outcome, kinds) in cases {
-            assert_eq!(AttemptKind::with_outcome(outcome), kinds, "{outcome}");
+    fn each_outcome_is_recorded_by_exactly_one_kind() {
+        for outcome in AdmissionOutcome::ALL {
+            assert_eq!(outcome.kind().admission_outcome(), Some(*outcome));
         }
-        assert_eq!(AttemptKind::outcomes().count(), 6);
+        let admissions = AttemptKind::ALL
+            .iter()
+            .filter(|k| k.admission_outcome().is_some())
+            .count();
+        assert_eq!(admissions, AdmissionOutcome::ALL.len());
+        assert_eq!(
+            "replay_failure".parse::<AdmissionOutcome>(),
+            Ok(AdmissionOutcome::ReplayFailure)
+        );
+        assert!("escalated".parse::<AdmissionOutcome>().is_err());
     }
 
     #[test]

@@ -10,23 +10,10 @@ mod macros;
 
 pub use labels::{OTHER_TENANT, Slot};
 
+use crate::guard::{AdmissionOutcome, Resolution, Status};
 use labels::LabelSpace;
 use macros::metric_families;
 use std::sync::{Mutex, PoisonError};
-
-/// Every admission outcome (`AttemptKind::admission_outcome`), pre-created per tool.
-pub const OUTCOMES: [&str; 6] = [
-    "new",
-    "replay",
-    "replay_failure",
-    "conflict",
-    "in_flight",
-    "takeover",
-];
-/// The statuses `idempotency_transitions_total` counts entries into.
-pub const TRANSITION_STATUSES: [&str; 3] = ["DONE", "FAILED", "UNKNOWN"];
-/// The manual resolutions.
-pub const RESOLUTIONS: [&str; 3] = ["done", "failed", "release"];
 
 /// Why a login was refused (`idemwatch_login_refusals_total`), as
 /// `auth::throttle::Refusal::reason` names them.
@@ -229,17 +216,17 @@ impl Metrics {
 
     fn create_at_zero(&self, slot: &Slot) {
         let f = &self.families;
-        for outcome in OUTCOMES {
+        for outcome in AdmissionOutcome::ALL {
             f.idempotency_requests_total
-                .with_label_values(&slot.values(&[outcome]));
+                .with_label_values(&slot.values(&[outcome.as_str()]));
         }
-        for status in TRANSITION_STATUSES {
+        for status in Status::ENTERED {
             f.idempotency_transitions_total
-                .with_label_values(&slot.values(&[status]));
+                .with_label_values(&slot.values(&[status.as_str()]));
         }
-        for resolution in RESOLUTIONS {
+        for resolution in Resolution::ALL {
             f.idempotency_resolutions_total
-                .with_label_values(&slot.values(&[resolution]));
+                .with_label_values(&slot.values(&[resolution.as_str()]));
         }
         f.idempotency_escalations_total
             .with_label_values(&slot.values(&[]));
@@ -282,7 +269,7 @@ mod tests {
         let m = Metrics::default();
         m.slot("issue_refund", "acme");
         let text = m.render().unwrap();
-        for outcome in OUTCOMES {
+        for outcome in AdmissionOutcome::ALL {
             let line = format!(
                 "idempotency_requests_total{{outcome=\"{outcome}\",tool=\"issue_refund\"}} 0"
             );

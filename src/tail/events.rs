@@ -1,13 +1,13 @@
 //! What one attempt row means for the metrics: a pure mapping, so the whole contract
 //! between attempt kinds and metric families is in one table with its tests.
 
-use crate::guard::{AttemptKind, Resolution, Status};
+use crate::guard::{AdmissionOutcome, AttemptKind, Resolution, Status};
 
 /// One metric update caused by one attempt row.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Effect {
     /// `idempotency_requests_total{outcome}`.
-    Request(&'static str),
+    Request(AdmissionOutcome),
     /// `idempotency_transitions_total{status}`.
     Transition(Status),
     /// `idempotency_resolutions_total{resolution}`.
@@ -80,12 +80,12 @@ mod tests {
     #[test]
     fn every_kind_maps_to_the_documented_updates() {
         let table: &[(AttemptKind, &[Effect])] = &[
-            (Claimed, &[Request("new")]),
-            (Replayed, &[Request("replay")]),
-            (ReplayedFailure, &[Request("replay_failure")]),
-            (PayloadMismatch, &[Request("conflict")]),
-            (InFlightRejected, &[Request("in_flight")]),
-            (TakenOver, &[Request("takeover")]),
+            (Claimed, &[Request(AdmissionOutcome::New)]),
+            (Replayed, &[Request(AdmissionOutcome::Replay)]),
+            (ReplayedFailure, &[Request(AdmissionOutcome::ReplayFailure)]),
+            (PayloadMismatch, &[Request(AdmissionOutcome::Conflict)]),
+            (InFlightRejected, &[Request(AdmissionOutcome::InFlight)]),
+            (TakenOver, &[Request(AdmissionOutcome::Takeover)]),
             (Completed, &[Transition(Status::Done), Duration(1.5)]),
             (ReconciledFound, &[Transition(Status::Done)]),
             (Failed, &[Transition(Status::Failed), Duration(1.5)]),

@@ -202,7 +202,7 @@ impl Tailer {
             match effect {
                 Effect::Request(outcome) => f
                     .idempotency_requests_total
-                    .with_label_values(&slot.values(&[outcome]))
+                    .with_label_values(&slot.values(&[outcome.as_str()]))
                     .inc(),
                 Effect::Transition(status) => f
                     .idempotency_transitions_total

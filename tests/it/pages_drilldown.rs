@@ -240,8 +240,9 @@ both_backends!(
             }
             // Every link is a list the UI accepts, for every outcome a series can have,
             // and for a tool name that needs encoding.
-            for outcome in idemwatch::guard::AttemptKind::outcomes() {
-                let uri = window(url, "send%20sms").replace("${__field.labels.outcome}", outcome);
+            for outcome in idemwatch::guard::AdmissionOutcome::ALL {
+                let uri = window(url, "send%20sms")
+                    .replace("${__field.labels.outcome}", outcome.as_str());
                 let p = get(&app, &uri).await;
                 assert_eq!(p.status, StatusCode::OK, "{title}: {uri}: {}", p.body);
             }

@@ -2,7 +2,7 @@
 //! that names the parameter and the form it expects. Empty values (an untouched form
 //! field) count as absent; unknown parameters (Grafana adds `orgId`) are ignored.
 
-use crate::guard::{AttemptKind, Status};
+use crate::guard::{AdmissionOutcome, AttemptKind, Status};
 use crate::store::Cursor;
 use crate::time_input::{self, quoted};
 use crate::web::Error;
@@ -91,18 +91,17 @@ pub fn parse_attempt_kinds(value: &str) -> Result<Vec<AttemptKind>, Error> {
 pub fn parse_outcomes(value: &str) -> Result<Vec<AttemptKind>, Error> {
     let mut kinds = Vec::new();
     for name in list(value) {
-        let of = AttemptKind::with_outcome(name);
-        if of.is_empty() {
-            return Err(Error::bad_request(
+        let outcome = name.parse::<AdmissionOutcome>().map_err(|_| {
+            Error::bad_request(
                 "outcome",
                 format!(
                     "{} is not an admission outcome; expected one or more of {}, comma-separated",
                     quoted(name),
-                    names(AttemptKind::outcomes())
+                    names(AdmissionOutcome::ALL.iter().map(|o| o.as_str()))
                 ),
-            ));
-        }
-        kinds.extend(of);
+            )
+        })?;
+        kinds.push(outcome.kind());
     }
     Ok(kinds)
 }
