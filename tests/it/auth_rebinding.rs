@@ -6,11 +6,12 @@
 //! Without Chromium the browser test fails under `CI=true` and skips loudly elsewhere.
 
 use crate::auth_site::FOREIGN;
-use crate::browser::{chromium, chromium_run};
+use crate::browser::chromium_run;
 use crate::support::TestDb;
 use crate::support::auth::{HASH, SECRET, auth_file_text};
 use crate::support::pg::required;
 use crate::support::server::{Server, send_raw};
+use crate::support::webdriver::chromium;
 
 fn request(method: &str, path: &str, host: &str, extra: &[&str]) -> String {
     let mut text = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");

@@ -6,6 +6,7 @@
 //! Without Chromium the test fails under `CI=true` and skips loudly elsewhere.
 
 use crate::support::pg::required;
+use crate::support::webdriver::chromium;
 use crate::ui_seed::{Seeded, seed};
 use chrono::Utc;
 use idemwatch::store::{Store, StoreOptions};
@@ -16,16 +17,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const CHROMIUM_TIMEOUT: Duration = Duration::from_secs(120);
-
-pub(crate) fn chromium() -> Option<PathBuf> {
-    if let Ok(path) = std::env::var("CHROMIUM") {
-        return Some(PathBuf::from(path));
-    }
-    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-}
 
 /// `idemwatch serve`, stopped when dropped.
 struct Server {

@@ -12,20 +12,10 @@ use crate::support::TestDb;
 use crate::support::auth::{HASH, PASSWORD, auth_file_text};
 use crate::support::pg::required;
 use crate::support::server::Server;
-use crate::support::webdriver::{Driver, chromedriver};
+use crate::support::webdriver::{Driver, chromedriver, chromium};
 use crate::ui_seed::seed;
 use chrono::Utc;
-use std::path::{Path, PathBuf};
-
-fn chromium() -> Option<PathBuf> {
-    if let Ok(path) = std::env::var("CHROMIUM") {
-        return Some(PathBuf::from(path));
-    }
-    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-}
+use std::path::Path;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resolver_resolves_an_unknown_key_in_a_real_browser() {

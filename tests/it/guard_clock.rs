@@ -3,7 +3,7 @@
 //! the time it was written, and `occurred_at` never runs backwards along a key's `seq`.
 
 use crate::both_backends;
-use crate::guard_faults::refund;
+use crate::support::fixture::refund;
 use chrono::{DateTime, TimeDelta, Utc};
 use idemwatch::guard::{
     AttemptKind, Clock, Guard, GuardSettings, IdempotencyKey, Operation, Resolution,

@@ -4,7 +4,7 @@
 //! worker here is the test: it calls the fake provider between the steps.
 
 use crate::both_backends;
-use crate::guard_faults::refund;
+use crate::support::fixture::refund;
 use crate::support::guard_api::GuardApi;
 use crate::support::provider::Fault;
 use axum::http::StatusCode;

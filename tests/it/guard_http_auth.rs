@@ -3,8 +3,8 @@
 //! sessions (even an admin's) and other roles do not reach the guard.
 
 use crate::both_backends;
-use crate::guard_faults::refund;
 use crate::support::auth::{HASH, PASSWORD};
+use crate::support::fixture::refund;
 use crate::support::guard_api::GuardApi;
 use axum::http::{Method, StatusCode};
 use idemwatch::auth::{AuthFile, Authenticator, secrets};

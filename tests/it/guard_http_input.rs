@@ -2,8 +2,8 @@
 //! document and nothing written; and its long poll returns when a person acts.
 
 use crate::both_backends;
-use crate::guard_faults::refund;
 use crate::support::TestDb;
+use crate::support::fixture::refund;
 use crate::support::guard_api::GuardApi;
 use axum::http::{Method, StatusCode};
 use chrono::TimeDelta;

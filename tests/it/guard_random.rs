@@ -9,7 +9,7 @@
 //! docs/TESTING.md) and `IDEMWATCH_SEED` the first seed.
 
 use crate::both_backends;
-use crate::guard_faults::{Fixture, refund};
+use crate::support::fixture::{Fixture, refund};
 use crate::support::provider::{Client, Fault};
 use chrono::TimeDelta;
 use idemwatch::guard::{AttemptKind, GuardError, Resolution, ResolveRequest, Status, ToolCall};

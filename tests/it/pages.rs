@@ -2,65 +2,12 @@
 //! on both backends: each page, each filter, each error case.
 
 use crate::both_backends;
-use crate::support::TestDb;
-use crate::ui_seed::{Seeded, seed};
-use axum::Router;
-use axum::body::Body;
-use axum::http::{HeaderMap, Request, StatusCode, header};
-use chrono::Utc;
-use http_body_util::BodyExt;
+use crate::support::app::{Page, get, linked_keys, next_link, setup};
+use axum::http::{StatusCode, header};
 use idemwatch::guard::rfc3339;
-use idemwatch::web::{self, AppState};
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use tower::ServiceExt;
 
-pub struct Page {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: String,
-}
-
-pub async fn get(app: &Router, uri: &str) -> Page {
-    let request = Request::get(uri).body(Body::empty()).unwrap();
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let headers = response.headers().clone();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    Page {
-        status,
-        headers,
-        body: String::from_utf8(bytes.to_vec()).unwrap(),
-    }
-}
-
-/// The keys a page links to (`/keys/<64 hex>`), in page order, each once.
-pub fn linked_keys(body: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for (i, _) in body.match_indices("href=\"/keys/") {
-        let start = i + "href=\"/keys/".len();
-        let Some(candidate) = body.get(start..start + 64) else {
-            continue;
-        };
-        let hex = candidate
-            .bytes()
-            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-        if hex && body[start + 64..].starts_with('"') && !out.iter().any(|k| k == candidate) {
-            out.push(candidate.to_string());
-        }
-    }
-    out
-}
-
-/// The href of the link with `rel="next"`, unescaped.
-pub fn next_link(body: &str) -> Option<String> {
-    let at = body.find("rel=\"next\"")?;
-    let start = body[..at].rfind("href=\"")? + "href=\"".len();
-    let end = start + body[start..].find('"')?;
-    Some(body[start..end].replace("&#38;", "&"))
-}
-
-/// The overview card of `tool`.
 fn card<'a>(body: &'a str, tool: &str) -> &'a str {
     body.split("<section class=\"card\"")
         .find(|c| c.contains(&format!(">{tool}</h2>")))
@@ -79,12 +26,6 @@ fn assert_no_internals(p: &Page) {
     ] {
         assert!(!p.body.contains(leak), "page shows {leak:?}: {}", p.body);
     }
-}
-
-pub async fn setup(db: &TestDb) -> (Router, Seeded) {
-    let seeded = seed(&db.store, Utc::now(), 0).await;
-    let state = AppState::new(db.store.clone()).with_clock(Arc::new(seeded.clock.clone()));
-    (web::app(state), seeded)
 }
 
 both_backends!(
@@ -388,7 +329,7 @@ both_backends!(
         let cases = [
             (format!("/keys/{zeros}"), 404, format!("No key {zeros} is recorded")),
             ("/keys?from=yesterday".into(), 400, "from: cannot read &#34;yesterday&#34; as a time; expected an RFC 3339 time".into()),
-            ("/keys?to=now-1y".into(), 400, "to: cannot read".into()),
+            ("/keys?to=now-1fortnight".into(), 400, "to: cannot read".into()),
             ("/keys?from=now&to=now-1h".into(), 400, "to: must be later than from".into()),
             ("/keys?status=finished".into(), 400, "status: &#34;finished&#34; is not a status; expected one of IN_PROGRESS, DONE, FAILED, UNKNOWN".into()),
             ("/keys?key=xyz".into(), 400, "key: expected 4 to 64 hexadecimal characters".into()),
@@ -573,7 +514,7 @@ both_backends!(
             serde_json::json!({ "to": "+44 7700 900123" }),
         );
         let client =
-            crate::support::provider::Client::new(&ledger, crate::guard_faults::DEADLINE, []);
+            crate::support::provider::Client::new(&ledger, crate::support::fixture::DEADLINE, []);
         guard.run(&call, &client).await.unwrap();
         let p = get(&app, "/").await;
         assert!(!requests(&p.body), "the same counts for 30 seconds");

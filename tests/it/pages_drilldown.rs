@@ -2,7 +2,7 @@
 //! (`outcome=…`, `attempt_kind=…`), as the Grafana data links and alert links open them.
 
 use crate::both_backends;
-use crate::pages::{get, linked_keys, next_link, setup};
+use crate::support::app::{get, linked_keys, next_link, setup};
 use axum::http::StatusCode;
 use chrono::TimeDelta;
 use idemwatch::guard::rfc3339;

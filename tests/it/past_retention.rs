@@ -5,9 +5,9 @@
 //! gets it from the same formula.
 
 use crate::both_backends;
-use crate::guard_faults::{Fixture, refund};
 use crate::metrics::scrape;
 use crate::support::auth::{Who, builtin_app, call, csrf_token, form};
+use crate::support::fixture::{Fixture, refund};
 use crate::support::provider::Fault;
 use axum::http::{Method, StatusCode};
 use chrono::{TimeDelta, Utc};

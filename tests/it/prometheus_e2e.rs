@@ -21,10 +21,10 @@
 //! - Prometheus's external labels point the links at this test's idemwatch and at the
 //!   webhook server, which serves docs/RUNBOOK.md as the operator's docs host would.
 
-use crate::guard_faults::{Fixture, refund};
 use crate::metrics::promtool_check;
 use crate::support::alertmanager::{self, post_json, start_alertmanager};
 use crate::support::dashboard::{dashboard_exprs, substitute};
+use crate::support::fixture::{Fixture, refund};
 use crate::support::process::{free_addr, installed, start};
 use crate::support::webhook::Webhook;
 use crate::support::{TestDb, pg};

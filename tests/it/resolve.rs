@@ -3,9 +3,9 @@
 //! against another person and against a worker's takeover.
 
 use crate::both_backends;
-use crate::guard_faults::{Fixture, refund};
 use crate::support::TestDb;
 use crate::support::auth::*;
+use crate::support::fixture::{Fixture, refund};
 use crate::support::provider::{Client, Fault};
 use crate::ui_seed::{Seeded, seed};
 use axum::Router;

@@ -2,7 +2,7 @@
 //! fake provider: every status, a replay, a payload mismatch, an escalation past the
 //! provider's retention, an expired lease, and two refunds on one order.
 
-use crate::guard_faults::DEADLINE;
+use crate::support::fixture::DEADLINE;
 use crate::support::provider::{Client, Fault, Ledger};
 use chrono::{DateTime, TimeDelta, Utc};
 use idemwatch::guard::{

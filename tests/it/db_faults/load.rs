@@ -5,7 +5,7 @@
 //! lease and checks the books: one effect per intent, every acknowledged success in
 //! the log.
 
-use crate::guard_faults::refund;
+use crate::support::fixture::refund;
 use crate::support::provider::{Client, Fault, Ledger};
 use chrono::{TimeDelta, Utc};
 use idemwatch::guard::{Guard, GuardError, GuardSettings, ManualClock, Status, ToolCall};

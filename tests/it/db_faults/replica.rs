@@ -5,7 +5,7 @@
 
 use super::cluster::{Cluster, execute};
 use super::load::metric_sum;
-use crate::guard_faults::refund;
+use crate::support::fixture::refund;
 use crate::support::provider::{Client, Fault, Ledger};
 use crate::support::server::{Server, get};
 use chrono::{TimeDelta, Utc};

@@ -10,7 +10,7 @@ mod http;
 mod prune;
 mod tamper;
 
-use crate::guard_faults::{Fixture, refund};
+use crate::support::fixture::{Fixture, refund};
 use crate::support::provider::Fault;
 use chrono::{DateTime, TimeDelta, Utc};
 use idemwatch::export::{CsvCells, ExportFilter, Format, Manifest, export_to};

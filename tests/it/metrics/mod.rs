@@ -7,7 +7,7 @@
 mod tail_faults;
 mod values;
 
-use crate::guard_faults::Fixture;
+use crate::support::fixture::Fixture;
 use crate::support::pg;
 use crate::support::provider::Fault;
 use idemwatch::guard::{GuardError, IdempotencyKey, Resolution, ResolveRequest, ToolCall};

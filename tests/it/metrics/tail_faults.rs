@@ -3,8 +3,8 @@
 //! imply: nothing lost, nothing counted twice.
 
 use super::*;
-use crate::guard_faults::{Fixture, refund};
 use crate::support::TestDb;
+use crate::support::fixture::{Fixture, refund};
 use idemwatch::store::StoreOptions;
 use idemwatch::tail::TailSettings;
 use serde_json::json;

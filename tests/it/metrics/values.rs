@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::both_backends;
-use crate::guard_faults::{DEADLINE, Fixture, refund};
+use crate::support::fixture::{DEADLINE, Fixture, refund};
 use chrono::TimeDelta;
 use idemwatch::guard::Clock;
 use idemwatch::guard::Resolution;

@@ -1,8 +1,8 @@
 //! The guard over HTTP through `web::app` (no socket): a [`GuardApi`] with typed
 //! helpers for each step, on the fault suite's fixture (manual clock, fake provider).
 
-use crate::guard_faults::{DEADLINE, Fixture};
 use crate::support::TestDb;
+use crate::support::fixture::{DEADLINE, Fixture};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};

@@ -1,9 +1,11 @@
 //! Shared test harness: a fresh database per test on either backend.
 
 pub mod alertmanager;
+pub mod app;
 pub mod auth;
 pub mod dashboard;
 pub mod effects;
+pub mod fixture;
 pub mod guard_api;
 pub mod pg;
 pub mod process;

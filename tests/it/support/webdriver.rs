@@ -13,6 +13,17 @@ use std::time::{Duration, Instant};
 /// The W3C name of an element reference in answers.
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
+/// Debian's Chromium, or `$CHROMIUM`.
+pub fn chromium() -> Option<PathBuf> {
+    if let Ok(path) = std::env::var("CHROMIUM") {
+        return Some(PathBuf::from(path));
+    }
+    ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+}
+
 pub fn chromedriver() -> Option<PathBuf> {
     if let Ok(path) = std::env::var("CHROMEDRIVER") {
         return Some(PathBuf::from(path));
