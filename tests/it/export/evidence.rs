@@ -35,24 +35,43 @@ fn checkpointer(f: &Fixture, dir: Option<&std::path::Path>) -> Checkpointer {
         .with_dir(dir.map(Into::into))
 }
 
-/// Checkpoints until the tree holds `size` leaves. On PostgreSQL a checkpoint reads
-/// only transactions older than every running one in the cluster, and other tests'
-/// transactions may hold it back for a moment.
-async fn checkpoint_to(writer: &Checkpointer, size: u64) -> Checkpoint {
+/// Checkpoints until the tree holds `size` leaves and every key's newest leaf is its
+/// current head. On PostgreSQL a checkpoint reads only transactions older than every
+/// running one in the cluster, and other tests' transactions may hold it back for a
+/// moment: a checkpoint can then see a key without its last row, and a later one adds
+/// the head.
+async fn checkpoint_to(store: &Store, writer: &Checkpointer, size: u64) -> Checkpoint {
     let mut last = None;
     for _ in 0..100 {
         if let Some(c) = writer.checkpoint().await.unwrap() {
             last = Some(c);
         }
-        if last
-            .as_ref()
-            .is_some_and(|c: &Checkpoint| c.body.tree_size >= size)
+        if let Some(c) = last.as_ref().filter(|c| c.body.tree_size >= size)
+            && heads_covered(store).await
         {
-            return last.unwrap();
+            return c.clone();
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    panic!("no checkpoint reached {size} leaves: {last:?}");
+    panic!("no checkpoint reached {size} leaves with every head: {last:?}");
+}
+
+/// Whether each checkpointed key's newest leaf holds its record's head.
+async fn heads_covered(store: &Store) -> bool {
+    use futures::TryStreamExt;
+    let mut newest = std::collections::HashMap::new();
+    let leaves: Vec<_> = store.checkpoint_leaves().try_collect().await.unwrap();
+    for (_, leaf) in leaves {
+        newest.insert(leaf.key.clone(), leaf);
+    }
+    for (key, leaf) in newest {
+        if let Some(record) = store.record(&key).await.unwrap()
+            && (record.log_seq != leaf.log_seq || leaf.pruned)
+        {
+            return false;
+        }
+    }
+    true
 }
 
 fn with_key() -> Outside {
@@ -129,7 +148,7 @@ both_backends!(
     async fn a_key_deleted_whole_after_a_checkpoint_is_reported(db: TestDb) {
         let f = Fixture::new(&db);
         let [gone, kept] = <[String; 2]>::try_from(done_keys(&f, 2).await).unwrap();
-        let c = checkpoint_to(&checkpointer(&f, None), 2).await;
+        let c = checkpoint_to(&f.store, &checkpointer(&f, None), 2).await;
         assert_eq!(c.body.tree_size, 2);
         assert!(
             verify_database_with(&f.store, &with_key())
@@ -160,7 +179,7 @@ both_backends!(
     async fn a_rolled_back_last_attempt_is_reported(db: TestDb) {
         let f = Fixture::new(&db);
         let [rolled, _] = <[String; 2]>::try_from(done_keys(&f, 2).await).unwrap();
-        let c = checkpoint_to(&checkpointer(&f, None), 2).await;
+        let c = checkpoint_to(&f.store, &checkpointer(&f, None), 2).await;
         let before = f.store.attempts(&rolled).await.unwrap()[1].clone();
         dba(&f.store, &format!("DELETE FROM idempotency_attempts WHERE key = '{rolled}' AND seq = 3; UPDATE idempotency_records SET log_seq = 2, log_hash = '{}' WHERE key = '{rolled}'", before.hash)).await;
         let report = verify_database_with(&f.store, &with_key()).await.unwrap();
@@ -184,7 +203,7 @@ both_backends!(
             let call = refund(&format!("C-{i}"), 100, "1");
             f.guard.run(&call, &f.client([])).await.unwrap();
             f.clock.advance(TimeDelta::minutes(1));
-            checkpoint_to(&writer, i + 1).await;
+            checkpoint_to(&f.store, &writer, i + 1).await;
         }
         // Nothing changed: no checkpoint.
         assert!(writer.checkpoint().await.unwrap().is_none());
@@ -272,7 +291,7 @@ both_backends!(
         f.clock.set(Utc::now() - TimeDelta::days(100));
         let keys = done_keys(&f, 3).await;
         let writer = checkpointer(&f, None);
-        checkpoint_to(&writer, 3).await;
+        checkpoint_to(&f.store, &writer, 3).await;
         f.clock.set(Utc::now());
         let pruner = Pruner::new(
             f.store.clone(),
@@ -288,7 +307,7 @@ both_backends!(
         let report = verify_database_with(&f.store, &with_key()).await.unwrap();
         assert!(report.is_intact(), "{:#?}", report.breaks);
         // After it: tombstone leaves do.
-        let c = checkpoint_to(&writer, 6).await;
+        let c = checkpoint_to(&f.store, &writer, 6).await;
         assert_eq!(c.body.tree_size, 6, "three tombstones");
         dba(&f.store, "DELETE FROM evidence_pruned").await;
         let report = verify_database_with(&f.store, &with_key()).await.unwrap();
@@ -307,7 +326,7 @@ both_backends!(
     async fn an_export_verifies_offline_against_the_public_key(db: TestDb) {
         let f = Fixture::new(&db);
         let keys = done_keys(&f, 3).await;
-        checkpoint_to(&checkpointer(&f, None), 3).await;
+        checkpoint_to(&f.store, &checkpointer(&f, None), 3).await;
         // A key changed after the checkpoint: its newest row is not covered yet.
         let call = refund("E-0", 100, "1");
         f.guard.run(&call, &f.client([])).await.unwrap();
