@@ -22,7 +22,7 @@
 //! ambient browser state (session cookie, proxy, local admin) must send the token in
 //! `X-CSRF-Token`; bearer-token requests need none (a browser never adds the token).
 
-use super::pages::params::link;
+use super::links::link;
 use super::{AppState, Error};
 use crate::auth::{AuthError, CSRF_COOKIE, Mode, Permission, Principal, Via, cookie, secrets};
 use axum::extract::{ConnectInfo, FromRequestParts, OptionalFromRequestParts, Request, State};

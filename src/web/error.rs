@@ -4,7 +4,7 @@
 //! `/api/` and `/export/`, as it does axum's own rejections. Internal errors are logged
 //! once, here, and shown as a generic message: no database text or trace reaches a page.
 
-use super::pages::Layout;
+use super::layout::Layout;
 use super::problem::{self, Problem};
 use crate::store::StoreError;
 use askama::Template;

@@ -12,7 +12,7 @@
 //! request selects the same rows.
 
 use super::AppState;
-use super::pages::params::encode;
+use super::links::encode;
 use super::problem::Problem;
 use crate::export::{CHUNK, CsvCells, Encoder, ExportFilter, FilterError, Format, Source};
 use crate::guard::{Clock, SystemClock, rfc3339};

@@ -4,7 +4,7 @@
 
 use super::auth::{ClientAddress, Csrf, check_form_csrf, cookie_header, secure_cookies};
 use super::filters;
-use super::pages::Layout;
+use super::layout::Layout;
 use super::{AppState, Error};
 use crate::auth::throttle::Refusal;
 use crate::auth::{Mode, Principal, SESSION_COOKIE, SESSION_SECONDS};

@@ -7,6 +7,8 @@ mod export;
 pub mod filters;
 mod guard;
 mod health;
+mod layout;
+mod links;
 mod login;
 mod metrics;
 pub mod openapi;

@@ -8,7 +8,7 @@
 //! - `GET /api/v1/csrf`: the CSRF token a browser-authenticated caller sends in
 //!   `X-CSRF-Token` (bearer-token callers need none).
 
-use super::resolve::{guard, parse_key, parse_resolution};
+use super::params::{parse_key, parse_resolution};
 use crate::auth::Principal;
 use crate::guard::{Attempt, Record, ResolveRequest};
 use crate::web::auth::{Csrf, check_api_csrf, require_resolve};
@@ -137,7 +137,7 @@ async fn resolve(
     check_api_csrf(&state, &principal, &headers)?;
     let key = parse_key(&path_key(key)?)?;
     let req = parse_body(&body, principal.actor())?;
-    guard(&state).resolve(&key, &req).await?;
+    state.guard.resolve(&key, &req).await?;
     view(&state, key.as_str()).await.map(Json)
 }
 

@@ -2,9 +2,10 @@
 //! ran out. Oldest first, with the time left in the provider's key retention; keys
 //! past it are highlighted, because only a person can resolve them.
 
-use super::params::{Params, format_cursor, link, parse_cursor, parse_limit};
+use super::params::{Params, format_cursor, parse_cursor, parse_limit};
 use super::{KeyRow, Layout};
 use crate::web::filters::{self, When, when};
+use crate::web::links::link;
 use crate::web::{AppState, Error};
 use askama::Template;
 use axum::Router;

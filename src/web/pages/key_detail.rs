@@ -2,10 +2,11 @@
 //! same business ref. Answers "what happened to order A-88214?".
 
 use super::diff::{Change, diff};
-use super::params::{link, parse_key_prefix};
+use super::params::parse_key_prefix;
 use super::{Badge, KeyRow, Layout, Retention, lease_note, status_badge};
 use crate::guard::{Attempt, AttemptKind, Record, Status};
 use crate::web::filters::{When, duration, duration_ms, pretty, short_key, when};
+use crate::web::links::link;
 use crate::web::{AppState, Error};
 use askama::Template;
 use axum::Router;

@@ -5,13 +5,14 @@
 //! within the window.
 
 use super::params::{
-    self, Params, link, parse_attempt_kinds, parse_cursor, parse_key_prefix, parse_limit,
-    parse_outcomes, parse_status,
+    self, Params, parse_attempt_kinds, parse_cursor, parse_key_prefix, parse_limit, parse_outcomes,
+    parse_status,
 };
 use super::{KeyRow, Layout};
 use crate::guard::{AttemptKind, Status};
 use crate::store::{Count, KeyFilter};
 use crate::web::filters::{thousands_sep, utc};
+use crate::web::links::link;
 use crate::web::{AppState, Error};
 use askama::Template;
 use axum::Router;

@@ -13,10 +13,11 @@ mod resolve_bulk;
 
 pub use overview::OverviewCache;
 pub mod params;
+
+pub use crate::web::layout::Layout;
 mod search;
 
 use super::AppState;
-use super::assets;
 use super::filters::{When, when};
 use crate::guard::{LeaseState, Status, resend_safe};
 use crate::store::KeySummary;
@@ -33,42 +34,6 @@ pub fn router() -> Router<AppState> {
         .merge(api::router())
         .merge(resolve::router())
         .merge(resolve_bulk::router())
-}
-
-/// What `templates/base.html` needs on every page.
-#[derive(Debug, Clone)]
-pub struct Layout {
-    pub title: String,
-    /// Which main navigation entry is the current page: `overview`, `keys`, `backlog`.
-    pub nav: &'static str,
-    /// The search box's value.
-    pub q: String,
-    pub css: String,
-    pub js: String,
-    pub icon: String,
-    pub version: &'static str,
-    /// Who is signed in, and the CSRF token of the page's forms.
-    pub ctx: crate::web::auth::PageContext,
-}
-
-impl Layout {
-    pub fn new(title: impl Into<String>, nav: &'static str) -> Self {
-        Self {
-            title: title.into(),
-            nav,
-            q: String::new(),
-            css: assets::url("app.css"),
-            js: assets::url("app.js"),
-            icon: assets::url("favicon.svg"),
-            version: env!("CARGO_PKG_VERSION"),
-            ctx: crate::web::auth::page_context(),
-        }
-    }
-
-    pub fn with_query(mut self, q: impl Into<String>) -> Self {
-        self.q = q.into();
-        self
-    }
 }
 
 /// A status as a badge: text first, colour second.

@@ -4,10 +4,10 @@
 
 use super::Layout;
 use super::chart::{Chart, Point, replay_chart};
-use super::params::link;
 use crate::guard::AttemptKind;
 use crate::store::{AttemptBucket, BUCKET_SECONDS, BacklogSummary};
 use crate::web::filters::{self, When, percent, when};
+use crate::web::links::link;
 use crate::web::{AppState, Error};
 use askama::Template;
 use axum::Router;

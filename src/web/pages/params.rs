@@ -2,12 +2,11 @@
 //! that names the parameter and the form it expects. Empty values (an untouched form
 //! field) count as absent; unknown parameters (Grafana adds `orgId`) are ignored.
 
-use crate::guard::{AdmissionOutcome, AttemptKind, Status};
+use crate::guard::{AdmissionOutcome, AttemptKind, IdempotencyKey, Resolution, Status};
 use crate::store::Cursor;
 use crate::time_input::{self, quoted};
 use crate::web::Error;
 use chrono::{DateTime, Utc};
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 
 /// The longest text a filter may carry: the guard's limit on intent fields.
 const MAX_TEXT_BYTES: usize = 512;
@@ -179,29 +178,29 @@ pub fn parse_limit(value: Option<&str>) -> Result<u32, Error> {
     }
 }
 
-/// What a query value keeps unencoded: RFC 3986's unreserved characters only.
-const QUERY_VALUE: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~');
-
-/// Percent-encodes a query value: everything but RFC 3986's unreserved characters.
-pub fn encode(value: &str) -> String {
-    utf8_percent_encode(value, QUERY_VALUE).to_string()
+/// A whole key from a path: 64 lowercase hex digits.
+pub fn parse_key(text: &str) -> Result<IdempotencyKey, Error> {
+    IdempotencyKey::parse(text).map_err(|_| {
+        Error::bad_request(
+            "key",
+            "expected 64 lowercase hexadecimal characters (a SHA-256 key)",
+        )
+    })
 }
 
-/// `path?name=value&…` for the pairs whose value is present.
-pub fn link(path: &str, pairs: &[(&str, Option<&str>)]) -> String {
-    let query: Vec<String> = pairs
-        .iter()
-        .filter_map(|(k, v)| v.map(|v| format!("{k}={}", encode(v))))
-        .collect();
-    if query.is_empty() {
-        path.to_string()
-    } else {
-        format!("{path}?{}", query.join("&"))
-    }
+/// What a person decided, from a form or JSON field.
+pub fn parse_resolution(text: Option<&str>) -> Result<Resolution, Error> {
+    let text = text.map(str::trim).unwrap_or_default();
+    text.parse().map_err(|_| {
+        Error::bad_request(
+            "resolution",
+            if text.is_empty() {
+                "choose what happened: done, failed or release".to_string()
+            } else {
+                format!("{text:?} is not a resolution; expected done, failed or release")
+            },
+        )
+    })
 }
 
 #[cfg(test)]
@@ -319,22 +318,7 @@ mod tests {
     }
 
     #[test]
-    fn links_encode_their_values_and_skip_absent_ones() {
-        type Pairs<'a> = &'a [(&'a str, Option<&'a str>)];
-        let cases: [(Pairs, &str); 3] = [
-            (
-                &[("tool", Some("issue_refund")), ("tenant", None)],
-                "/keys?tool=issue_refund",
-            ),
-            (
-                &[("business_ref", Some("order:A-88214 & co"))],
-                "/keys?business_ref=order%3AA-88214%20%26%20co",
-            ),
-            (&[], "/keys"),
-        ];
-        for (pairs, want) in cases {
-            assert_eq!(link("/keys", pairs), want);
-        }
+    fn the_last_non_empty_value_of_a_parameter_counts() {
         let p = Params(vec![
             ("tool".into(), "  ".into()),
             ("tool".into(), " x ".into()),

@@ -7,9 +7,10 @@
 //! person acted in between, nothing is overwritten and the person sees the key's state
 //! now (409). Refusals map to statuses in one place (`From<GuardError> for Error`).
 
+use super::params;
 use super::{Badge, Layout, Retention, lease_note, status_badge};
 use crate::auth::Principal;
-use crate::guard::{Guard, GuardError, IdempotencyKey, Record, Resolution, ResolveRequest, Status};
+use crate::guard::{GuardError, IdempotencyKey, Record, Resolution, ResolveRequest, Status};
 use crate::web::auth::{Csrf, check_form_csrf, require_resolve};
 use crate::web::filters::{When, compact, pretty, short_key, when};
 use crate::web::{AppState, Error};
@@ -31,21 +32,6 @@ pub fn router() -> Router<AppState> {
     )
 }
 
-/// The guard the web layer resolves through: the store and clock of the pages.
-pub fn guard(state: &AppState) -> &Guard {
-    &state.guard
-}
-
-/// A whole key from a path: 64 lowercase hex digits.
-pub fn parse_key(text: &str) -> Result<IdempotencyKey, Error> {
-    IdempotencyKey::parse(text).map_err(|_| {
-        Error::bad_request(
-            "key",
-            "expected 64 lowercase hexadecimal characters (a SHA-256 key)",
-        )
-    })
-}
-
 /// The form as typed; every field optional so a bad one is named, not a rejection.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ResolveForm {
@@ -59,24 +45,10 @@ pub struct ResolveForm {
     pub csrf_token: Option<String>,
 }
 
-pub fn parse_resolution(text: Option<&str>) -> Result<Resolution, Error> {
-    let text = text.map(str::trim).unwrap_or_default();
-    text.parse().map_err(|_| {
-        Error::bad_request(
-            "resolution",
-            if text.is_empty() {
-                "choose what happened: done, failed or release".to_string()
-            } else {
-                format!("{text:?} is not a resolution; expected done, failed or release")
-            },
-        )
-    })
-}
-
 impl ResolveForm {
     /// The guard's request, or the first field that cannot be read.
     fn request(&self, actor: String) -> Result<ResolveRequest, Error> {
-        let resolution = parse_resolution(self.resolution.as_deref())?;
+        let resolution = params::parse_resolution(self.resolution.as_deref())?;
         let text = |v: &Option<String>| {
             v.as_deref()
                 .map(str::trim)
@@ -326,7 +298,7 @@ async fn resolve(
         &headers,
         form.csrf_token.as_deref(),
     )?;
-    let key = parse_key(&key)?;
+    let key = params::parse_key(&key)?;
     let now = state.clock.now();
     let record = state
         .store
@@ -337,7 +309,7 @@ async fn resolve(
         Ok(req) => req,
         Err(e) => return form_again(&record, &form, e, now, csrf.token),
     };
-    let guard = guard(&state);
+    let guard = &state.guard;
 
     if form.confirm.as_deref() != Some("yes") {
         // Step 1: nothing is written; the guard says what it would do.

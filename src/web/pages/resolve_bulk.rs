@@ -9,7 +9,8 @@
 
 use super::Layout;
 use super::params::Params;
-use super::resolve::{KeyState, guard, label, meaning, parse_key, parse_resolution};
+use super::params::{parse_key, parse_resolution};
+use super::resolve::{KeyState, label, meaning};
 use crate::auth::Principal;
 use crate::guard::{Resolution, ResolveRequest};
 use crate::web::auth::{Csrf, check_form_csrf, require_resolve};
@@ -143,7 +144,7 @@ async fn bulk(
     if p.get("confirm") == Some("yes") {
         // Exactly the listed keys, each under the token shown for it.
         check_size(selected.len(), "key")?;
-        let guard = guard(&state);
+        let guard = &state.guard;
         let mut outcomes = Vec::with_capacity(selected.len());
         for item in &selected {
             let key = parse_key(&item.key)?;

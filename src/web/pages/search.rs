@@ -2,8 +2,9 @@
 //! (`A-88214` or `order:A-88214`), a key, or the beginning of a key; this finds out
 //! which and redirects to the page that answers it.
 
-use super::params::{Params, link};
+use super::params::Params;
 use crate::store::KeyFilter;
+use crate::web::links::link;
 use crate::web::{AppState, Error};
 use axum::Router;
 use axum::extract::{Query, State};
