@@ -13,6 +13,7 @@ mod decide;
 mod engine;
 mod error;
 pub mod key;
+mod natural;
 mod operation;
 mod policy;
 mod record;
@@ -26,8 +27,9 @@ pub use decide::{Admission, Lookup, ResolveRequest, differing_fields};
 pub use engine::{Guard, GuardSettings, Outcome, ToolCall};
 pub use error::GuardError;
 pub use key::{BusinessArgs, FencingToken, Fingerprint, IdempotencyKey, Intent, KeyError};
+pub use natural::NaturalKey;
 pub use operation::{ErrorClass, Operation};
-pub use policy::{ToolPolicies, ToolPolicy};
+pub use policy::{DEFAULT_DUPLICATE_WINDOW, ToolPolicies, ToolPolicy};
 pub use record::{
     Attempt, AttemptDraft, ChainFields, GENESIS_HASH, Record, chain_hash, rfc3339, seal,
 };

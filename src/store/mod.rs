@@ -25,7 +25,7 @@ pub use browse::{
 pub use error::StoreError;
 pub use evidence::StoredCheckpoint;
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
-pub use records::Claim;
+pub use records::{Claim, ClaimChecks};
 pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};
 
 /// Whether a time given as a filter can be compared in both backends: PostgreSQL's

@@ -19,6 +19,7 @@ mod guard_faults;
 mod guard_http;
 mod guard_http_auth;
 mod guard_http_input;
+mod guard_natural;
 mod guard_random;
 mod guard_replicas;
 mod hardening;
