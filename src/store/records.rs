@@ -1,5 +1,6 @@
 //! The guard's transactions: claim a key, or lock its record and apply a decision.
 
+use super::duplicates::PairReview;
 use super::rows::{AttemptRow, RecordRow};
 use super::{Store, StoreError, on_pool, sql};
 use crate::guard::{Attempt, AttemptDraft, Record, seal};
@@ -78,7 +79,10 @@ macro_rules! insert_attempt {
 
 /// The body of [`Store::with_locked`], expanded once per backend.
 macro_rules! locked_transaction {
-    ($tx:ident, $lock_sql:expr, $key:expr, $decide:expr) => {{
+    ($tx:ident, $lock_sql:expr, $key:expr, $decide:expr) => {
+        locked_transaction!($tx, $lock_sql, $key, $decide, |_value| None::<PairReview>)
+    };
+    ($tx:ident, $lock_sql:expr, $key:expr, $decide:expr, $review:expr) => {{
         let row: Option<RecordRow> = sqlx::query_as($lock_sql)
             .bind($key)
             .fetch_optional(&mut *$tx)
@@ -109,6 +113,24 @@ macro_rules! locked_transaction {
             if updated.rows_affected() != 1 {
                 return Err(StoreError::Conflict(format!(
                     "fenced write on {} matched no row",
+                    next.key
+                )));
+            }
+        }
+        // A duplicate review changes its pair in the same transaction, or nothing.
+        if let Some(review) = $review(&value) {
+            let updated = sqlx::query(super::duplicates::REVIEW_PAIR)
+                .bind(&next.key)
+                .bind(review.verdict.as_str())
+                .bind(&review.reviewed_by)
+                .bind(review.reviewed_at)
+                .bind(&review.reason)
+                .bind(&review.other_key)
+                .execute(&mut *$tx)
+                .await?;
+            if updated.rows_affected() != 1 {
+                return Err(StoreError::Conflict(format!(
+                    "the suspected duplicate {} is no longer open",
                     next.key
                 )));
             }
@@ -241,6 +263,27 @@ impl Store {
             Store::Sqlite(pool) => {
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
                 locked_transaction!(tx, sql::LOCK_RECORD_SQLITE, key, decide)
+            }
+        }
+    }
+
+    /// [`Store::with_locked`], and the pair review `review` names from the decided
+    /// value, in the same transaction.
+    pub(super) async fn with_locked_then<T>(
+        &self,
+        key: &str,
+        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T),
+        review: impl FnOnce(&T) -> &PairReview,
+    ) -> Result<T, StoreError> {
+        let review = |v: &T| Some(review(v).clone());
+        match self {
+            Store::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                locked_transaction!(tx, sql::LOCK_RECORD_POSTGRES, key, decide, review)
+            }
+            Store::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                locked_transaction!(tx, sql::LOCK_RECORD_SQLITE, key, decide, review)
             }
         }
     }

@@ -13,6 +13,7 @@ mod browser_resolve;
 mod cli;
 mod db_faults;
 mod demo;
+mod duplicates;
 mod export;
 mod guard_clock;
 mod guard_faults;

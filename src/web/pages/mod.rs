@@ -5,9 +5,11 @@ mod api;
 mod backlog;
 mod chart;
 mod diff;
+mod duplicates;
 mod key_detail;
 mod keys;
 mod overview;
+mod pairs;
 mod resolve;
 mod resolve_bulk;
 
@@ -33,6 +35,7 @@ pub fn router() -> Router<AppState> {
         .merge(api::router())
         .merge(resolve::router())
         .merge(resolve_bulk::router())
+        .merge(duplicates::router())
 }
 
 /// What `templates/base.html` needs on every page.
