@@ -53,9 +53,12 @@ macro_rules! pair_select {
 /// Both keys' pages: every pair a key is in, newest first.
 const PAIRS_OF_KEY: &str =
     pair_select!("WHERE d.key = $1 OR d.other_key = $1 ORDER BY d.detected_at DESC LIMIT 50");
-/// `/duplicates`: open pairs, newest first (`idempotency_suspected_duplicates_state`).
-const OPEN_PAIRS: &str =
-    pair_select!("WHERE d.state = 'open' ORDER BY d.detected_at DESC, d.key DESC LIMIT $1");
+/// `/duplicates`: open pairs, newest first (`idempotency_suspected_duplicates_state`),
+/// of one tool when `$2` is not empty.
+const OPEN_PAIRS: &str = pair_select!(
+    "WHERE d.state = 'open' AND (COALESCE($2, '') = '' OR d.tool = $2) \
+     ORDER BY d.detected_at DESC, d.key DESC LIMIT $1"
+);
 const PAIR: &str = pair_select!("WHERE d.key = $1");
 
 /// The review: only an open pair with the other key the resolver saw.
@@ -68,8 +71,15 @@ impl Store {
         Ok(on_pool!(self, pool => sqlx::query_as(PAIRS_OF_KEY).bind(key).fetch_all(pool).await)?)
     }
 
-    pub async fn open_suspected_pairs(&self, limit: i64) -> Result<Vec<SuspectedPair>, StoreError> {
-        Ok(on_pool!(self, pool => sqlx::query_as(OPEN_PAIRS).bind(limit).fetch_all(pool).await)?)
+    /// Open pairs, newest first; of `tool` only, if given.
+    pub async fn open_suspected_pairs(
+        &self,
+        tool: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<SuspectedPair>, StoreError> {
+        Ok(
+            on_pool!(self, pool => sqlx::query_as(OPEN_PAIRS).bind(limit).bind(tool).fetch_all(pool).await)?,
+        )
     }
 
     pub async fn suspected_pair(&self, key: &str) -> Result<Option<SuspectedPair>, StoreError> {

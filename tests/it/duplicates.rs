@@ -44,7 +44,7 @@ both_backends!(
             claimed.detail["suspected_duplicate_of"],
             json!(key(&first).as_str())
         );
-        let pairs = f.store.open_suspected_pairs(10).await.unwrap();
+        let pairs = f.store.open_suspected_pairs(None, 10).await.unwrap();
         assert_eq!(pairs.len(), 1);
         assert_eq!(
             (pairs[0].key.as_str(), pairs[0].other_key.as_str()),
@@ -65,7 +65,10 @@ both_backends!(
         other.args["amount_p"] = json!(100);
         f.guard.run(&other, &f.client([])).await.unwrap();
         f.guard.run(&second, &f.client([])).await.unwrap();
-        assert_eq!(f.store.open_suspected_pairs(10).await.unwrap().len(), 1);
+        assert_eq!(
+            f.store.open_suspected_pairs(None, 10).await.unwrap().len(),
+            1
+        );
 
         // Past the default 24 h window: not suspected.
         f.clock.advance(TimeDelta::hours(25));
@@ -73,13 +76,19 @@ both_backends!(
             .run(&replanned(&first, 3), &f.client([]))
             .await
             .unwrap();
-        assert_eq!(f.store.open_suspected_pairs(10).await.unwrap().len(), 1);
+        assert_eq!(
+            f.store.open_suspected_pairs(None, 10).await.unwrap().len(),
+            1
+        );
         // Without a business ref nothing is probed.
         let mut a = refund("D-2", 1, "1");
         a.business_ref = None;
         f.guard.run(&a, &f.client([])).await.unwrap();
         f.guard.run(&replanned(&a, 1), &f.client([])).await.unwrap();
-        assert_eq!(f.store.open_suspected_pairs(10).await.unwrap().len(), 1);
+        assert_eq!(
+            f.store.open_suspected_pairs(None, 10).await.unwrap().len(),
+            1
+        );
     }
 );
 
@@ -129,7 +138,13 @@ both_backends!(
             (pair.state.as_str(), pair.reviewed_by.as_deref()),
             ("intended", Some("sam"))
         );
-        assert!(f.store.open_suspected_pairs(10).await.unwrap().is_empty());
+        assert!(
+            f.store
+                .open_suspected_pairs(None, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
 
         // A second review (someone else, at the same time): refused, the log unchanged.
         review.verdict = DuplicateVerdict::Confirmed;
@@ -185,7 +200,27 @@ both_backends!(
         f.guard.run(&second, &f.client([])).await.unwrap();
         let (k1, k2) = (key(&first), key(&second));
 
-        let page = call(&app, Method::GET, "/duplicates", Who::Session("vic"), None).await;
+        let other_tool = call(
+            &app,
+            Method::GET,
+            "/duplicates?tool=send_sms",
+            Who::Session("vic"),
+            None,
+        )
+        .await;
+        assert!(
+            other_tool.body.contains("No open suspected duplicates"),
+            "{}",
+            other_tool.body
+        );
+        let page = call(
+            &app,
+            Method::GET,
+            "/duplicates?tool=issue_refund",
+            Who::Session("vic"),
+            None,
+        )
+        .await;
         assert_eq!(page.status, StatusCode::OK);
         assert!(page.body.contains(&format!("/keys/{k2}")), "{}", page.body);
         assert!(page.body.contains(&format!("/keys/{k1}")));

@@ -13,8 +13,8 @@ use crate::web::auth::{check_form_csrf, require_resolve};
 use crate::web::{AppState, Error};
 use askama::Template;
 use axum::Router;
-use axum::extract::rejection::FormRejection;
-use axum::extract::{Form, Path, State};
+use axum::extract::rejection::{FormRejection, QueryRejection};
+use axum::extract::{Form, Path, Query, State};
 use axum::http::HeaderMap;
 use axum::middleware::from_fn;
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -35,6 +35,8 @@ pub fn router() -> Router<AppState> {
 #[template(path = "duplicates.html")]
 struct DuplicatesPage {
     layout: Layout,
+    /// The tool filter, or empty.
+    tool: String,
     pairs: Vec<PairView>,
     capped: bool,
     may_review: bool,
@@ -42,12 +44,27 @@ struct DuplicatesPage {
     advice: &'static str,
 }
 
-async fn list(State(state): State<AppState>) -> Result<Response, Error> {
+/// `?tool=`: the open pairs of one tool (the alert's link).
+#[derive(Debug, Default, Deserialize)]
+struct ListQuery {
+    tool: Option<String>,
+}
+
+async fn list(
+    State(state): State<AppState>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Response, Error> {
+    let Query(query) = query.map_err(|e| Error::bad_request("query", e.body_text()))?;
+    let tool = query.tool.filter(|t| !t.is_empty());
     let now = state.clock.now();
-    let pairs = state.store.open_suspected_pairs(LISTED + 1).await?;
+    let pairs = state
+        .store
+        .open_suspected_pairs(tool.as_deref(), LISTED + 1)
+        .await?;
     let ctx = crate::web::auth::page_context();
     let page = DuplicatesPage {
         layout: Layout::new("Suspected duplicates", "duplicates"),
+        tool: tool.unwrap_or_default(),
         capped: pairs.len() as i64 > LISTED,
         pairs: pairs
             .iter()
