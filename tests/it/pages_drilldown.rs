@@ -289,9 +289,8 @@ both_backends!(
         assert!(alerts.len() >= 7, "{alerts:?}");
         for link in &alerts {
             let path = link
-                .split_once("{{ end }}")
-                .map(|(_, p)| p)
-                .unwrap()
+                .strip_prefix("{{ $externalLabels.idemwatch_url }}")
+                .unwrap_or_else(|| panic!("{link}: not under the idemwatch_url label"))
                 .replace("{{ $labels.tool | urlquery }}", "issue_refund");
             let p = get(&app, &path.replace("now-1h", "now-4h")).await;
             assert_eq!(p.status, StatusCode::OK, "{path}: {}", p.body);
@@ -304,5 +303,13 @@ both_backends!(
         }
         let p = get(&app, "/backlog?tool=send+sms").await;
         assert_eq!(p.status, StatusCode::OK);
+        // The alerts' runbook is served by idemwatch, one section per alert.
+        let p = get(&app, "/runbook").await;
+        assert_eq!(p.status, StatusCode::OK);
+        assert!(
+            p.body.contains("id=\"idempotencyreplayspike\""),
+            "{}",
+            p.body
+        );
     }
 );

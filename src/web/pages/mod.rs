@@ -12,6 +12,7 @@ mod overview;
 mod pairs;
 mod resolve;
 mod resolve_bulk;
+mod runbook;
 
 pub use overview::OverviewCache;
 pub mod params;
@@ -36,6 +37,7 @@ pub fn router() -> Router<AppState> {
         .merge(resolve::router())
         .merge(resolve_bulk::router())
         .merge(duplicates::router())
+        .merge(runbook::router())
 }
 
 /// What `templates/base.html` needs on every page.
