@@ -283,6 +283,24 @@ both_backends!(
             set(&[&s.escalated])
         );
         assert_eq!(opens(takeovers, 3, "send_message").await, set(&[]));
+        // The expired-leases panel: exactly the IN_PROGRESS keys whose lease ran out,
+        // not the tool's UNKNOWN keys beside them in the backlog.
+        assert_eq!(
+            opens("Expired leases", 0, "issue_refund").await,
+            set(&[&s.expired])
+        );
+        // The transitions panel's DONE and FAILED series: keys that entered the status,
+        // not keys a person resolved another way.
+        let transitions = "Transitions into DONE / FAILED / UNKNOWN";
+        let done = opens(transitions, 1, "issue_refund").await;
+        assert!(
+            done.contains(&s.replayed) && !done.contains(&s.failed),
+            "{done:?}"
+        );
+        assert_eq!(
+            opens(transitions, 2, "issue_refund").await,
+            set(&[&s.failed])
+        );
 
         // The alerts' links: the keys behind a replay spike and a payload conflict.
         let alerts = alert_links();
