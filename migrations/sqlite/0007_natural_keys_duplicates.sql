@@ -69,8 +69,14 @@ INSERT INTO idempotency_attempts_0007 (id, key, tenant, tool, seq, kind, fencing
     detail, duration_ms, occurred_at, prev_hash, hash)
     SELECT id, key, tenant, tool, seq, kind, fencing_token, actor, detail, duration_ms,
         occurred_at, prev_hash, hash FROM idempotency_attempts;
-INSERT OR REPLACE INTO sqlite_sequence (name, seq)
-    SELECT 'idempotency_attempts_0007', seq FROM sqlite_sequence WHERE name = 'idempotency_attempts';
+-- sqlite_sequence has no unique name: update the row the copy made, or add one.
+UPDATE sqlite_sequence
+    SET seq = (SELECT seq FROM sqlite_sequence WHERE name = 'idempotency_attempts')
+    WHERE name = 'idempotency_attempts_0007'
+      AND EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'idempotency_attempts');
+INSERT INTO sqlite_sequence (name, seq)
+    SELECT 'idempotency_attempts_0007', seq FROM sqlite_sequence WHERE name = 'idempotency_attempts'
+      AND NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = 'idempotency_attempts_0007');
 DROP TABLE idempotency_attempts;
 ALTER TABLE idempotency_attempts_0007 RENAME TO idempotency_attempts;
 

@@ -25,6 +25,7 @@ mod guard_random;
 mod guard_replicas;
 mod hardening;
 mod metrics;
+mod migration_0007;
 mod openapi;
 mod page_indexes;
 mod pages;
