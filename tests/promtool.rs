@@ -25,13 +25,11 @@ const RULES: &str = "grafana/prometheus/idemwatch-rules.yml";
 const TESTS_DIR: &str = "grafana/prometheus/tests";
 const RUNBOOK: &str = "docs/RUNBOOK.md";
 const ALERTMANAGER: &str = "grafana/alertmanager/alertmanager.yml";
-/// Every `runbook_url` starts with this, then `#<alertname lowercased>`: the operator's
-/// copy of the runbook, or the upstream one while the external label is not set.
-const RUNBOOK_BASE: &str = "{{ with $externalLabels.idemwatch_runbook_url }}{{ . }}{{ else }}\
-                            https://github.com/idemwatch/idemwatch/blob/main/docs/RUNBOOK.md{{ end }}";
+/// Every `runbook_url` starts with this, then `#<alertname lowercased>`: the runbook the
+/// operator's idemwatch serves, under the one external label.
+const RUNBOOK_BASE: &str = "{{ $externalLabels.idemwatch_url }}/runbook";
 /// Every `ui_url` starts with this, then a page of the idemwatch UI.
-const UI_BASE: &str =
-    "{{ with $externalLabels.idemwatch_url }}{{ . }}{{ else }}http://127.0.0.1:8080{{ end }}/";
+const UI_BASE: &str = "{{ $externalLabels.idemwatch_url }}/";
 const DASHBOARD: &str = "grafana/dashboards/idemwatch.json";
 
 fn root() -> &'static Path {
@@ -173,6 +171,21 @@ fn alerts_under_test() -> (BTreeSet<String>, BTreeSet<String>) {
         }
     }
     (firing, silent)
+}
+
+/// No link falls back to a host that is not the operator's (the upstream repository, a
+/// loopback address): one external label builds them all.
+#[test]
+fn no_alert_link_names_a_host_of_its_own() {
+    let rules = read(&root().join(RULES));
+    for banned in [
+        "github.com",
+        "127.0.0.1",
+        "localhost",
+        "idemwatch_runbook_url",
+    ] {
+        assert!(!rules.contains(banned), "{RULES} mentions {banned}");
+    }
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! `cargo bench --bench bench [-- AREA…]`: idemwatch's benchmarks, each compared with a
 //! baseline measured in the same run. Method and results: docs/PERFORMANCE.md.
 //!
-//! Areas: guard, tailer, pages, export, footprint, exporter, checkpoint (all when none
-//! is named).
+//! Areas: guard, probe, tailer, pages, export, footprint, exporter, checkpoint (all when
+//! none is named).
 //!
 //! Environment: `BENCH_SCALE` (`small`, the default, or `full`: 1 M keys / 10 M
 //! attempts, 10 M records for the backlog), `BENCH_KEYS` / `BENCH_BACKLOG_RECORDS` to
@@ -22,6 +22,7 @@ mod pages;
     reason = "shared with the tests; the benchmark uses part of it"
 )]
 mod pg;
+mod probe;
 mod report;
 mod seed;
 mod slices;
@@ -97,6 +98,17 @@ async fn main() {
         let dir = tempfile::tempdir().unwrap();
         let lite = fresh_sqlite(dir.path()).await;
         guard::run(&lite, "SQLite", plan, &mut figures).await;
+    }
+    if wants("probe") {
+        let keys = std::env::var("BENCH_PROBE_KEYS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(20_000);
+        let (pg, _) = fresh_postgres("probe").await;
+        probe::run(&pg, "PostgreSQL", keys, plan, &mut figures).await;
+        let dir = tempfile::tempdir().unwrap();
+        let lite = fresh_sqlite(dir.path()).await;
+        probe::run(&lite, "SQLite", keys, plan, &mut figures).await;
     }
     if wants("tailer") {
         let (pg, url) = fresh_postgres("tailer").await;

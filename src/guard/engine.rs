@@ -105,6 +105,7 @@ impl Guard {
             key,
             args,
             admission,
+            ..
         } = self.admit_call(call, &policy).await?.refuse()?;
         tracing::Span::current().record("key", key.as_str());
         match admission {
@@ -125,17 +126,6 @@ impl Guard {
                 unreachable!("refused by Admitted::refuse")
             }
         }
-    }
-
-    /// The atomic claim, or the decision for an existing key, under `op`'s policy.
-    pub async fn admit<O: Operation>(
-        &self,
-        key: &IdempotencyKey,
-        call: &ToolCall,
-        args: &BusinessArgs,
-        op: &O,
-    ) -> Result<Admission, GuardError> {
-        self.admit_with(key, call, args, &ToolPolicy::of(op)).await
     }
 
     /// Calls the provider under `token` and settles the outcome.

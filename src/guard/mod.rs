@@ -10,9 +10,11 @@ pub mod canonical;
 pub mod clock;
 mod deadline;
 mod decide;
+mod duplicates;
 mod engine;
 mod error;
 pub mod key;
+mod natural;
 mod operation;
 mod policy;
 mod record;
@@ -23,13 +25,17 @@ mod tools_file;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use deadline::{LeaseState, RETENTION_MARGIN, resend_safe, resend_safe_until};
 pub use decide::{Admission, Lookup, ResolveRequest, differing_fields};
+pub use duplicates::DuplicateReview;
 pub use engine::{Guard, GuardSettings, Outcome, ToolCall};
 pub use error::GuardError;
 pub use key::{BusinessArgs, FencingToken, Fingerprint, IdempotencyKey, Intent, KeyError};
+pub use natural::NaturalKey;
 pub use operation::{ErrorClass, Operation};
-pub use policy::{ToolPolicies, ToolPolicy};
+pub use policy::{DEFAULT_DUPLICATE_WINDOW, ToolPolicies, ToolPolicy};
 pub use record::{
     Attempt, AttemptDraft, ChainFields, GENESIS_HASH, Record, chain_hash, rfc3339, seal,
 };
-pub use status::{AdmissionOutcome, AttemptKind, Resolution, Status, UnknownName};
+pub use status::{
+    AdmissionOutcome, AttemptKind, DuplicateVerdict, Resolution, Status, UnknownName,
+};
 pub use steps::{Admitted, CallOutcome, Reconciled};

@@ -24,6 +24,19 @@ pub trait Operation: Send + Sync {
         &[]
     }
 
+    /// Top-level argument fields that identify the business action (`invoice_id`): at
+    /// most one effect per tenant, tool and values of these fields, whatever intent key
+    /// a caller mints (docs/GUARD.md, "Natural keys"). Empty: none.
+    fn natural_key_fields(&self) -> &[&str] {
+        &[]
+    }
+
+    /// How far back a claim looks for another key with the same business ref and
+    /// fingerprint, to count it as a suspected duplicate.
+    fn duplicate_window(&self) -> TimeDelta {
+        super::policy::DEFAULT_DUPLICATE_WINDOW
+    }
+
     /// How long the provider remembers an idempotency key (30 minutes to 30 days,
     /// depending on the provider). Resending with the same key is safe only inside it.
     fn key_retention(&self) -> TimeDelta;

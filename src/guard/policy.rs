@@ -1,6 +1,7 @@
 //! A tool's rules, as a value the engine's steps take: how long the provider remembers
-//! a key, how long one call may take (the lease is this plus a margin), and which
-//! arguments are free text. The Rust guard takes them from its [`Operation`]; the HTTP
+//! a key, how long one call may take (the lease is this plus a margin), which
+//! arguments are free text, which name the business action (the natural key), and
+//! how far back a claim looks for a suspected duplicate. The Rust guard takes them from its [`Operation`]; the HTTP
 //! routes take them from the server's tools file, so a client cannot loosen them.
 
 use super::operation::Operation;
@@ -17,7 +18,17 @@ pub struct ToolPolicy {
     pub call_timeout: Duration,
     /// Top-level argument fields left out of the fingerprint and never sent.
     pub free_text_fields: Vec<String>,
+    /// Top-level argument fields that identify the business action (`invoice_id`):
+    /// a second intent with the same values replays the first or is refused. Empty:
+    /// no natural key.
+    pub natural_key: Vec<String>,
+    /// How far back a claim looks for another key with the same tenant, tool,
+    /// business ref and fingerprint (a suspected duplicate).
+    pub duplicate_window: TimeDelta,
 }
+
+/// The suspected-duplicate window of a tool that names none.
+pub const DEFAULT_DUPLICATE_WINDOW: TimeDelta = TimeDelta::hours(24);
 
 impl ToolPolicy {
     /// The rules an [`Operation`] declares.
@@ -30,6 +41,12 @@ impl ToolPolicy {
                 .iter()
                 .map(|f| f.to_string())
                 .collect(),
+            natural_key: op
+                .natural_key_fields()
+                .iter()
+                .map(|f| f.to_string())
+                .collect(),
+            duplicate_window: op.duplicate_window(),
         }
     }
 
@@ -50,6 +67,8 @@ impl ToolPolicy {
             "key_retention_seconds": seconds(self.key_retention.num_milliseconds()),
             "call_timeout_seconds": seconds(i64::try_from(self.call_timeout.as_millis()).unwrap_or(i64::MAX)),
             "free_text_fields": self.free_text_fields,
+            "natural_key": self.natural_key,
+            "duplicate_window_seconds": seconds(self.duplicate_window.num_milliseconds()),
         })
     }
 }
@@ -87,6 +106,8 @@ mod tests {
             key_retention: TimeDelta::hours(24),
             call_timeout: Duration::from_millis(ms),
             free_text_fields: vec!["reason".into()],
+            natural_key: vec![],
+            duplicate_window: DEFAULT_DUPLICATE_WINDOW,
         }
     }
 

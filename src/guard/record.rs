@@ -94,6 +94,16 @@ impl AttemptDraft {
         self.detail = detail;
         self
     }
+    /// Adds one member to the detail object (which it becomes if it was not one).
+    pub fn with(mut self, name: &str, value: Value) -> Self {
+        if !self.detail.is_object() {
+            self.detail = Value::Object(Default::default());
+        }
+        if let Value::Object(map) = &mut self.detail {
+            map.insert(name.to_string(), value);
+        }
+        self
+    }
     pub fn duration_ms(mut self, ms: impl Into<Option<i64>>) -> Self {
         self.duration_ms = ms.into();
         self

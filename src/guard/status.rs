@@ -72,6 +72,17 @@ string_enum!(
         Escalated = "escalated",
         Resolved = "resolved",
         StaleWriteRejected = "stale_write_rejected",
+        DuplicateReviewed = "duplicate_reviewed",
+    }
+);
+
+string_enum!(
+    /// A resolver's verdict on a suspected duplicate pair (`/duplicates`): intended (a
+    /// genuine repeat, both effects wanted) or confirmed (a real duplicate, to be undone
+    /// at the provider).
+    DuplicateVerdict {
+        Intended = "intended",
+        Confirmed = "confirmed",
     }
 );
 
@@ -127,7 +138,7 @@ impl AttemptKind {
             InFlightRejected => Some(AdmissionOutcome::InFlight),
             TakenOver => Some(AdmissionOutcome::Takeover),
             Completed | Failed | MarkedUnknown | ReconciledFound | Resent | Escalated
-            | Resolved | StaleWriteRejected => None,
+            | Resolved | StaleWriteRejected | DuplicateReviewed => None,
         }
     }
 }
@@ -167,7 +178,7 @@ mod tests {
         for k in AttemptKind::ALL {
             assert_eq!(k.as_str().parse::<AttemptKind>().unwrap(), *k);
         }
-        assert_eq!(AttemptKind::ALL.len(), 14);
+        assert_eq!(AttemptKind::ALL.len(), 15);
     }
 
     #[test]

@@ -10,16 +10,21 @@ use super::decide::{self, Admission, Lookup, Settlement};
 use super::engine::{Guard, ToolCall};
 use super::error::GuardError;
 use super::key::{BusinessArgs, IdempotencyKey};
+use super::natural::NaturalKey;
 use super::policy::ToolPolicy;
 use super::record::{AttemptDraft, GENESIS_HASH, Record};
 use super::status::{AttemptKind, Status};
-use crate::store::{Claim, StoreError};
+use crate::store::{Claim, ClaimChecks, StoreError};
 use serde_json::{Value, json};
 
 /// What admission decided, with the key and the business arguments it derived.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Admitted {
+    /// The key the caller acts on: its intent's key, or the key holding the call's
+    /// natural key (then `intent_key` is the caller's own).
     pub key: IdempotencyKey,
+    /// The caller's intent key, when its natural key led to another key.
+    pub intent_key: Option<IdempotencyKey>,
     /// The arguments without free text: what the fingerprint covers and what is sent.
     pub args: BusinessArgs,
     pub admission: Admission,
@@ -85,23 +90,39 @@ impl Guard {
         let key = call.intent.key()?;
         tracing::Span::current().record("key", key.as_str());
         let args = BusinessArgs::new(&call.args, &policy.free_text_fields)?;
-        let admission = self.admit_with(&key, call, &args, policy).await?;
-        Ok(Admitted {
-            key,
-            args,
-            admission,
+        let natural = NaturalKey::of(&args, &policy.natural_key)?;
+        let (held_by, admission) = self
+            .admit_with(&key, call, &args, policy, natural.as_ref())
+            .await?;
+        Ok(match held_by {
+            Some(holder) => Admitted {
+                key: holder,
+                intent_key: Some(key),
+                args,
+                admission,
+            },
+            None => Admitted {
+                key,
+                intent_key: None,
+                args,
+                admission,
+            },
         })
     }
 
     /// The atomic claim, or the decision for an existing key. The claim's attempt
-    /// records the policy in force, so an auditor sees which rules applied.
-    pub async fn admit_with(
+    /// records the policy in force, so an auditor sees which rules applied. When
+    /// another key holds the call's natural key, the decision is that key's (a
+    /// replay, a 422 for other arguments, a takeover…), recorded on that key with
+    /// the caller's intent key, and the holder is returned with it.
+    async fn admit_with(
         &self,
         key: &IdempotencyKey,
         call: &ToolCall,
         args: &BusinessArgs,
         policy: &ToolPolicy,
-    ) -> Result<Admission, GuardError> {
+        natural: Option<&NaturalKey>,
+    ) -> Result<(Option<IdempotencyKey>, Admission), GuardError> {
         let lease = policy.lease(self.settings.lease_margin);
         // The clock is read inside the store's transaction, after any wait for the
         // lock: a row written after a wait carries the time it was written, and a
@@ -136,29 +157,59 @@ impl Guard {
                 log_hash: GENESIS_HASH.to_string(),
             };
             *claimed_lease.lock().unwrap_or_else(|e| e.into_inner()) = Some(record.lease_until);
-            let claimed =
+            let mut claimed =
                 AttemptDraft::new(AttemptKind::Claimed, 1, &call.actor, now).detail(json!({
                     "lease_until": record.lease_until,
                     "policy": policy.to_json(&call.intent.tool),
                 }));
+            if let Some(natural) = natural {
+                claimed = claimed.with("natural_key", natural.fields.clone());
+            }
             (record, claimed)
         };
+        let checks = ClaimChecks {
+            natural_key: natural.map(|n| n.hash.as_str()),
+            duplicate_window: policy.duplicate_window,
+        };
         loop {
-            if let Claim::Created = self.store.claim(build).await? {
-                let lease_until = claimed_lease
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .expect("a created claim built its record");
-                return Ok(Admission::New {
-                    token: 1,
-                    lease_until,
-                });
-            }
-            let decided = self.locked(key, |rec| {
-                decide::admit_existing(rec, args, &call.actor, self.clock.now(), lease)
+            let (at, held_by) = match self.store.claim(&build, checks).await? {
+                Claim::Created => {
+                    let lease_until = claimed_lease
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .expect("a created claim built its record");
+                    let admission = Admission::New {
+                        token: 1,
+                        lease_until,
+                    };
+                    return Ok((None, admission));
+                }
+                Claim::Exists => (key.clone(), None),
+                Claim::NaturalKeyHeld { key: holder } => {
+                    let holder = IdempotencyKey::parse(&holder).map_err(|e| {
+                        GuardError::Store(StoreError::Other(format!("stored key: {e}")))
+                    })?;
+                    (holder.clone(), Some(holder))
+                }
+            };
+            let decided = self.locked(&at, |rec| {
+                let (mut drafts, admission) =
+                    decide::admit_existing(rec, args, &call.actor, self.clock.now(), lease);
+                if let (Some(natural), Some(_)) = (natural, &held_by) {
+                    // On the holder's log: which intent arrived with its natural key.
+                    drafts = drafts
+                        .into_iter()
+                        .map(|d| {
+                            d.with("natural_key", natural.fields.clone())
+                                .with("intent_key", json!(key.as_str()))
+                                .with("intent_id", json!(call.intent.intent_id))
+                        })
+                        .collect();
+                }
+                (drafts, admission)
             });
             match decided.await {
-                Ok(admission) => return Ok(admission),
+                Ok(admission) => return Ok((held_by, admission)),
                 // Pruned between the two statements: claim again.
                 Err(GuardError::NotFound(_)) => continue,
                 Err(e) => return Err(e),

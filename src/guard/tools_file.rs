@@ -11,9 +11,11 @@
 //! key_retention = "24h"          # how long the provider remembers a key
 //! call_timeout = "10s"           # the client deadline of one call; the lease adds a margin
 //! free_text_fields = ["reason"]  # left out of the fingerprint, never sent
+//! natural_key = ["invoice_id"]   # one effect per invoice, whatever the intent key
+//! duplicate_window = "24h"       # how far back a claim looks for a suspected duplicate
 //! ```
 
-use super::policy::{ToolPolicies, ToolPolicy};
+use super::policy::{DEFAULT_DUPLICATE_WINDOW, ToolPolicies, ToolPolicy};
 use crate::duration::HumanDuration;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,6 +43,9 @@ struct Entry {
     call_timeout: Option<String>,
     #[serde(default)]
     free_text_fields: Vec<String>,
+    #[serde(default)]
+    natural_key: Vec<String>,
+    duplicate_window: Option<String>,
 }
 
 impl ToolPolicies {
@@ -97,25 +102,45 @@ impl Entry {
                  the provider would forget the key before the first call ends"
             ));
         }
-        let mut seen = BTreeSet::new();
-        for field in &self.free_text_fields {
-            if field.is_empty() || field.len() > MAX_NAME_BYTES {
-                return Err(format!(
-                    "{what}: free_text_fields: {field:?} must be non-empty and at most {MAX_NAME_BYTES} bytes"
-                ));
-            }
-            if !seen.insert(field) {
-                return Err(format!(
-                    "{what}: free_text_fields: {field:?} is listed twice"
-                ));
-            }
+        field_names(what, "free_text_fields", &self.free_text_fields)?;
+        field_names(what, "natural_key", &self.natural_key)?;
+        if let Some(free) = self
+            .natural_key
+            .iter()
+            .find(|f| self.free_text_fields.contains(f))
+        {
+            return Err(format!(
+                "{what}: natural_key: {free:?} is also a free-text field: free text is never compared"
+            ));
         }
+        let duplicate_window = match self.duplicate_window {
+            None => DEFAULT_DUPLICATE_WINDOW,
+            Some(text) => duration("duplicate_window", Some(text))?.0,
+        };
         Ok(ToolPolicy {
             key_retention: key_retention.0,
             call_timeout: call_timeout.to_std(),
             free_text_fields: self.free_text_fields,
+            natural_key: self.natural_key,
+            duplicate_window,
         })
     }
+}
+
+/// Checks a list of top-level argument names: non-empty, bounded, each once.
+fn field_names(what: &str, list: &str, fields: &[String]) -> Result<(), String> {
+    let mut seen = BTreeSet::new();
+    for field in fields {
+        if field.is_empty() || field.len() > MAX_NAME_BYTES {
+            return Err(format!(
+                "{what}: {list}: {field:?} must be non-empty and at most {MAX_NAME_BYTES} bytes"
+            ));
+        }
+        if !seen.insert(field) {
+            return Err(format!("{what}: {list}: {field:?} is listed twice"));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -135,6 +160,20 @@ mod tests {
         assert_eq!(refund.key_retention, chrono::TimeDelta::hours(24));
         assert_eq!(refund.free_text_fields, ["reason"]);
         assert_eq!(p.get("other").unwrap().call_timeout, Duration::from_secs(5));
+        assert!(refund.natural_key.is_empty());
+        assert_eq!(refund.duplicate_window, chrono::TimeDelta::hours(24));
+    }
+
+    #[test]
+    fn a_tool_may_name_its_natural_key_and_duplicate_window() {
+        let p = ToolPolicies::parse(
+            "[tools.issue_refund]\nkey_retention = \"24h\"\ncall_timeout = \"5s\"\n\
+             natural_key = [\"invoice_id\"]\nduplicate_window = \"2h\"\n",
+        )
+        .unwrap();
+        let refund = p.get("issue_refund").unwrap();
+        assert_eq!(refund.natural_key, ["invoice_id"]);
+        assert_eq!(refund.duplicate_window, chrono::TimeDelta::hours(2));
     }
 
     #[test]
@@ -163,6 +202,18 @@ mod tests {
             (
                 "[tools.a]\nkey_retention = \"1h\"\ncall_timeout = \"5s\"\nfree_text_fields = [\"r\", \"r\"]\n",
                 "tool \"a\": free_text_fields: \"r\" is listed twice",
+            ),
+            (
+                "[tools.a]\nkey_retention = \"1h\"\ncall_timeout = \"5s\"\nnatural_key = [\"\"]\n",
+                "tool \"a\": natural_key: \"\" must be non-empty",
+            ),
+            (
+                "[tools.a]\nkey_retention = \"1h\"\ncall_timeout = \"5s\"\nnatural_key = [\"r\"]\nfree_text_fields = [\"r\"]\n",
+                "tool \"a\": natural_key: \"r\" is also a free-text field",
+            ),
+            (
+                "[tools.a]\nkey_retention = \"1h\"\ncall_timeout = \"5s\"\nduplicate_window = \"0s\"\n",
+                "tool \"a\": duplicate_window must be more than 0",
             ),
             (
                 "[default]\nkey_retention = \"1h\"\ncall_timout = \"5s\"\n",

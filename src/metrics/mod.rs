@@ -46,6 +46,10 @@ metric_families! {
         /// Escalation events, not keys: a key left UNKNOWN for a person (not found at a
         /// provider that has already forgotten it); every redelivery counts again.
         idempotency_escalations_total: IntCounterVec["tool", "tenant"],
+        /// Suspected duplicates: claims whose tenant, tool, business ref and fingerprint
+        /// match another key's within the tool's duplicate window (docs/GUARD.md, 4a).
+        /// A second intent for the same action the intent key could not see.
+        idempotency_suspected_duplicates_total: IntCounterVec["tool"],
         /// Keys in UNKNOWN now: the provider may or may not have performed the effect.
         idempotency_unknown_backlog: IntGaugeVec["tool", "tenant"],
         /// IN_PROGRESS keys whose lease has expired: their worker died or hung mid-call
@@ -241,6 +245,8 @@ impl Metrics {
         f.idempotency_unknown_past_retention
             .with_label_values(&slot.values(&[]));
         f.idempotency_attempt_duration_seconds
+            .with_label_values(&[slot.tool.as_str()]);
+        f.idempotency_suspected_duplicates_total
             .with_label_values(&[slot.tool.as_str()]);
     }
 }

@@ -437,10 +437,12 @@ impl Store {
         summaries(rows)
     }
 
-    /// UNKNOWN keys and IN_PROGRESS keys whose lease ran out by `now`, oldest first.
+    /// UNKNOWN keys and IN_PROGRESS keys whose lease ran out by `now`, oldest first;
+    /// of one `status` if given (`IN_PROGRESS`: exactly the expired leases).
     pub async fn backlog(
         &self,
         tool: Option<&str>,
+        status: Option<&str>,
         after: Option<&Cursor>,
         limit: u32,
         now: DateTime<Utc>,
@@ -457,6 +459,7 @@ impl Store {
                 .bind(at)
                 .bind(key)
                 .bind(fetch)
+                .bind(status)
                 .fetch_all(pool)
                 .await
         })?;

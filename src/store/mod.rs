@@ -9,6 +9,7 @@
 
 mod browse;
 mod demo;
+mod duplicates;
 mod error;
 mod evidence;
 mod export;
@@ -22,10 +23,11 @@ pub use browse::{
     AttemptBucket, BUCKET_SECONDS, BacklogPage, BacklogSummary, COUNT_CAP, Count, Cursor,
     KeyFilter, KeyIndex, KeyPage, KeySummary,
 };
+pub use duplicates::{PairReview, SuspectedPair};
 pub use error::StoreError;
 pub use evidence::StoredCheckpoint;
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
-pub use records::Claim;
+pub use records::{Claim, ClaimChecks};
 pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};
 
 use sqlx::postgres::{PgPool, PgPoolOptions};

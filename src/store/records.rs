@@ -1,5 +1,6 @@
 //! The guard's transactions: claim a key, or lock its record and apply a decision.
 
+use super::duplicates::PairReview;
 use super::rows::{AttemptRow, RecordRow};
 use super::{Store, StoreError, on_pool, sql};
 use crate::guard::{Attempt, AttemptDraft, Record, seal};
@@ -12,6 +13,19 @@ pub enum Claim {
     Created,
     /// The key already existed; nothing was written.
     Exists,
+    /// Another key holds the claim's natural key; nothing was written. The guard
+    /// answers from that key.
+    NaturalKeyHeld { key: String },
+}
+
+/// What a claim checks besides its own key, inside its transaction.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimChecks<'a> {
+    /// The natural key's hash ([`crate::guard::NaturalKey`]), if the tool names one.
+    pub natural_key: Option<&'a str>,
+    /// How far back to look for a suspected duplicate (same tenant, tool, business
+    /// ref and fingerprint). Keys without a business ref are never probed.
+    pub duplicate_window: chrono::TimeDelta,
 }
 
 /// Binds a record's columns in the order of [`sql::CLAIM`].
@@ -65,7 +79,10 @@ macro_rules! insert_attempt {
 
 /// The body of [`Store::with_locked`], expanded once per backend.
 macro_rules! locked_transaction {
-    ($tx:ident, $lock_sql:expr, $key:expr, $decide:expr) => {{
+    ($tx:ident, $lock_sql:expr, $key:expr, $decide:expr) => {
+        locked_transaction!($tx, $lock_sql, $key, $decide, |_value| None::<PairReview>)
+    };
+    ($tx:ident, $lock_sql:expr, $key:expr, $decide:expr, $review:expr) => {{
         let row: Option<RecordRow> = sqlx::query_as($lock_sql)
             .bind($key)
             .fetch_optional(&mut *$tx)
@@ -100,6 +117,24 @@ macro_rules! locked_transaction {
                 )));
             }
         }
+        // A duplicate review changes its pair in the same transaction, or nothing.
+        if let Some(review) = $review(&value) {
+            let updated = sqlx::query(super::duplicates::REVIEW_PAIR)
+                .bind(&next.key)
+                .bind(review.verdict.as_str())
+                .bind(&review.reviewed_by)
+                .bind(review.reviewed_at)
+                .bind(&review.reason)
+                .bind(&review.other_key)
+                .execute(&mut *$tx)
+                .await?;
+            if updated.rows_affected() != 1 {
+                return Err(StoreError::Conflict(format!(
+                    "the suspected duplicate {} is no longer open",
+                    next.key
+                )));
+            }
+        }
         for a in &attempts {
             insert_attempt!($tx, a);
         }
@@ -108,50 +143,106 @@ macro_rules! locked_transaction {
     }};
 }
 
+/// The body of [`Store::claim`], expanded once per backend. Returning before the
+/// commit drops the transaction: it rolls back.
+macro_rules! claim_transaction {
+    ($tx:ident, $build:expr, $checks:expr) => {{
+        let (mut record, mut draft) = $build();
+        let span = tracing::Span::current();
+        span.record("key", record.key.as_str());
+        span.record("tool", record.tool.as_str());
+        // The probe reads before the insert so that its finding is part of the sealed
+        // `claimed` row; it excludes the key itself, so a retry of this intent never
+        // suspects itself.
+        let suspect: Option<String> = match &record.business_ref {
+            Some(business_ref) => {
+                sqlx::query_scalar(sql::DUPLICATE_PROBE)
+                    .bind(&record.tenant)
+                    .bind(&record.tool)
+                    .bind(business_ref)
+                    .bind(&record.fingerprint)
+                    .bind(record.created_at - $checks.duplicate_window)
+                    .bind(&record.key)
+                    .fetch_optional(&mut *$tx)
+                    .await?
+            }
+            None => None,
+        };
+        if let Some(other) = &suspect {
+            draft = draft.with("suspected_duplicate_of", serde_json::json!(other));
+        }
+        let attempt = seal(&mut record, draft);
+        let inserted: Option<String> = bind_claim!(sqlx::query_scalar(sql::CLAIM), record)
+            .fetch_optional(&mut *$tx)
+            .await?;
+        if inserted.is_none() {
+            return Ok(Claim::Exists);
+        }
+        if let Some(natural_key) = $checks.natural_key {
+            let bind = |q| {
+                sqlx::query_scalar::<_, String>(q)
+                    .bind(&record.tenant)
+                    .bind(&record.tool)
+                    .bind(natural_key)
+            };
+            let held: Option<String> = bind(sql::CLAIM_NATURAL_KEY)
+                .bind(&record.key)
+                .bind(record.created_at)
+                .fetch_optional(&mut *$tx)
+                .await?;
+            if held.is_none() {
+                let holder: Option<String> = bind(sql::NATURAL_KEY_HOLDER)
+                    .fetch_optional(&mut *$tx)
+                    .await?;
+                return Ok(match holder {
+                    Some(key) => Claim::NaturalKeyHeld { key },
+                    // The holder was pruned between the two statements: nothing was
+                    // written, and the guard's next look finds no key and claims again.
+                    None => Claim::Exists,
+                });
+            }
+        }
+        if let Some(other) = &suspect {
+            sqlx::query(sql::INSERT_SUSPECTED_DUPLICATE)
+                .bind(&record.key)
+                .bind(other)
+                .bind(&record.tenant)
+                .bind(&record.tool)
+                .bind(record.created_at)
+                .execute(&mut *$tx)
+                .await?;
+        }
+        insert_attempt!($tx, attempt);
+        $tx.commit().await?;
+        Ok(Claim::Created)
+    }};
+}
+
 impl Store {
     /// Inserts the record that `build` makes (status IN_PROGRESS, its first fencing
-    /// token) and its first attempt in one transaction, unless the key exists.
-    /// `build` runs once the transaction has begun (on SQLite: once BEGIN IMMEDIATE
-    /// holds the write lock), so the times it reads are not from before a wait.
+    /// token) and its first attempt in one transaction, unless the key exists or
+    /// another key holds its natural key. `build` runs once the transaction has begun
+    /// (on SQLite: once BEGIN IMMEDIATE holds the write lock), so the times it reads
+    /// are not from before a wait. A claim matching an earlier key's business ref and
+    /// fingerprint within the window is recorded as a suspected duplicate: on its
+    /// `claimed` attempt (`suspected_duplicate_of`) and in
+    /// `idempotency_suspected_duplicates`.
     #[tracing::instrument(skip_all, fields(key, tool))]
     pub async fn claim(
         &self,
         build: impl FnOnce() -> (Record, AttemptDraft),
+        checks: ClaimChecks<'_>,
     ) -> Result<Claim, StoreError> {
-        let seal_claim = |(mut record, draft): (Record, AttemptDraft)| {
-            let span = tracing::Span::current();
-            span.record("key", record.key.as_str());
-            span.record("tool", record.tool.as_str());
-            let attempt = seal(&mut record, draft);
-            (record, attempt)
-        };
         match self {
             Store::Postgres(pool) => {
                 let mut tx = pool.begin().await?;
-                let (record, attempt) = seal_claim(build());
-                let inserted: Option<String> = bind_claim!(sqlx::query_scalar(sql::CLAIM), record)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                if inserted.is_none() {
-                    return Ok(Claim::Exists);
-                }
-                insert_attempt!(tx, attempt);
-                tx.commit().await?;
+                claim_transaction!(tx, build, checks)
             }
             Store::Sqlite(pool) => {
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                let (record, attempt) = seal_claim(build());
-                let inserted: Option<String> = bind_claim!(sqlx::query_scalar(sql::CLAIM), record)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                if inserted.is_none() {
-                    return Ok(Claim::Exists);
-                }
-                insert_attempt!(tx, attempt);
-                tx.commit().await?;
+                claim_transaction!(tx, build, checks)
             }
         }
-        Ok(Claim::Created)
     }
 
     /// Locks the record of `key`, lets `decide` change it and name the attempts that
@@ -172,6 +263,27 @@ impl Store {
             Store::Sqlite(pool) => {
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
                 locked_transaction!(tx, sql::LOCK_RECORD_SQLITE, key, decide)
+            }
+        }
+    }
+
+    /// [`Store::with_locked`], and the pair review `review` names from the decided
+    /// value, in the same transaction.
+    pub(super) async fn with_locked_then<T>(
+        &self,
+        key: &str,
+        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T),
+        review: impl FnOnce(&T) -> &PairReview,
+    ) -> Result<T, StoreError> {
+        let review = |v: &T| Some(review(v).clone());
+        match self {
+            Store::Postgres(pool) => {
+                let mut tx = pool.begin().await?;
+                locked_transaction!(tx, sql::LOCK_RECORD_POSTGRES, key, decide, review)
+            }
+            Store::Sqlite(pool) => {
+                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                locked_transaction!(tx, sql::LOCK_RECORD_SQLITE, key, decide, review)
             }
         }
     }

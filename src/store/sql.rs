@@ -18,6 +18,32 @@ pub const CLAIM: &str = "INSERT INTO idempotency_records (key, tenant, tool, wor
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22) \
     ON CONFLICT (key) DO NOTHING RETURNING key";
 
+/// The natural key of a claim, in the claim's transaction after its record. The
+/// primary key (tenant, tool, natural_key) is the lock: on PostgreSQL a concurrent
+/// claimer of the same natural key waits here for ours to commit and then inserts
+/// nothing (or inserts, if ours rolled back); SQLite's BEGIN IMMEDIATE already
+/// serialises the claims. No row back: another key holds the natural key.
+pub const CLAIM_NATURAL_KEY: &str = "INSERT INTO idempotency_natural_keys \
+    (tenant, tool, natural_key, key, created_at) VALUES ($1, $2, $3, $4, $5) \
+    ON CONFLICT (tenant, tool, natural_key) DO NOTHING RETURNING key";
+
+/// The key that holds a natural key. Read in the same transaction right after
+/// [`CLAIM_NATURAL_KEY`] found it taken: under READ COMMITTED this statement sees the
+/// holder's committed row.
+pub const NATURAL_KEY_HOLDER: &str = "SELECT key FROM idempotency_natural_keys \
+    WHERE tenant = $1 AND tool = $2 AND natural_key = $3";
+
+/// The suspected-duplicate probe of a claim: the newest other key with the same
+/// tenant, tool, business ref and fingerprint created since `$5`. One probe of
+/// `idempotency_records_duplicate_probe`.
+pub const DUPLICATE_PROBE: &str = "SELECT key FROM idempotency_records \
+    WHERE tenant = $1 AND tool = $2 AND business_ref = $3 AND fingerprint = $4 \
+    AND created_at >= $5 AND key <> $6 AND business_ref IS NOT NULL \
+    ORDER BY created_at DESC LIMIT 1";
+
+pub const INSERT_SUSPECTED_DUPLICATE: &str = "INSERT INTO idempotency_suspected_duplicates \
+    (key, other_key, tenant, tool, detected_at) VALUES ($1, $2, $3, $4, $5)";
+
 /// Reads a record and holds it until commit. PostgreSQL locks the row; SQLite's
 /// transactions start with BEGIN IMMEDIATE, which already holds the one write lock.
 pub const LOCK_RECORD_POSTGRES: &str = "SELECT key, tenant, tool, workflow_id, step_id, intent_id, \

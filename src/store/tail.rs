@@ -44,6 +44,8 @@ pub struct TailEvent {
     pub resolution: Option<String>,
     /// `detail.previous_status` of a `resolved` row.
     pub previous_status: Option<String>,
+    /// `detail.suspected_duplicate_of` of a `claimed` row (a suspected duplicate).
+    pub suspected_duplicate_of: Option<String>,
     pub duration_ms: Option<i64>,
     pub occurred_at: DateTime<Utc>,
 }
@@ -96,7 +98,7 @@ pub const TAIL_HEAD_SQLITE: &str = "SELECT COALESCE(max(id), 0) FROM idempotency
 /// column, which no index serves.
 pub const TAIL_BATCH_POSTGRES: &str = "SELECT id, txid::text::bigint AS txid, tool, tenant, kind, \
     detail->>'resolution' AS resolution, detail->>'previous_status' AS previous_status, \
-    duration_ms, occurred_at \
+    detail->>'suspected_duplicate_of' AS suspected_duplicate_of, duration_ms, occurred_at \
     FROM idempotency_attempts a \
     WHERE (a.txid, a.id) > ($1::bigint::text::xid8, $2) \
       AND a.txid < pg_snapshot_xmin(pg_current_snapshot()) \
@@ -104,7 +106,7 @@ pub const TAIL_BATCH_POSTGRES: &str = "SELECT id, txid::text::bigint AS txid, to
 /// SQLite: one writer at a time, so id order is commit order; a primary-key range.
 pub const TAIL_BATCH_SQLITE: &str = "SELECT id, 0 AS txid, tool, tenant, kind, \
     detail->>'resolution' AS resolution, detail->>'previous_status' AS previous_status, \
-    duration_ms, occurred_at \
+    detail->>'suspected_duplicate_of' AS suspected_duplicate_of, duration_ms, occurred_at \
     FROM idempotency_attempts WHERE id > $1 ORDER BY id LIMIT $2";
 
 /// PostgreSQL: committed rows the tail may not read yet (an index range on txid, a

@@ -16,10 +16,13 @@ pub enum Effect {
     Escalation,
     /// `idempotency_attempt_duration_seconds`.
     Duration(f64),
+    /// `idempotency_suspected_duplicates_total`.
+    SuspectedDuplicate,
 }
 
 /// The metric updates of one row. `resolution` and `previous_status` come from the
-/// row's detail (only `resolved` rows carry them).
+/// row's detail (only `resolved` rows carry them); `suspected_duplicate` is whether a
+/// `claimed` row names `detail.suspected_duplicate_of`.
 ///
 /// Transitions count records *entering* a status: `completed`, `reconciled_found` and
 /// a `done` resolution enter DONE; `failed` and a `failed` resolution enter FAILED;
@@ -31,10 +34,14 @@ pub fn effects(
     resolution: Option<&str>,
     previous_status: Option<&str>,
     duration_ms: Option<i64>,
+    suspected_duplicate: bool,
 ) -> Vec<Effect> {
     let mut out = Vec::with_capacity(2);
     if let Some(outcome) = kind.admission_outcome() {
         out.push(Effect::Request(outcome));
+    }
+    if kind == AttemptKind::Claimed && suspected_duplicate {
+        out.push(Effect::SuspectedDuplicate);
     }
     match kind {
         AttemptKind::Completed | AttemptKind::ReconciledFound => {
@@ -93,9 +100,14 @@ mod tests {
             (Escalated, &[Transition(Status::Unknown), Escalation]),
             (Resent, &[]),
             (StaleWriteRejected, &[]),
+            (DuplicateReviewed, &[]),
         ];
         for (kind, expected) in table {
-            assert_eq!(&effects(*kind, None, None, Some(1500)), expected, "{kind}");
+            assert_eq!(
+                &effects(*kind, None, None, Some(1500), false),
+                expected,
+                "{kind}"
+            );
         }
         assert_eq!(
             table.len() + 1,
@@ -105,16 +117,28 @@ mod tests {
     }
 
     #[test]
+    fn a_claim_naming_a_suspected_duplicate_counts_one() {
+        assert_eq!(
+            effects(Claimed, None, None, None, true),
+            [Request(AdmissionOutcome::New), SuspectedDuplicate]
+        );
+        assert_eq!(
+            effects(Replayed, None, None, None, true),
+            [Request(AdmissionOutcome::Replay)]
+        );
+    }
+
+    #[test]
     fn a_resolution_enters_the_status_it_decides() {
         assert_eq!(
-            effects(Resolved, Some("done"), Some("UNKNOWN"), None),
+            effects(Resolved, Some("done"), Some("UNKNOWN"), None, false),
             [
                 Resolution(super::Resolution::Done),
                 Transition(Status::Done)
             ]
         );
         assert_eq!(
-            effects(Resolved, Some("failed"), Some("IN_PROGRESS"), None),
+            effects(Resolved, Some("failed"), Some("IN_PROGRESS"), None, false),
             [
                 Resolution(super::Resolution::Failed),
                 Transition(Status::Failed)
@@ -125,11 +149,11 @@ mod tests {
     #[test]
     fn releasing_an_unknown_key_is_not_an_entry_into_unknown() {
         assert_eq!(
-            effects(Resolved, Some("release"), Some("UNKNOWN"), None),
+            effects(Resolved, Some("release"), Some("UNKNOWN"), None, false),
             [Resolution(super::Resolution::Release)]
         );
         assert_eq!(
-            effects(Resolved, Some("release"), Some("IN_PROGRESS"), None),
+            effects(Resolved, Some("release"), Some("IN_PROGRESS"), None, false),
             [
                 Resolution(super::Resolution::Release),
                 Transition(Status::Unknown)
@@ -139,14 +163,14 @@ mod tests {
 
     #[test]
     fn a_resolution_this_version_does_not_know_counts_nothing() {
-        assert_eq!(effects(Resolved, Some("refund"), None, None), []);
-        assert_eq!(effects(Resolved, None, None, None), []);
+        assert_eq!(effects(Resolved, Some("refund"), None, None, false), []);
+        assert_eq!(effects(Resolved, None, None, None, false), []);
     }
 
     #[test]
     fn a_missing_duration_is_not_observed() {
         assert_eq!(
-            effects(MarkedUnknown, None, None, None),
+            effects(MarkedUnknown, None, None, None, false),
             [Transition(Status::Unknown)]
         );
     }

@@ -196,6 +196,7 @@ impl Tailer {
             event.resolution.as_deref(),
             event.previous_status.as_deref(),
             event.duration_ms,
+            event.suspected_duplicate_of.is_some(),
         );
         let slot = self.metrics.slot(&event.tool, &event.tenant);
         for effect in effects {
@@ -215,6 +216,10 @@ impl Tailer {
                 Effect::Escalation => f
                     .idempotency_escalations_total
                     .with_label_values(&slot.values(&[]))
+                    .inc(),
+                Effect::SuspectedDuplicate => f
+                    .idempotency_suspected_duplicates_total
+                    .with_label_values(&[slot.tool.as_str()])
                     .inc(),
                 Effect::Duration(seconds) => f
                     .idempotency_attempt_duration_seconds

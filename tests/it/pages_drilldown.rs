@@ -284,15 +284,32 @@ both_backends!(
             set(&[&s.escalated])
         );
         assert_eq!(opens(takeovers, 3, "send_message").await, set(&[]));
+        // The expired-leases panel: exactly the IN_PROGRESS keys whose lease ran out,
+        // not the tool's UNKNOWN keys beside them in the backlog.
+        assert_eq!(
+            opens("Expired leases", 0, "issue_refund").await,
+            set(&[&s.expired])
+        );
+        // The transitions panel's DONE and FAILED series: keys that entered the status,
+        // not keys a person resolved another way.
+        let transitions = "Transitions into DONE / FAILED / UNKNOWN";
+        let done = opens(transitions, 1, "issue_refund").await;
+        assert!(
+            done.contains(&s.replayed) && !done.contains(&s.failed),
+            "{done:?}"
+        );
+        assert_eq!(
+            opens(transitions, 2, "issue_refund").await,
+            set(&[&s.failed])
+        );
 
         // The alerts' links: the keys behind a replay spike and a payload conflict.
         let alerts = alert_links();
         assert!(alerts.len() >= 7, "{alerts:?}");
         for link in &alerts {
             let path = link
-                .split_once("{{ end }}")
-                .map(|(_, p)| p)
-                .unwrap()
+                .strip_prefix("{{ $externalLabels.idemwatch_url }}")
+                .unwrap_or_else(|| panic!("{link}: not under the idemwatch_url label"))
                 .replace("{{ $labels.tool | urlquery }}", "issue_refund");
             let p = get(&app, &path.replace("now-1h", "now-4h")).await;
             assert_eq!(p.status, StatusCode::OK, "{path}: {}", p.body);
@@ -305,5 +322,13 @@ both_backends!(
         }
         let p = get(&app, "/backlog?tool=send+sms").await;
         assert_eq!(p.status, StatusCode::OK);
+        // The alerts' runbook is served by idemwatch, one section per alert.
+        let p = get(&app, "/runbook").await;
+        assert_eq!(p.status, StatusCode::OK);
+        assert!(
+            p.body.contains("id=\"idempotencyreplayspike\""),
+            "{}",
+            p.body
+        );
     }
 );

@@ -18,8 +18,8 @@
 //!   and Alertmanager's `group_wait` to 1 s, so the test takes about a minute. The
 //!   expression, the routing and the inhibitions are the real ones; the `for:` timing
 //!   is covered by the promtool unit tests in grafana/prometheus/tests.
-//! - Prometheus's external labels point the links at this test's idemwatch and at the
-//!   webhook server, which serves docs/RUNBOOK.md as the operator's docs host would.
+//! - Prometheus's external label `idemwatch_url` points every link at this test's
+//!   idemwatch, which serves the runbook itself (`/runbook`).
 
 use crate::metrics::promtool_check;
 use crate::support::alertmanager::{self, post_json, start_alertmanager};
@@ -219,7 +219,8 @@ async fn a_replay_spike_pages_through_a_real_prometheus_and_alertmanager() {
     let rules_text = std::fs::read_to_string(root.join(RULES)).expect("the rules file");
     let rules = dir.path().join("rules.yml");
     std::fs::write(&rules, rules_for_test(&rules_text)).unwrap();
-    let runbook_base = format!("http://{}/docs/RUNBOOK.md", webhook.addr);
+    // idemwatch serves its own runbook: one external label builds every link.
+    let runbook_base = format!("http://{listen}/runbook");
     let alerting = match &alertmanager {
         Some((_, am)) => {
             format!(
@@ -233,7 +234,7 @@ async fn a_replay_spike_pages_through_a_real_prometheus_and_alertmanager() {
         &config,
         format!(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n  external_labels:\n    \
-             idemwatch_url: 'http://{listen}'\n    idemwatch_runbook_url: '{runbook_base}'\n\
+             idemwatch_url: 'http://{listen}'\n\
              rule_files:\n  - {}\n{alerting}\
              scrape_configs:\n  - job_name: idemwatch\n    static_configs:\n      - targets: ['{listen}']\n",
             rules.display()
@@ -330,7 +331,7 @@ async fn a_replay_spike_pages_through_a_real_prometheus_and_alertmanager() {
         let (status, text) = follow(runbook_url).await;
         assert_eq!(status, 200, "{runbook_url}");
         assert!(
-            text.contains(&format!("\n## {ALERT}\n")),
+            text.contains(&format!("id=\"{}\"", ALERT.to_lowercase())),
             "{runbook_url}: no section"
         );
         let (status, text) = follow(ui_url).await;

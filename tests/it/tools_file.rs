@@ -55,5 +55,9 @@ fn the_shipped_example_tools_file_is_valid() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/tools.toml");
     let tools = idemwatch::guard::ToolPolicies::load(std::path::Path::new(path)).unwrap();
     assert!(tools.get("issue_refund").is_some());
+    assert_eq!(
+        tools.get("refund_invoice").unwrap().natural_key,
+        ["invoice_id"]
+    );
     assert!(tools.default.is_some());
 }

@@ -5,9 +5,7 @@
 use crate::support::fixture::DEADLINE;
 use crate::support::provider::{Client, Fault, Ledger};
 use chrono::{DateTime, TimeDelta, Utc};
-use idemwatch::guard::{
-    BusinessArgs, Guard, GuardSettings, Intent, ManualClock, Operation, ToolCall,
-};
+use idemwatch::guard::{Guard, GuardSettings, Intent, ManualClock, ToolCall, ToolPolicy};
 use idemwatch::store::Store;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -209,12 +207,7 @@ pub async fn seed(store: &Store, end: DateTime<Utc>, background: usize) -> Seede
     clock.set(at(10));
     // A worker claims the key and dies before it calls the provider.
     let c = refund("run-6f6f", "1", "refund:order-A-5005", "A-5005", 700);
-    let op = ok();
-    let args = BusinessArgs::new(&c.args, op.free_text_fields()).unwrap();
-    guard
-        .admit(&c.intent.key().unwrap(), &c, &args, &op)
-        .await
-        .unwrap();
+    guard.admit_call(&c, &ToolPolicy::of(&ok())).await.unwrap();
     let expired = key(&c);
 
     clock.set(end);

@@ -132,6 +132,7 @@ macro_rules! explain_all {
                 .bind(far_past())
                 .bind("")
                 .bind(51_i64)
+                .bind(None::<String>)
                 .fetch_all(&mut *$conn)
                 .await?;
             let name = if tool.is_some() {

@@ -246,8 +246,8 @@ pub const BACKLOG: &str = concat!(
     summary_columns!(),
     " FROM idempotency_records WHERE ",
     undecided!(),
-    " AND ($2 IS NULL OR tool = $2) AND (created_at, key) > ($3, $4) \
-     ORDER BY created_at, key LIMIT $5"
+    " AND ($2 IS NULL OR tool = $2) AND ($6 IS NULL OR status = $6) \
+     AND (created_at, key) > ($3, $4) ORDER BY created_at, key LIMIT $5"
 );
 
 /// Per tool: the undecided keys now. Small by design, read from the partial index.

@@ -41,6 +41,9 @@ struct BacklogPage {
     first: Option<String>,
     /// Show the bulk resolve form and a checkbox per row.
     can_resolve: bool,
+    /// The status filter, or empty. With one, "all keys matching this filter" is not
+    /// offered: bulk resolve selects by tool only.
+    status: String,
     /// How many keys "all keys matching this filter" stands for now.
     in_scope: i64,
     max_batch: i64,
@@ -58,10 +61,27 @@ async fn backlog(
         .map(|v| parse_cursor("after", v))
         .transpose()?;
     let limit = parse_limit(p.get("limit"))?;
+    // `?status=IN_PROGRESS`: the expired leases only (the Grafana panel's link);
+    // `UNKNOWN`: the unknown keys only.
+    let status = p.text("status")?;
+    if let Some(s) = status.as_deref()
+        && !matches!(s, "UNKNOWN" | "IN_PROGRESS")
+    {
+        return Err(Error::bad_request(
+            "status",
+            "expected UNKNOWN or IN_PROGRESS (expired leases)",
+        ));
+    }
     let summary = state.store.backlog_summary(now).await?;
     let page = state
         .store
-        .backlog(tool.as_deref(), after.as_ref(), limit, now)
+        .backlog(
+            tool.as_deref(),
+            status.as_deref(),
+            after.as_ref(),
+            limit,
+            now,
+        )
         .await?;
 
     let in_scope = |t: &str| tool.as_deref().is_none_or(|want| want == t);
@@ -72,7 +92,11 @@ async fn backlog(
         expired_leases += s.expired_leases;
         past_retention += s.past_retention;
     }
-    let base = [("tool", tool.as_deref()), ("limit", p.get("limit"))];
+    let base = [
+        ("tool", tool.as_deref()),
+        ("status", status.as_deref()),
+        ("limit", p.get("limit")),
+    ];
     let next = page.next.as_ref().map(|c| {
         let cursor = format_cursor(c);
         let mut pairs = base.to_vec();
@@ -103,7 +127,12 @@ async fn backlog(
         can_resolve: crate::web::auth::page_context()
             .user
             .is_some_and(|u| u.can_resolve),
-        in_scope: unknown + expired_leases,
+        in_scope: match status.as_deref() {
+            Some("UNKNOWN") => unknown,
+            Some(_) => expired_leases,
+            None => unknown + expired_leases,
+        },
+        status: status.unwrap_or_default(),
         max_batch: super::resolve_bulk::MAX_BATCH as i64,
     };
     Ok(Html(view.render()?))

@@ -98,6 +98,11 @@ pub fn presentation(kind: AttemptKind) -> (&'static str, &'static str, &'static 
             "fail",
             "A worker holding an old fencing token tried to write; nothing changed.",
         ),
+        DuplicateReviewed => (
+            "Duplicate reviewed",
+            "resolution",
+            "A person reviewed this key as a suspected duplicate of another key.",
+        ),
     }
 }
 
@@ -124,17 +129,25 @@ struct Step {
 fn step(a: &Attempt, record: &Record, now: DateTime<Utc>) -> Step {
     let (label, class, blurb) = presentation(a.kind);
     let object = a.detail.as_object();
-    let notes = ["reason", "error", "resolution", "evidence"]
-        .iter()
-        .filter_map(|f| {
-            let v = object?.get(*f)?;
-            let text = match v {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            Some((f.replace('_', " "), text))
-        })
-        .collect();
+    let notes = [
+        "reason",
+        "error",
+        "resolution",
+        "evidence",
+        "verdict",
+        "suspected_duplicate_of",
+        "intent_key",
+    ]
+    .iter()
+    .filter_map(|f| {
+        let v = object?.get(*f)?;
+        let text = match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        Some((f.replace('_', " "), text))
+    })
+    .collect();
     let token_change = object
         .and_then(|o| o.get("previous_token"))
         .and_then(Value::as_i64)
@@ -212,6 +225,11 @@ struct KeyPage {
     api: String,
     /// The resolve form, for callers who may resolve an undecided key.
     resolve: Option<super::resolve::FormView>,
+    /// Suspected duplicate pairs this key is in (either side).
+    pairs: Vec<super::pairs::PairView>,
+    /// May the caller review an open pair (and the CSRF token of its form)?
+    may_review: bool,
+    csrf_token: String,
 }
 
 fn verdict(r: &Record, retention: &Retention, tally: &Tally, now: DateTime<Utc>) -> String {
@@ -330,6 +348,13 @@ async fn key_page(
     let may_resolve = ctx.user.as_ref().is_some_and(|u| u.can_resolve);
     let resolve = (may_resolve && record.is_undecided(now))
         .then(|| super::resolve::FormView::new(&record, now, ctx.csrf_token.clone()));
+    let pairs = state
+        .store
+        .suspected_pairs_of(&key)
+        .await?
+        .iter()
+        .map(|p| super::pairs::PairView::new(p, Some(&key), now))
+        .collect();
     let retention = Retention::new(
         record.resend_safe_until,
         record.provider_retention_until,
@@ -356,6 +381,9 @@ async fn key_page(
         siblings,
         api: format!("/api/v1/keys/{key}"),
         resolve,
+        pairs,
+        may_review: may_resolve,
+        csrf_token: ctx.csrf_token.clone(),
         links: KeyLinks {
             tool: link("/keys", &[("tool", Some(&record.tool))]),
             workflow: link("/keys", &[("workflow_id", Some(&record.workflow_id))]),

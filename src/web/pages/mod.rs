@@ -5,11 +5,14 @@ mod api;
 mod backlog;
 mod chart;
 mod diff;
+mod duplicates;
 mod key_detail;
 mod keys;
 mod overview;
+mod pairs;
 mod resolve;
 mod resolve_bulk;
+mod runbook;
 
 pub use overview::OverviewCache;
 pub mod params;
@@ -34,6 +37,8 @@ pub fn router() -> Router<AppState> {
         .merge(api::router())
         .merge(resolve::router())
         .merge(resolve_bulk::router())
+        .merge(duplicates::router())
+        .merge(runbook::router())
 }
 
 /// A status as a badge: text first, colour second.

@@ -194,7 +194,7 @@ async fn bulk(
         let wanted = u32::try_from(MAX_BATCH + 1).unwrap_or(u32::MAX);
         let page = state
             .store
-            .backlog(tool.as_deref(), None, wanted, now)
+            .backlog(tool.as_deref(), None, None, wanted, now)
             .await?;
         if page.keys.len() > MAX_BATCH {
             return Err(Error::bad_request(

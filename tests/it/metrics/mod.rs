@@ -189,11 +189,13 @@ pub fn expected_counters(
     tenant_of: &dyn Fn(&str) -> Option<String>,
 ) -> BTreeMap<(String, Labels), f64> {
     let mut out = BTreeMap::new();
-    // The latency histogram never carries the tenant label.
+    // The latency histogram and the suspected duplicates never carry the tenant label.
     let mut add = |name: &str, row: &Row, extra: &[(&str, &str)]| {
         let mut labels = Labels::new();
         labels.insert("tool".into(), row.tool.clone());
-        if let Some(t) = tenant_of(&row.tenant).filter(|_| !name.ends_with("_count")) {
+        let per_tool_only =
+            name.ends_with("_count") || name == "idempotency_suspected_duplicates_total";
+        if let Some(t) = tenant_of(&row.tenant).filter(|_| !per_tool_only) {
             labels.insert("tenant".into(), t);
         }
         for (k, v) in extra {
@@ -206,7 +208,12 @@ pub fn expected_counters(
         let to = |status| ("idempotency_transitions_total", [("status", status)]);
         let mut updates = vec![];
         match row.kind.as_str() {
-            "claimed" => updates.push(req("new")),
+            "claimed" => {
+                updates.push(req("new"));
+                if row.detail.get("suspected_duplicate_of").is_some() {
+                    add("idempotency_suspected_duplicates_total", row, &[]);
+                }
+            }
             "replayed" => updates.push(req("replay")),
             "replayed_failure" => updates.push(req("replay_failure")),
             "payload_mismatch" => updates.push(req("conflict")),
@@ -277,6 +284,7 @@ pub fn assert_counters_match_rows(
         "idempotency_resolutions_total",
         "idempotency_escalations_total",
         "idempotency_attempt_duration_seconds_count",
+        "idempotency_suspected_duplicates_total",
     ];
     for (name, labels, value) in &scrape.samples {
         if event_families.contains(&name.as_str())

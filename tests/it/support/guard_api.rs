@@ -26,6 +26,8 @@ pub fn tools() -> ToolPolicies {
             key_retention: TimeDelta::hours(24),
             call_timeout: DEADLINE,
             free_text_fields: vec!["reason".into()],
+            natural_key: vec![],
+            duplicate_window: idemwatch::guard::DEFAULT_DUPLICATE_WINDOW,
         },
     );
     tools
@@ -76,13 +78,18 @@ impl GuardApi {
     }
 
     pub fn with_auth(db: &TestDb, auth: Option<Authenticator>) -> Self {
+        Self::with_tools(db, auth, tools())
+    }
+
+    /// The app with its own tools file (a natural key, a duplicate window…).
+    pub fn with_tools(db: &TestDb, auth: Option<Authenticator>, tools: ToolPolicies) -> Self {
         let f = Fixture::new(db);
         let settings = GuardSettings {
             lease_margin: TimeDelta::seconds(30),
         };
         let mut state = AppState::new(db.store.clone())
             .with_clock(Arc::new(f.clock.clone()))
-            .with_guard(tools(), settings);
+            .with_guard(tools, settings);
         if let Some(auth) = auth {
             state = state.with_auth(auth, false);
         }
