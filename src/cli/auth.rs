@@ -1,7 +1,9 @@
 //! Authentication flags of `serve` (docs/AUTH.md), and the two helpers that write the
 //! auth file's secrets: `idemwatch hash-password` and `idemwatch new-token`.
 
+use crate::auth::sessions::SessionSettings;
 use crate::auth::{AllowedHosts, AuthFile, Authenticator, Mode, Role, secrets};
+use crate::duration::HumanDuration;
 use anyhow::{Context, bail};
 use clap::Args;
 use std::fmt;
@@ -28,10 +30,22 @@ pub struct AuthArgs {
     /// authenticates.
     #[arg(long, env = "IDEMWATCH_INSECURE_NO_AUTH")]
     pub insecure_no_auth: bool,
-    /// Mark cookies `Secure` (sent over HTTPS only). Also set per request when a proxy
-    /// says `X-Forwarded-Proto: https`.
+    /// Mark cookies `Secure` (sent over HTTPS only) and name them `__Host-idemwatch_…`
+    /// (no sibling subdomain can plant one). Also set per request when a proxy says
+    /// `X-Forwarded-Proto: https`.
     #[arg(long, env = "IDEMWATCH_COOKIE_SECURE")]
     pub cookie_secure: bool,
+    /// Built-in users: a session not used for this long ends (sign in again).
+    #[arg(long, env = "IDEMWATCH_SESSION_IDLE_TIMEOUT", default_value = "1h")]
+    pub session_idle_timeout: HumanDuration,
+    /// Built-in users: a session ends this long after sign-in, however busy.
+    #[arg(long, env = "IDEMWATCH_SESSION_LIFETIME", default_value = "12h")]
+    pub session_lifetime: HumanDuration,
+    /// Send `Strict-Transport-Security: max-age=31536000` on every response: browsers
+    /// then reach this host only over HTTPS for a year. Only behind TLS (idemwatch
+    /// itself serves plain HTTP), and only once HTTPS works for good.
+    #[arg(long, env = "IDEMWATCH_HSTS")]
+    pub hsts: bool,
     /// A host name (optionally `name:port`) this server is reached under besides the
     /// loopback names; repeat, or separate with commas. Without an auth file, requests
     /// for any other `Host` are refused (DNS rebinding); in every mode, a
@@ -55,12 +69,31 @@ impl fmt::Debug for AuthArgs {
             )
             .field("insecure_no_auth", &self.insecure_no_auth)
             .field("cookie_secure", &self.cookie_secure)
+            .field("session_idle_timeout", &self.session_idle_timeout)
+            .field("session_lifetime", &self.session_lifetime)
+            .field("hsts", &self.hsts)
             .field("allowed_hosts", &self.allowed_hosts)
             .finish()
     }
 }
 
 impl AuthArgs {
+    /// How long sessions last, or why the two durations do not fit together.
+    pub fn session_settings(&self) -> anyhow::Result<SessionSettings> {
+        let (idle, lifetime) = (self.session_idle_timeout.0, self.session_lifetime.0);
+        if idle < chrono::TimeDelta::minutes(1) || lifetime < chrono::TimeDelta::minutes(1) {
+            bail!("--session-idle-timeout and --session-lifetime must be at least 1m");
+        }
+        if idle > lifetime {
+            bail!(
+                "--session-idle-timeout ({}) is longer than --session-lifetime ({}): it would never apply",
+                self.session_idle_timeout,
+                self.session_lifetime
+            );
+        }
+        Ok(SessionSettings { idle, lifetime })
+    }
+
     /// The authenticator `serve` uses on `listen`, or why it must not start.
     pub fn authenticator(&self, listen: SocketAddr) -> anyhow::Result<Authenticator> {
         let secret = match &self.session_secret {
@@ -190,6 +223,9 @@ mod tests {
             session_secret: None,
             insecure_no_auth: false,
             cookie_secure: false,
+            session_idle_timeout: "1h".parse().unwrap(),
+            session_lifetime: "12h".parse().unwrap(),
+            hsts: false,
             allowed_hosts: Vec::new(),
         }
     }

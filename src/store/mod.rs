@@ -15,6 +15,7 @@ mod export;
 mod prune;
 mod records;
 mod rows;
+mod sessions;
 pub mod sql;
 mod tail;
 
@@ -26,6 +27,7 @@ pub use error::StoreError;
 pub use evidence::StoredCheckpoint;
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use records::Claim;
+pub use sessions::SessionRow;
 pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};
 
 /// Whether a time given as a filter can be compared in both backends: PostgreSQL's

@@ -7,6 +7,7 @@ mod auth;
 mod auth_login_flood;
 mod auth_rebinding;
 mod auth_serve;
+mod auth_sessions;
 mod auth_site;
 mod browser;
 mod browser_resolve;
