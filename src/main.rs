@@ -24,6 +24,7 @@ async fn main() -> ExitCode {
             cli::hash_password_command(std::io::stdin().lock()).map(|out| println!("{out}"))
         }
         Command::NewToken(args) => cli::new_token_command(args).map(|out| println!("{out}")),
+        Command::Tokens(args) => cli::tokens_command(args).map(|out| println!("{out}")),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -144,6 +144,7 @@ mod tests {
             "127.1.2.3:1",
             "[::1]",
             "[::1]:8080",
+            "[::ffff:127.0.0.1]:8080",
             "localhost.",
         ] {
             assert!(none.allows(host), "{host}");

@@ -150,6 +150,45 @@ pub struct NewTokenArgs {
     /// Limit the token's guard calls to this tool (repeat for several; default any).
     #[arg(long = "tool")]
     pub tools: Vec<String>,
+    /// The token stops working this long from now (`90d`, `12h`); default never.
+    /// Written as `expires` in the entry; `idemwatch tokens` lists it.
+    #[arg(long)]
+    pub expires_in: Option<HumanDuration>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TokensArgs {
+    /// The auth file whose tokens to list.
+    #[arg(long, env = "IDEMWATCH_AUTH_FILE")]
+    pub auth_file: PathBuf,
+}
+
+/// `idemwatch tokens`: the auth file's API tokens, one a line: name, roles, scope and
+/// expiry (`expired` once past it). Hashes are not shown.
+pub fn tokens_command(args: TokensArgs) -> anyhow::Result<String> {
+    let file = AuthFile::load(&args.auth_file).map_err(anyhow::Error::msg)?;
+    Ok(list_tokens(&file, chrono::Utc::now()))
+}
+
+fn list_tokens(file: &AuthFile, now: chrono::DateTime<chrono::Utc>) -> String {
+    let mut out = String::from("NAME\tROLES\tTENANTS\tTOOLS\tEXPIRES\n");
+    let list = |l: &Option<Vec<String>>| l.as_ref().map_or("any".to_string(), |l| l.join(","));
+    for t in &file.tokens {
+        let roles: Vec<&str> = t.roles.iter().map(|r| r.as_str()).collect();
+        let expires = match t.expires {
+            None => "never".to_string(),
+            Some(e) if e <= now => format!("{} (expired)", e.to_rfc3339()),
+            Some(e) => e.to_rfc3339(),
+        };
+        out.push_str(&format!(
+            "{}\t{}\t{}\t{}\t{expires}\n",
+            t.name,
+            roles.join(","),
+            list(&t.tenants),
+            list(&t.tools)
+        ));
+    }
+    out.trim_end().to_string()
 }
 
 /// `idemwatch hash-password`: the first line of standard input, as an argon2id PHC
@@ -198,6 +237,19 @@ pub fn new_token_command(args: NewTokenArgs) -> anyhow::Result<String> {
     }
     if !args.tools.is_empty() {
         scope.push_str(&format!("\ntools = [{}]", quoted("--tool", &args.tools)?));
+    }
+    if let Some(d) = args.expires_in {
+        if d.0 <= chrono::TimeDelta::zero() {
+            bail!("--expires-in must be above 0");
+        }
+        let at = chrono::Utc::now()
+            .checked_add_signed(d.0)
+            .filter(|t| crate::store::filter_time_in_range(*t))
+            .context("--expires-in is too far in the future")?;
+        scope.push_str(&format!(
+            "\nexpires = \"{}\"",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ));
     }
     Ok(format!(
         "token: {token}\n\
@@ -305,6 +357,7 @@ mod tests {
             roles: vec![Role::Auditor],
             tenants: vec![],
             tools: vec![],
+            expires_in: None,
         })
         .unwrap();
         let token = out
@@ -328,6 +381,7 @@ mod tests {
             roles: vec![Role::Worker],
             tenants: vec!["acme".into(), "globex".into()],
             tools: vec!["issue_refund".into()],
+            expires_in: None,
         })
         .unwrap();
         let file = AuthFile::parse(&format!(
@@ -347,8 +401,51 @@ mod tests {
             roles: vec![Role::Worker],
             tenants: vec!["a\"b".into()],
             tools: vec![],
+            expires_in: None,
         };
         assert!(new_token_command(bad).is_err());
+    }
+
+    #[test]
+    fn a_token_can_expire_and_the_list_says_when() {
+        let out = new_token_command(NewTokenArgs {
+            name: "quarterly".into(),
+            roles: vec![Role::Viewer],
+            tenants: vec![],
+            tools: vec![],
+            expires_in: Some("90d".parse().unwrap()),
+        })
+        .unwrap();
+        let file = AuthFile::parse(&format!(
+            "mode = \"builtin\"\n{}\n[[tokens]]\nname = \"forever\"\nsha256 = \"{}\"\nroles = [\"auditor\"]\ntools = [\"a\", \"b\"]\n",
+            out.split_once("# add to the auth file:\n").unwrap().1,
+            "0".repeat(64)
+        ))
+        .unwrap();
+        let expires = file.tokens[0].expires.unwrap();
+        let in_90d = chrono::Utc::now() + chrono::TimeDelta::days(90);
+        assert!((expires - in_90d).num_seconds().abs() < 5, "{expires}");
+        let list = list_tokens(&file, chrono::Utc::now());
+        let lines: Vec<&str> = list.lines().collect();
+        assert_eq!(lines[0], "NAME\tROLES\tTENANTS\tTOOLS\tEXPIRES");
+        assert!(
+            lines[1].starts_with("quarterly\tviewer\tany\tany\t2"),
+            "{list}"
+        );
+        assert_eq!(lines[2], "forever\tauditor\tany\ta,b\tnever");
+        let later = list_tokens(&file, in_90d + chrono::TimeDelta::days(1));
+        assert!(
+            later.lines().nth(1).unwrap().ends_with("(expired)"),
+            "{later}"
+        );
+        let zero = NewTokenArgs {
+            name: "x".into(),
+            roles: vec![],
+            tenants: vec![],
+            tools: vec![],
+            expires_in: Some("0".parse().unwrap()),
+        };
+        assert!(new_token_command(zero).is_err());
     }
 
     #[test]

@@ -13,7 +13,9 @@ use clap::{Args, Parser, Subcommand};
 use std::fmt;
 use std::net::SocketAddr;
 
-pub use auth::{AuthArgs, NewTokenArgs, hash_password_command, new_token_command};
+pub use auth::{
+    AuthArgs, NewTokenArgs, TokensArgs, hash_password_command, new_token_command, tokens_command,
+};
 pub use checkpoint::{
     CheckpointArgs, CheckpointNowArgs, NewSigningKeyArgs, PublicKeyArgs, checkpoint_command,
     new_signing_key_command, public_key_command,
@@ -67,6 +69,8 @@ pub enum Command {
     HashPassword,
     /// Print a new API token (once) and the `[[tokens]]` entry that stores its hash.
     NewToken(NewTokenArgs),
+    /// List the auth file's API tokens: roles, scope and expiry (hashes not shown).
+    Tokens(TokensArgs),
 }
 
 #[derive(Clone, Args)]

@@ -5,6 +5,7 @@ mod support;
 
 mod auth;
 mod auth_login_flood;
+mod auth_proxy;
 mod auth_rebinding;
 mod auth_serve;
 mod auth_sessions;
