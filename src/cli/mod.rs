@@ -181,6 +181,11 @@ pub struct TimeoutArgs {
     /// handler started reading it.
     #[arg(long, env = "IDEMWATCH_REQUEST_BODY_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub request_body_timeout: std::time::Duration,
+    /// Close a connection whose client has taken no byte of the response for this
+    /// long while more was waiting (a stalled download): its export's database
+    /// connection and slot are freed. Progress, however slow, resets it.
+    #[arg(long, env = "IDEMWATCH_WRITE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub write_timeout: std::time::Duration,
 }
 
 impl TimeoutArgs {
@@ -188,6 +193,7 @@ impl TimeoutArgs {
         crate::web::server::Timeouts {
             header_read: self.header_read_timeout,
             request_body: self.request_body_timeout,
+            write: self.write_timeout,
         }
     }
 }
