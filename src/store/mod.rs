@@ -18,6 +18,7 @@ mod rows;
 mod sessions;
 pub mod sql;
 mod tail;
+mod timeline;
 
 pub use browse::{
     AttemptBucket, BUCKET_SECONDS, BacklogPage, BacklogSummary, COUNT_CAP, Count, Cursor,
@@ -29,6 +30,7 @@ pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use records::Claim;
 pub use sessions::SessionRow;
 pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};
+pub use timeline::AttemptPage;
 
 /// Whether a time given as a filter can be compared in both backends: PostgreSQL's
 /// `timestamptz` starts in 4713 BC (an earlier bound is an error, not an empty

@@ -24,6 +24,7 @@ mod guard_http_input;
 mod guard_random;
 mod guard_replicas;
 mod hardening;
+mod key_timeline;
 mod metrics;
 mod openapi;
 mod page_indexes;
