@@ -25,6 +25,9 @@ async fn main() -> ExitCode {
         }
         Command::NewToken(args) => cli::new_token_command(args).map(|out| println!("{out}")),
         Command::Tokens(args) => cli::tokens_command(args).map(|out| println!("{out}")),
+        Command::EndSessions(args) => cli::end_sessions_command(args)
+            .await
+            .map(|out| println!("{out}")),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

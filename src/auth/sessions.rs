@@ -139,8 +139,12 @@ impl Sessions {
             return Ok(None);
         }
         if idle_for >= TOUCH_SECONDS {
-            self.store.touch_session(&id, now).await?;
-            row.last_seen_at = now;
+            // A read-only standby cannot record the use: the session still reads (it
+            // then idles out on the primary's clock of uses), rather than every page 503.
+            match self.store.touch_session(&id, now).await {
+                Ok(()) => row.last_seen_at = now,
+                Err(e) => tracing::warn!(error = %e, "cannot record a session's use"),
+            }
         }
         Ok(Some(row))
     }

@@ -157,6 +157,31 @@ pub struct NewTokenArgs {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct EndSessionsArgs {
+    #[command(flatten)]
+    pub database: super::DatabaseArgs,
+    /// The built-in user whose sessions end (a stolen cookie, a lost laptop).
+    #[arg(long)]
+    pub user: String,
+}
+
+/// `idemwatch end-sessions --user NAME`: ends every session of a user now, on every
+/// replica (they share the database). Their next request goes to the login page.
+pub async fn end_sessions_command(args: EndSessionsArgs) -> anyhow::Result<String> {
+    let user = args.user.trim();
+    if user.is_empty() {
+        bail!("--user must name a user");
+    }
+    let store = super::serve::open_store(&args.database).await?;
+    let sessions = crate::auth::sessions::Sessions::new(store.clone(), SessionSettings::default());
+    let ended = sessions.end_user(user).await;
+    store.close().await;
+    let ended = ended.context("cannot end the sessions")?;
+    tracing::info!(user, ended, "sessions ended");
+    Ok(format!("ended {ended} session(s) of {user:?}"))
+}
+
+#[derive(Debug, Clone, Args)]
 pub struct TokensArgs {
     /// The auth file whose tokens to list.
     #[arg(long, env = "IDEMWATCH_AUTH_FILE")]

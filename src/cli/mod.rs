@@ -14,7 +14,8 @@ use std::fmt;
 use std::net::SocketAddr;
 
 pub use auth::{
-    AuthArgs, NewTokenArgs, TokensArgs, hash_password_command, new_token_command, tokens_command,
+    AuthArgs, EndSessionsArgs, NewTokenArgs, TokensArgs, end_sessions_command,
+    hash_password_command, new_token_command, tokens_command,
 };
 pub use checkpoint::{
     CheckpointArgs, CheckpointNowArgs, NewSigningKeyArgs, PublicKeyArgs, checkpoint_command,
@@ -71,6 +72,8 @@ pub enum Command {
     NewToken(NewTokenArgs),
     /// List the auth file's API tokens: roles, scope and expiry (hashes not shown).
     Tokens(TokensArgs),
+    /// End every sign-in session of a built-in user now, on every replica.
+    EndSessions(EndSessionsArgs),
 }
 
 #[derive(Clone, Args)]

@@ -372,3 +372,28 @@ async fn hsts_is_sent_only_when_asked_for() {
     let a = send(&hsts, probe()).await;
     assert_eq!(a.headers["strict-transport-security"], "max-age=31536000");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_sessions_ends_a_users_sessions_from_the_command_line() {
+    let db = TestDb::sqlite().await;
+    let clock = ManualClock::new(Utc::now());
+    let app = app_with(&db, BUILTIN.clone(), &clock, SessionSettings::default());
+    let laptop = sign_in(&app, "sam").await;
+    let phone = sign_in(&app, "sam").await;
+    let other = sign_in(&app, "vic").await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemwatch"))
+        .args(["end-sessions", "--user", "sam", "--database-url", &db.url])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("ended 2 session(s) of \"sam\""), "{stdout}");
+    for b in [&laptop, &phone] {
+        assert!(!signed_in(&get(&app, "/keys", &b.cookie()).await));
+    }
+    assert!(signed_in(&get(&app, "/keys", &other.cookie()).await));
+}
