@@ -24,6 +24,10 @@ async fn main() -> ExitCode {
             cli::hash_password_command(std::io::stdin().lock()).map(|out| println!("{out}"))
         }
         Command::NewToken(args) => cli::new_token_command(args).map(|out| println!("{out}")),
+        Command::Tokens(args) => cli::tokens_command(args).map(|out| println!("{out}")),
+        Command::EndSessions(args) => cli::end_sessions_command(args)
+            .await
+            .map(|out| println!("{out}")),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -85,6 +85,11 @@ pub struct ApiToken {
     /// Guard calls only for these tools (absent: any).
     #[serde(default)]
     pub tools: Option<Vec<String>>,
+    /// When the token stops working, an RFC 3339 time in quotes
+    /// (`"2027-03-01T00:00:00Z"`); absent: never. `idemwatch new-token --expires-in`
+    /// writes it, `idemwatch tokens` lists it.
+    #[serde(default)]
+    pub expires: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 impl std::fmt::Debug for ApiToken {
@@ -94,6 +99,7 @@ impl std::fmt::Debug for ApiToken {
             .field("roles", &self.roles)
             .field("tenants", &self.tenants)
             .field("tools", &self.tools)
+            .field("expires", &self.expires)
             .finish_non_exhaustive()
     }
 }

@@ -50,7 +50,8 @@ impl HostName {
                 .map(IpAddr::V6),
             None => self.host.parse::<IpAddr>().ok(),
         };
-        ip.is_some_and(|ip| ip.is_loopback())
+        // `[::ffff:127.0.0.1]` is IPv4 loopback written as IPv6.
+        ip.is_some_and(|ip| ip.to_canonical().is_loopback())
     }
 
     /// `self` is a configured name: does `other` (from a request) match it?
@@ -143,6 +144,7 @@ mod tests {
             "127.1.2.3:1",
             "[::1]",
             "[::1]:8080",
+            "[::ffff:127.0.0.1]:8080",
             "localhost.",
         ] {
             assert!(none.allows(host), "{host}");

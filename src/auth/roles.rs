@@ -135,10 +135,16 @@ impl Principal {
         }
     }
 
-    /// The name recorded as `actor` in the attempt log.
+    /// The name recorded as `actor` in the attempt log: `token:NAME` for an API
+    /// token, a person's name as it is. A person (proxy or built-in user) whose name
+    /// itself starts with `token:` or `user:` is written `user:NAME`, so no person can
+    /// pass for a token in the log, and two callers never share an actor.
     pub fn actor(&self) -> String {
         match self.via {
             Via::Token => format!("token:{}", self.name),
+            _ if self.name.starts_with("token:") || self.name.starts_with("user:") => {
+                format!("user:{}", self.name)
+            }
             _ => self.name.clone(),
         }
     }
@@ -188,6 +194,26 @@ mod tests {
             assert!(!p.can(Permission::Guard), "{via:?}");
         }
         assert!(Principal::local_admin().can(Permission::Guard));
+    }
+
+    #[test]
+    fn a_person_named_like_a_token_is_never_logged_as_one() {
+        let actor = |name: &str, via| {
+            Principal {
+                name: name.into(),
+                via,
+                ..with(&[Role::Resolver])
+            }
+            .actor()
+        };
+        assert_eq!(actor("nightly", Via::Token), "token:nightly");
+        assert_eq!(actor("token:nightly", Via::Proxy), "user:token:nightly");
+        assert_eq!(
+            actor("user:token:nightly", Via::Proxy),
+            "user:user:token:nightly"
+        );
+        assert_eq!(actor("token:x", Via::Session), "user:token:x");
+        assert_eq!(actor("ana", Via::Proxy), "ana");
     }
 
     #[test]

@@ -68,6 +68,11 @@ pub fn verify_password(password: &str, phc: &str) -> bool {
     hashed && Output::new(&out).is_ok_and(|computed| computed == *expected)
 }
 
+/// `a == b` in time that depends only on the lengths.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 pub fn hash_token(token: &str) -> String {
     crate::guard::key::sha256_hex(token.as_bytes())
 }

@@ -1,7 +1,9 @@
 //! Authentication flags of `serve` (docs/AUTH.md), and the two helpers that write the
 //! auth file's secrets: `idemwatch hash-password` and `idemwatch new-token`.
 
+use crate::auth::sessions::SessionSettings;
 use crate::auth::{AllowedHosts, AuthFile, Authenticator, Mode, Role, secrets};
+use crate::duration::HumanDuration;
 use anyhow::{Context, bail};
 use clap::Args;
 use std::fmt;
@@ -28,10 +30,22 @@ pub struct AuthArgs {
     /// authenticates.
     #[arg(long, env = "IDEMWATCH_INSECURE_NO_AUTH")]
     pub insecure_no_auth: bool,
-    /// Mark cookies `Secure` (sent over HTTPS only). Also set per request when a proxy
-    /// says `X-Forwarded-Proto: https`.
+    /// Mark cookies `Secure` (sent over HTTPS only) and name them `__Host-idemwatch_…`
+    /// (no sibling subdomain can plant one). Also set per request when a proxy says
+    /// `X-Forwarded-Proto: https`.
     #[arg(long, env = "IDEMWATCH_COOKIE_SECURE")]
     pub cookie_secure: bool,
+    /// Built-in users: a session not used for this long ends (sign in again).
+    #[arg(long, env = "IDEMWATCH_SESSION_IDLE_TIMEOUT", default_value = "1h")]
+    pub session_idle_timeout: HumanDuration,
+    /// Built-in users: a session ends this long after sign-in, however busy.
+    #[arg(long, env = "IDEMWATCH_SESSION_LIFETIME", default_value = "12h")]
+    pub session_lifetime: HumanDuration,
+    /// Send `Strict-Transport-Security: max-age=31536000` on every response: browsers
+    /// then reach this host only over HTTPS for a year. Only behind TLS (idemwatch
+    /// itself serves plain HTTP), and only once HTTPS works for good.
+    #[arg(long, env = "IDEMWATCH_HSTS")]
+    pub hsts: bool,
     /// A host name (optionally `name:port`) this server is reached under besides the
     /// loopback names; repeat, or separate with commas. Without an auth file, requests
     /// for any other `Host` are refused (DNS rebinding); in every mode, a
@@ -55,12 +69,31 @@ impl fmt::Debug for AuthArgs {
             )
             .field("insecure_no_auth", &self.insecure_no_auth)
             .field("cookie_secure", &self.cookie_secure)
+            .field("session_idle_timeout", &self.session_idle_timeout)
+            .field("session_lifetime", &self.session_lifetime)
+            .field("hsts", &self.hsts)
             .field("allowed_hosts", &self.allowed_hosts)
             .finish()
     }
 }
 
 impl AuthArgs {
+    /// How long sessions last, or why the two durations do not fit together.
+    pub fn session_settings(&self) -> anyhow::Result<SessionSettings> {
+        let (idle, lifetime) = (self.session_idle_timeout.0, self.session_lifetime.0);
+        if idle < chrono::TimeDelta::minutes(1) || lifetime < chrono::TimeDelta::minutes(1) {
+            bail!("--session-idle-timeout and --session-lifetime must be at least 1m");
+        }
+        if idle > lifetime {
+            bail!(
+                "--session-idle-timeout ({}) is longer than --session-lifetime ({}): it would never apply",
+                self.session_idle_timeout,
+                self.session_lifetime
+            );
+        }
+        Ok(SessionSettings { idle, lifetime })
+    }
+
     /// The authenticator `serve` uses on `listen`, or why it must not start.
     pub fn authenticator(&self, listen: SocketAddr) -> anyhow::Result<Authenticator> {
         let secret = match &self.session_secret {
@@ -117,6 +150,70 @@ pub struct NewTokenArgs {
     /// Limit the token's guard calls to this tool (repeat for several; default any).
     #[arg(long = "tool")]
     pub tools: Vec<String>,
+    /// The token stops working this long from now (`90d`, `12h`); default never.
+    /// Written as `expires` in the entry; `idemwatch tokens` lists it.
+    #[arg(long)]
+    pub expires_in: Option<HumanDuration>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EndSessionsArgs {
+    #[command(flatten)]
+    pub database: super::DatabaseArgs,
+    /// The built-in user whose sessions end (a stolen cookie, a lost laptop).
+    #[arg(long)]
+    pub user: String,
+}
+
+/// `idemwatch end-sessions --user NAME`: ends every session of a user now, on every
+/// replica (they share the database). Their next request goes to the login page.
+pub async fn end_sessions_command(args: EndSessionsArgs) -> anyhow::Result<String> {
+    let user = args.user.trim();
+    if user.is_empty() {
+        bail!("--user must name a user");
+    }
+    let store = super::serve::open_store(&args.database).await?;
+    let sessions = crate::auth::sessions::Sessions::new(store.clone(), SessionSettings::default());
+    let ended = sessions.end_user(user).await;
+    store.close().await;
+    let ended = ended.context("cannot end the sessions")?;
+    tracing::info!(user, ended, "sessions ended");
+    Ok(format!("ended {ended} session(s) of {user:?}"))
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TokensArgs {
+    /// The auth file whose tokens to list.
+    #[arg(long, env = "IDEMWATCH_AUTH_FILE")]
+    pub auth_file: PathBuf,
+}
+
+/// `idemwatch tokens`: the auth file's API tokens, one a line: name, roles, scope and
+/// expiry (`expired` once past it). Hashes are not shown.
+pub fn tokens_command(args: TokensArgs) -> anyhow::Result<String> {
+    let file = AuthFile::load(&args.auth_file).map_err(anyhow::Error::msg)?;
+    Ok(list_tokens(&file, chrono::Utc::now()))
+}
+
+fn list_tokens(file: &AuthFile, now: chrono::DateTime<chrono::Utc>) -> String {
+    let mut out = String::from("NAME\tROLES\tTENANTS\tTOOLS\tEXPIRES\n");
+    let list = |l: &Option<Vec<String>>| l.as_ref().map_or("any".to_string(), |l| l.join(","));
+    for t in &file.tokens {
+        let roles: Vec<&str> = t.roles.iter().map(|r| r.as_str()).collect();
+        let expires = match t.expires {
+            None => "never".to_string(),
+            Some(e) if e <= now => format!("{} (expired)", e.to_rfc3339()),
+            Some(e) => e.to_rfc3339(),
+        };
+        out.push_str(&format!(
+            "{}\t{}\t{}\t{}\t{expires}\n",
+            t.name,
+            roles.join(","),
+            list(&t.tenants),
+            list(&t.tools)
+        ));
+    }
+    out.trim_end().to_string()
 }
 
 /// `idemwatch hash-password`: the first line of standard input, as an argon2id PHC
@@ -166,6 +263,19 @@ pub fn new_token_command(args: NewTokenArgs) -> anyhow::Result<String> {
     if !args.tools.is_empty() {
         scope.push_str(&format!("\ntools = [{}]", quoted("--tool", &args.tools)?));
     }
+    if let Some(d) = args.expires_in {
+        if d.0 <= chrono::TimeDelta::zero() {
+            bail!("--expires-in must be above 0");
+        }
+        let at = chrono::Utc::now()
+            .checked_add_signed(d.0)
+            .filter(|t| crate::time_input::in_range(*t))
+            .context("--expires-in is too far in the future")?;
+        scope.push_str(&format!(
+            "\nexpires = \"{}\"",
+            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+        ));
+    }
     Ok(format!(
         "token: {token}\n\
          (shown once: store it in the script's secret store now)\n\
@@ -190,6 +300,9 @@ mod tests {
             session_secret: None,
             insecure_no_auth: false,
             cookie_secure: false,
+            session_idle_timeout: "1h".parse().unwrap(),
+            session_lifetime: "12h".parse().unwrap(),
+            hsts: false,
             allowed_hosts: Vec::new(),
         }
     }
@@ -269,6 +382,7 @@ mod tests {
             roles: vec![Role::Auditor],
             tenants: vec![],
             tools: vec![],
+            expires_in: None,
         })
         .unwrap();
         let token = out
@@ -292,6 +406,7 @@ mod tests {
             roles: vec![Role::Worker],
             tenants: vec!["acme".into(), "globex".into()],
             tools: vec!["issue_refund".into()],
+            expires_in: None,
         })
         .unwrap();
         let file = AuthFile::parse(&format!(
@@ -311,8 +426,51 @@ mod tests {
             roles: vec![Role::Worker],
             tenants: vec!["a\"b".into()],
             tools: vec![],
+            expires_in: None,
         };
         assert!(new_token_command(bad).is_err());
+    }
+
+    #[test]
+    fn a_token_can_expire_and_the_list_says_when() {
+        let out = new_token_command(NewTokenArgs {
+            name: "quarterly".into(),
+            roles: vec![Role::Viewer],
+            tenants: vec![],
+            tools: vec![],
+            expires_in: Some("90d".parse().unwrap()),
+        })
+        .unwrap();
+        let file = AuthFile::parse(&format!(
+            "mode = \"builtin\"\n{}\n[[tokens]]\nname = \"forever\"\nsha256 = \"{}\"\nroles = [\"auditor\"]\ntools = [\"a\", \"b\"]\n",
+            out.split_once("# add to the auth file:\n").unwrap().1,
+            "0".repeat(64)
+        ))
+        .unwrap();
+        let expires = file.tokens[0].expires.unwrap();
+        let in_90d = chrono::Utc::now() + chrono::TimeDelta::days(90);
+        assert!((expires - in_90d).num_seconds().abs() < 5, "{expires}");
+        let list = list_tokens(&file, chrono::Utc::now());
+        let lines: Vec<&str> = list.lines().collect();
+        assert_eq!(lines[0], "NAME\tROLES\tTENANTS\tTOOLS\tEXPIRES");
+        assert!(
+            lines[1].starts_with("quarterly\tviewer\tany\tany\t2"),
+            "{list}"
+        );
+        assert_eq!(lines[2], "forever\tauditor\tany\ta,b\tnever");
+        let later = list_tokens(&file, in_90d + chrono::TimeDelta::days(1));
+        assert!(
+            later.lines().nth(1).unwrap().ends_with("(expired)"),
+            "{later}"
+        );
+        let zero = NewTokenArgs {
+            name: "x".into(),
+            roles: vec![],
+            tenants: vec![],
+            tools: vec![],
+            expires_in: Some("0".parse().unwrap()),
+        };
+        assert!(new_token_command(zero).is_err());
     }
 
     #[test]

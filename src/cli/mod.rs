@@ -13,7 +13,10 @@ use clap::{Args, Parser, Subcommand};
 use std::fmt;
 use std::net::SocketAddr;
 
-pub use auth::{AuthArgs, NewTokenArgs, hash_password_command, new_token_command};
+pub use auth::{
+    AuthArgs, EndSessionsArgs, NewTokenArgs, TokensArgs, end_sessions_command,
+    hash_password_command, new_token_command, tokens_command,
+};
 pub use checkpoint::{
     CheckpointArgs, CheckpointNowArgs, NewSigningKeyArgs, PublicKeyArgs, checkpoint_command,
     new_signing_key_command, public_key_command,
@@ -67,6 +70,10 @@ pub enum Command {
     HashPassword,
     /// Print a new API token (once) and the `[[tokens]]` entry that stores its hash.
     NewToken(NewTokenArgs),
+    /// List the auth file's API tokens: roles, scope and expiry (hashes not shown).
+    Tokens(TokensArgs),
+    /// End every sign-in session of a built-in user now, on every replica.
+    EndSessions(EndSessionsArgs),
 }
 
 #[derive(Clone, Args)]
@@ -177,6 +184,11 @@ pub struct TimeoutArgs {
     /// handler started reading it.
     #[arg(long, env = "IDEMWATCH_REQUEST_BODY_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub request_body_timeout: std::time::Duration,
+    /// Close a connection whose client has taken no byte of the response for this
+    /// long while more was waiting (a stalled download): its export's database
+    /// connection and slot are freed. Progress, however slow, resets it.
+    #[arg(long, env = "IDEMWATCH_WRITE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub write_timeout: std::time::Duration,
 }
 
 impl TimeoutArgs {
@@ -184,6 +196,7 @@ impl TimeoutArgs {
         crate::web::server::Timeouts {
             header_read: self.header_read_timeout,
             request_body: self.request_body_timeout,
+            write: self.write_timeout,
         }
     }
 }

@@ -75,6 +75,7 @@ pub async fn serve_command(args: ServeArgs) -> anyhow::Result<()> {
     // retention that could prune a key a retry may still reach.
     let retention = args.retention.checked().await?;
     let auth = args.auth.authenticator(args.listen)?;
+    args.auth.session_settings()?;
     let tools = args.guard.tools()?;
     let store = open_store(&args.database).await?;
     let listener = bind(args.listen).await?;
@@ -123,6 +124,8 @@ pub async fn run_server(
         Arc::new(Metrics::new(args.metrics.metrics_options()).context("cannot register metrics")?);
     let state = AppState::with_metrics(store.clone(), metrics.clone())
         .with_auth(auth, args.auth.cookie_secure)
+        .with_session_settings(args.auth.session_settings()?)
+        .with_hsts(args.auth.hsts)
         .with_guard(tools, args.guard.settings());
     // The tailer and the backlog refresher get a small pool of their own: a guard or
     // UI burst cannot starve them of connections, nor they the guard.

@@ -16,8 +16,10 @@ mod export;
 mod prune;
 mod records;
 mod rows;
+mod sessions;
 pub mod sql;
 mod tail;
+mod timeline;
 
 pub use browse::{
     AttemptBucket, BUCKET_SECONDS, BacklogPage, BacklogSummary, COUNT_CAP, Count, Cursor,
@@ -28,7 +30,9 @@ pub use error::StoreError;
 pub use evidence::StoredCheckpoint;
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use records::{Claim, ClaimChecks};
+pub use sessions::SessionRow;
 pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};
+pub use timeline::AttemptPage;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{

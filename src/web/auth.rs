@@ -15,16 +15,29 @@
 //! The guard's routes (`/api/v1/guard/*`) need [`Permission::Guard`] instead of
 //! `View`: a bearer token with the `worker` or `admin` role, or the local admin.
 //!
-//! CSRF: a random `idemwatch_csrf` cookie is issued to every browser that lacks one;
-//! forms carry `csrf_token`, the server's HMAC of that cookie (signed double submit),
-//! and a state-changing request without the matching token is refused with 403
-//! before anything is read from its body or written. JSON requests authenticated by
-//! ambient browser state (session cookie, proxy, local admin) must send the token in
-//! `X-CSRF-Token`; bearer-token requests need none (a browser never adds the token).
+//! Sessions: in built-in mode the session cookie names a row of `idemwatch_sessions`
+//! (`auth::sessions`); it is looked up here on every request but static files and
+//! probes, so a session ended anywhere (sign-out, idle, lifetime, user removed,
+//! password changed) stops working on every replica at once.
+//!
+//! CSRF: a random `idemwatch_csrf` cookie is issued to every browser that lacks one.
+//! Forms carry `csrf_token`, the server's HMAC of a binding and the time: for a
+//! signed-in session, the binding recorded in its row at sign-in (so a CSRF cookie
+//! planted later changes nothing), otherwise the CSRF cookie (signed double submit).
+//! Tokens expire after `auth::CSRF_TOKEN_SECONDS`. A state-changing request without a
+//! valid token is refused with 403 before anything is read from its body or written.
+//! JSON requests authenticated by ambient browser state (session cookie, proxy, local
+//! admin) must send the token in `X-CSRF-Token`; bearer-token requests need none (a
+//! browser never adds the token). With `Secure` cookies both cookies are named
+//! `__Host-…`, and only those names are read.
 
 use super::links::link;
 use super::{AppState, Error};
-use crate::auth::{AuthError, CSRF_COOKIE, Mode, Permission, Principal, Via, cookie, secrets};
+use crate::auth::sessions::random_cookie;
+use crate::auth::{
+    AuthError, CSRF_COOKIE, Mode, Permission, Principal, SESSION_COOKIE, Via, cookie, cookie_name,
+    csrf_binding,
+};
 use axum::extract::{ConnectInfo, FromRequestParts, OptionalFromRequestParts, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, header};
@@ -51,6 +64,8 @@ tokio::task_local! {
 pub struct PageContext {
     pub user: Option<SignedIn>,
     pub csrf_token: String,
+    /// What this request's CSRF tokens must be bound to (see the module comment).
+    csrf_binding: String,
 }
 
 #[derive(Debug, Clone)]
@@ -103,6 +118,12 @@ pub fn is_guard(path: &str) -> bool {
     path.starts_with("/api/v1/guard/")
 }
 
+/// Paths that never need the session looked up: probes, metrics and static files
+/// answer the same to everyone (`/login` does look: it sends a signed-in browser on).
+fn skips_session(path: &str) -> bool {
+    is_public(path) && path != "/login"
+}
+
 /// Paths for scripts: errors in JSON, never a login redirect.
 fn is_api(path: &str) -> bool {
     path.starts_with("/api/") || path.starts_with("/export/")
@@ -117,37 +138,71 @@ pub async fn authenticate(
     let path = request.uri().path().to_string();
     let public = is_public(&path);
     let headers = request.headers();
+    let secure = secure_cookies(&state, headers);
 
     // The browser's CSRF cookie, or a new one for this response to set.
-    let sent = cookie(headers, CSRF_COOKIE)
-        .filter(|c| {
-            c.len() == 43
-                && c.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        })
+    let sent = cookie(headers, &cookie_name(CSRF_COOKIE, secure))
+        .filter(|c| well_formed_cookie(c))
         .map(str::to_string);
-    let issued = sent.is_none().then(new_csrf_cookie);
+    let issued = sent.is_none().then(random_cookie);
     let csrf_cookie = sent.or_else(|| issued.clone()).unwrap_or_default();
-    let csrf_token = state.auth.csrf_token(&csrf_cookie);
-    let secure = state.cookie_secure || forwarded_https(headers);
 
     let peer = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip());
-    let now = state.clock.now().timestamp();
-    let principal = match state.auth.authenticate(headers, peer, now) {
+        .map(|c| c.0.ip().to_canonical());
+    let now = state.sessions.now();
+    let mut principal = match state.auth.authenticate(headers, peer, now) {
         Ok(p) => p,
-        Err(AuthError::BadToken) if public => None,
-        Err(AuthError::BadToken) => {
-            tracing::info!(path, "bad bearer token");
-            return Error::Unauthorized(
-                "The bearer token is not valid: it is not in the auth file (or was removed)."
-                    .into(),
-            )
-            .into_response();
+        Err(_) if public => None,
+        Err(e) => {
+            tracing::info!(path, error = %e, "refused credentials");
+            let message = match e {
+                AuthError::BadToken => {
+                    "The bearer token is not valid: it is not in the auth file (or was removed)."
+                        .to_string()
+                }
+                AuthError::ExpiredToken { name, expired } => format!(
+                    "The bearer token {name:?} expired at {expired}: make a new one with `idemwatch new-token` (docs/AUTH.md)."
+                ),
+                AuthError::DuplicateIdentity(header) => format!(
+                    "The {header} header came more than once, so who is calling is unclear: the proxy in front must replace it, not append to it (docs/AUTH.md)."
+                ),
+            };
+            return Error::Unauthorized(message).into_response();
         }
     };
+    // Built-in mode: the session the cookie names, if it is still live.
+    let mut session = None;
+    let session_cookie = cookie(headers, &cookie_name(SESSION_COOKIE, secure));
+    if let (None, Some(Mode::Builtin), Some(value), false) = (
+        &principal,
+        state.auth.mode(),
+        session_cookie,
+        skips_session(&path),
+    ) {
+        match state.sessions.find(value).await {
+            Ok(Some(row)) => match state.auth.session_principal(&row) {
+                Some(p) => {
+                    principal = Some(p);
+                    session = Some(row);
+                }
+                None => {
+                    tracing::info!(user = ?row.user_name, "session ended: the user was removed or changed password");
+                    if let Err(e) = state.sessions.end(value).await {
+                        return Error::from(e).into_response();
+                    }
+                }
+            },
+            Ok(None) => {}
+            Err(e) => return Error::from(e).into_response(),
+        }
+    }
+    let binding = match &session {
+        Some(row) => row.csrf_sha256.clone(),
+        None => csrf_binding(&csrf_cookie),
+    };
+    let csrf_token = state.auth.csrf_token(&binding, now);
 
     // Signing out needs no role: a user whose roles were all removed can still end
     // their session.
@@ -178,6 +233,7 @@ pub async fn authenticate(
             let context = PageContext {
                 user: principal.as_ref().map(SignedIn::new),
                 csrf_token: csrf_token.clone(),
+                csrf_binding: binding,
             };
             request.extensions_mut().insert(Csrf { token: csrf_token });
             if let Some(p) = principal {
@@ -193,13 +249,37 @@ pub async fn authenticate(
             .headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
+    // Unless the handler set its own (sign-in rotates it).
+    let sets_csrf = response
+        .headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .any(|v| {
+            v.as_bytes()
+                .starts_with(cookie_name(CSRF_COOKIE, secure).as_bytes())
+        });
     let new_cookie = issued
-        .filter(|_| !path.starts_with("/static/"))
+        .filter(|_| !path.starts_with("/static/") && !sets_csrf)
         .and_then(|value| cookie_header(CSRF_COOKIE, &value, None, secure));
     if let Some(v) = new_cookie {
         response.headers_mut().append(header::SET_COOKIE, v);
     }
     response
+}
+
+/// A cookie value as [`random_cookie`] makes them.
+fn well_formed_cookie(c: &str) -> bool {
+    c.len() == 43
+        && c.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// What this request's CSRF tokens are bound to (empty outside a request).
+fn request_csrf_binding() -> Option<String> {
+    CONTEXT
+        .try_with(|c| c.csrf_binding.clone())
+        .ok()
+        .filter(|b| !b.is_empty())
 }
 
 /// 401, or in built-in mode a page request goes to the login form and comes back.
@@ -224,11 +304,6 @@ fn not_signed_in(state: &AppState, request: &Request, path: &str) -> Response {
     }
 }
 
-fn new_csrf_cookie() -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secrets::random_bytes())
-}
-
 /// The proxy in front says the browser used HTTPS: cookies get `Secure`.
 fn forwarded_https(headers: &HeaderMap) -> bool {
     headers
@@ -237,15 +312,17 @@ fn forwarded_https(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("https"))
 }
 
-/// `Set-Cookie` for one of our cookies: HttpOnly (no script reads it), SameSite=Strict
-/// (no other site's page sends it), `Secure` over HTTPS. `max_age` None: until the
-/// browser closes; Some(0) deletes it.
+/// `Set-Cookie` for one of our cookies (`base`: `SESSION_COOKIE`, `CSRF_COOKIE`):
+/// HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it),
+/// Path=/ and no Domain; over HTTPS `Secure` and named `__Host-…`. `max_age` None:
+/// until the browser closes; Some(0) deletes it.
 pub fn cookie_header(
-    name: &str,
+    base: &str,
     value: &str,
     max_age: Option<i64>,
     secure: bool,
 ) -> Option<HeaderValue> {
+    let name = cookie_name(base, secure);
     let mut text = format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict");
     if let Some(age) = max_age {
         text.push_str(&format!("; Max-Age={age}"));
@@ -261,18 +338,22 @@ pub fn secure_cookies(state: &AppState, headers: &HeaderMap) -> bool {
     state.cookie_secure || forwarded_https(headers)
 }
 
-/// Refuses a form whose `csrf_token` does not match this browser's CSRF cookie. A
-/// bearer-token caller needs none: a browser never sends a token on its own.
+/// Refuses a form whose `csrf_token` is not valid for this request's binding (its
+/// session's, or its CSRF cookie's) or has expired. A bearer-token caller needs none:
+/// a browser never sends a token on its own. (`_headers`: the binding is found by the
+/// middleware, from the cookies, before the handler runs.)
 pub fn check_form_csrf(
     state: &AppState,
     principal: Option<&Principal>,
-    headers: &HeaderMap,
+    _headers: &HeaderMap,
     token: Option<&str>,
 ) -> Result<(), Error> {
     if principal.is_some_and(|p| p.via == Via::Token) {
         return Ok(());
     }
-    let ok = token.is_some_and(|t| state.auth.csrf_valid(cookie(headers, CSRF_COOKIE), t));
+    let now = state.sessions.now();
+    let binding = request_csrf_binding();
+    let ok = token.is_some_and(|t| state.auth.csrf_valid(binding.as_deref(), t, now));
     if ok {
         Ok(())
     } else {
@@ -294,7 +375,9 @@ pub fn check_api_csrf(
         return Ok(());
     }
     let token = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
-    let ok = token.is_some_and(|t| state.auth.csrf_valid(cookie(headers, CSRF_COOKIE), t));
+    let binding = request_csrf_binding();
+    let now = state.sessions.now();
+    let ok = token.is_some_and(|t| state.auth.csrf_valid(binding.as_deref(), t, now));
     if ok {
         Ok(())
     } else {
@@ -344,10 +427,18 @@ async fn require(permission: Permission, request: Request, next: Next) -> Respon
     .into_response()
 }
 
-/// Middleware (outermost): the security headers on every response.
-pub async fn security_headers(request: Request, next: Next) -> Response {
+/// Middleware (outermost): the security headers on every response, and HSTS when
+/// `--hsts` is on.
+pub async fn security_headers(
+    State(hsts): State<Option<HeaderValue>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let mut response = next.run(request).await;
     let h = response.headers_mut();
+    if let Some(hsts) = hsts {
+        h.insert(header::STRICT_TRANSPORT_SECURITY, hsts);
+    }
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CONTENT_SECURITY_POLICY),
@@ -398,7 +489,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientAddress {
             parts
                 .extensions
                 .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0.ip()),
+                .map(|c| c.0.ip().to_canonical()),
         ))
     }
 }
@@ -452,7 +543,7 @@ mod tests {
         let v = cookie_header("c", "", Some(0), true).unwrap();
         assert_eq!(
             v,
-            "c=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure"
+            "__Host-c=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0; Secure"
         );
     }
 }

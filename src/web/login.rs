@@ -6,8 +6,11 @@ use super::auth::{ClientAddress, Csrf, check_form_csrf, cookie_header, secure_co
 use super::filters;
 use super::layout::Layout;
 use super::{AppState, Error};
+use crate::auth::sessions::random_cookie;
 use crate::auth::throttle::Refusal;
-use crate::auth::{Mode, Principal, SESSION_COOKIE, SESSION_SECONDS};
+use crate::auth::{
+    CSRF_COOKIE, Mode, Principal, SESSION_COOKIE, cookie, cookie_name, csrf_binding,
+};
 use askama::Template;
 use axum::Router;
 use axum::extract::rejection::FormRejection;
@@ -135,18 +138,18 @@ async fn login(
     // until the hash is done, even if the browser gives up first.
     let auth = state.auth.clone();
     let who = name.clone();
-    let session = state
+    let signed_in = state
         .logins
-        .check(slot, move || auth.login(&who, &password, now))
+        .check(slot, move || auth.login(&who, &password))
         .await
         .ok_or_else(|| Error::Internal("the password check failed".into()))?;
     state.logins.record(
         &name,
         peer,
         state.clock.now().timestamp(),
-        session.is_some(),
+        signed_in.is_some(),
     );
-    let Some(session) = session else {
+    let Some(signed_in) = signed_in else {
         return Ok(refused(
             &state,
             Refusal::BadCredentials,
@@ -156,10 +159,30 @@ async fn login(
             name,
         ));
     };
+    // A new session id and a new CSRF cookie, whatever the browser brought: a
+    // session id planted before sign-in (fixation) is ended, not reused, and tokens
+    // from before sign-in are bound to the old cookie.
+    let secure = secure_cookies(&state, &headers);
+    if let Some(old) = cookie(&headers, &cookie_name(SESSION_COOKIE, secure)) {
+        state.sessions.end(old).await?;
+    }
+    let csrf_cookie = random_cookie();
+    let session = state
+        .sessions
+        .start(
+            &signed_in.name,
+            &signed_in.password_tag,
+            &csrf_binding(&csrf_cookie),
+        )
+        .await?;
     tracing::info!(user = %state.auth.loggable_name(&name), "signed in");
     let mut response = Redirect::to(&next).into_response();
-    let secure = secure_cookies(&state, &headers);
-    if let Some(v) = cookie_header(SESSION_COOKIE, &session, Some(SESSION_SECONDS), secure) {
+    let lifetime = state.sessions.settings().lifetime.num_seconds();
+    let cookies = [
+        cookie_header(SESSION_COOKIE, &session, Some(lifetime), secure),
+        cookie_header(CSRF_COOKIE, &csrf_cookie, None, secure),
+    ];
+    for v in cookies.into_iter().flatten() {
         response.headers_mut().append(header::SET_COOKIE, v);
     }
     Ok(response)
@@ -243,18 +266,19 @@ async fn logout(
         &headers,
         form.csrf_token.as_deref(),
     )?;
-    let to = if state.auth.mode() == Some(Mode::Builtin) {
-        "/login"
-    } else {
-        "/"
-    };
+    let builtin = state.auth.mode() == Some(Mode::Builtin);
+    let secure = secure_cookies(&state, &headers);
+    // Ended in the database: a copy of the cookie stops working too, on every replica.
+    if let Some(value) = cookie(&headers, &cookie_name(SESSION_COOKIE, secure)).filter(|_| builtin)
+    {
+        state.sessions.end(value).await?;
+        if let Some(p) = &principal {
+            tracing::info!(user = ?p.name, "signed out");
+        }
+    }
+    let to = if builtin { "/login" } else { "/" };
     let mut response = Redirect::to(to).into_response();
-    if let Some(v) = cookie_header(
-        SESSION_COOKIE,
-        "",
-        Some(0),
-        secure_cookies(&state, &headers),
-    ) {
+    if let Some(v) = cookie_header(SESSION_COOKIE, "", Some(0), secure) {
         response.headers_mut().append(header::SET_COOKIE, v);
     }
     Ok(response)

@@ -22,6 +22,7 @@ pub use error::Error;
 pub use site::{check as check_site, same_site_only};
 
 use crate::auth::Authenticator;
+use crate::auth::sessions::{SessionSettings, Sessions};
 use crate::auth::throttle::LoginLimiter;
 use crate::guard::{Clock, Guard, GuardSettings, SystemClock, ToolPolicies};
 use crate::metrics::Metrics;
@@ -31,6 +32,11 @@ use std::sync::Arc;
 
 /// Concurrent export downloads by default: a quarter of the default pool of 16.
 pub const MAX_EXPORTS: usize = 4;
+
+/// `--hsts`: browsers use only HTTPS for this host for a year after seeing it. Not
+/// `includeSubDomains` (other hosts under the same name are not ours to decide for),
+/// nor `preload`.
+pub const HSTS: &str = "max-age=31536000";
 
 /// Everything a handler needs, shared through `State`.
 #[derive(Debug, Clone)]
@@ -44,8 +50,13 @@ pub struct AppState {
     pub(crate) overview: pages::OverviewCache,
     /// Who may do what (docs/AUTH.md). Without an auth file: the local user is admin.
     pub auth: Arc<Authenticator>,
-    /// `--cookie-secure`: cookies only over HTTPS.
+    /// `--cookie-secure`: cookies only over HTTPS, with `__Host-` names.
     pub cookie_secure: bool,
+    /// Built-in users' sign-in sessions, in the database (docs/AUTH.md, Sessions).
+    pub sessions: Arc<Sessions>,
+    /// `--hsts`: the `Strict-Transport-Security` value sent on every response; None
+    /// (the default): not sent.
+    pub hsts: Option<axum::http::HeaderValue>,
     /// The one guard of this process, on `clock`: resolves and the guard routes go
     /// through it, and it wakes the long polls of `/api/v1/guard/keys/{key}`.
     pub guard: Guard,
@@ -71,12 +82,14 @@ impl AppState {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         Self {
             guard: Guard::new(store.clone(), clock.clone(), GuardSettings::default()),
+            sessions: Arc::new(Sessions::new(store.clone(), SessionSettings::default())),
             store,
             metrics,
             clock,
             overview: pages::OverviewCache::default(),
             auth: Arc::new(Authenticator::new(None, None)),
             cookie_secure: false,
+            hsts: None,
             tools: Arc::default(),
             logins: Arc::new(LoginLimiter::default()),
             exports: Arc::new(tokio::sync::Semaphore::new(MAX_EXPORTS)),
@@ -93,6 +106,24 @@ impl AppState {
     pub fn with_auth(mut self, auth: Authenticator, cookie_secure: bool) -> Self {
         self.auth = Arc::new(auth);
         self.cookie_secure = cookie_secure;
+        self
+    }
+
+    /// The same state with sessions lasting as `settings` says.
+    pub fn with_session_settings(mut self, settings: SessionSettings) -> Self {
+        self.sessions = Arc::new(Sessions::new(self.store.clone(), settings));
+        self
+    }
+
+    /// The same state with these sessions (tests put them on a manual clock).
+    pub fn with_sessions(mut self, sessions: Sessions) -> Self {
+        self.sessions = Arc::new(sessions);
+        self
+    }
+
+    /// The same state sending `Strict-Transport-Security` (`--hsts`) or not.
+    pub fn with_hsts(mut self, on: bool) -> Self {
+        self.hsts = on.then(|| axum::http::HeaderValue::from_static(HSTS));
         self
     }
 
@@ -158,6 +189,9 @@ pub fn app_with(state: AppState, extra: Router) -> Router {
             site::same_site_only,
         ))
         .layer(axum::middleware::from_fn(error::json_under_api))
-        .layer(axum::middleware::from_fn(auth::security_headers))
+        .layer(axum::middleware::from_fn_with_state(
+            state.hsts.clone(),
+            auth::security_headers,
+        ))
         .layer(tower_http::trace::TraceLayer::new_for_http())
 }

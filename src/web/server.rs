@@ -5,8 +5,12 @@
 //! byte, and then its whole request head (hyper's HTTP/1 `header_read_timeout`), each
 //! within the header timeout, and request bodies get a deadline from tower-http. A
 //! kept-alive connection idle between requests is not timed out here (hyper starts
-//! its timer at a head's first byte): that is left to a reverse proxy. Everything else is as in `axum::serve`: the peer address
-//! as `ConnectInfo`, and graceful shutdown.
+//! its timer at a head's first byte): that is left to a reverse proxy. A client that
+//! stops reading its response (a stalled export download) is cut off once no byte of
+//! it could be written for the write timeout ([`WriteDeadline`]): the response body
+//! is dropped with the connection, and with it the export's pooled connection, its
+//! snapshot and its slot. Everything else is as in `axum::serve`: the peer address as
+//! `ConnectInfo`, and graceful shutdown.
 
 use axum::Router;
 use axum::body::Body;
@@ -16,8 +20,12 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tower::ServiceExt;
 
@@ -29,6 +37,9 @@ pub struct Timeouts {
     pub header_read: Duration,
     /// For a request's whole body, once the handler reads it; past it, 408.
     pub request_body: Duration,
+    /// For the client to take any byte of the response while the server has bytes to
+    /// send; past it the connection is closed. Progress, however slow, resets it.
+    pub write: Duration,
 }
 
 impl Default for Timeouts {
@@ -36,7 +47,122 @@ impl Default for Timeouts {
         Timeouts {
             header_read: Duration::from_secs(30),
             request_body: Duration::from_secs(60),
+            write: Duration::from_secs(60),
         }
+    }
+}
+
+/// A connection whose writes fail with `TimedOut` once the peer has accepted nothing
+/// for `timeout` while a write waited: hyper then ends the connection and drops the
+/// response. Reads pass through untouched (their limits are the header and body
+/// timeouts). tower-http's timeouts cannot do this: a stalled write never polls the
+/// body again, so nothing above the socket notices.
+struct WriteDeadline {
+    inner: TcpStream,
+    timeout: Duration,
+    /// Armed when a write first waits; cleared when one succeeds.
+    stalled: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl WriteDeadline {
+    fn new(inner: TcpStream, timeout: Duration) -> Self {
+        Self {
+            inner,
+            timeout,
+            stalled: None,
+        }
+    }
+
+    /// After the socket said Pending: Pending, or the timeout's error.
+    fn wait<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        let timeout = self.timeout;
+        let sleep = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client read nothing for the write timeout",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// A write's result: bytes taken reset the deadline; a wait arms it.
+    fn wrote(
+        &mut self,
+        result: Poll<io::Result<usize>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<usize>> {
+        match result {
+            Poll::Pending => self.wait(cx),
+            Poll::Ready(Ok(n)) if n > 0 => {
+                self.stalled = None;
+                Poll::Ready(Ok(n))
+            }
+            ready => ready,
+        }
+    }
+
+    /// A flush or shutdown: a wait counts against the same deadline; being done
+    /// proves nothing about the client reading, so it resets nothing.
+    fn flushed(
+        &mut self,
+        result: Poll<io::Result<()>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        match result {
+            Poll::Pending => self.wait(cx),
+            ready => ready,
+        }
+    }
+}
+
+impl AsyncRead for WriteDeadline {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for WriteDeadline {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.wrote(result, cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.wrote(result, cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_flush(cx);
+        this.flushed(result, cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.flushed(result, cx)
     }
 }
 
@@ -95,6 +221,7 @@ pub async fn serve(
                 .http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(timeouts.header_read);
+            let stream = WriteDeadline::new(stream, timeouts.write);
             let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             let mut conn = std::pin::pin!(conn);
             tokio::select! {

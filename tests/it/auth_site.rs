@@ -213,7 +213,7 @@ async fn without_auth_loopback_names_and_configured_names_are_served() {
 async fn with_an_auth_file_the_host_name_is_not_checked() {
     let db = TestDb::sqlite().await;
     let s = seed(&db.store, Utc::now(), 0).await;
-    let app = builtin_app(&db.store, Arc::new(s.clock.clone()));
+    let app = builtin_app(&db.store, Arc::new(s.clock.clone())).await;
     let a = get_under(&app, Who::Session("vic"), "/", "idemwatch.example.com").await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.body);
 }
@@ -222,7 +222,7 @@ both_backends!(
     async fn a_cross_site_post_is_refused_in_every_mode_before_anything_is_written(db: TestDb) {
         let s = seed(&db.store, Utc::now(), 0).await;
         let local = local_app(&db, &s, &[]);
-        let builtin = builtin_app(&db.store, Arc::new(s.clock.clone()));
+        let builtin = builtin_app(&db.store, Arc::new(s.clock.clone())).await;
         let uri = format!("/keys/{}/resolve", s.unknown);
         let api = format!("/api/v1/keys/{}/resolve", s.unknown);
         let before = attempt_count(&db, &s.unknown).await;

@@ -193,7 +193,7 @@ both_backends!(
 both_backends!(
     async fn a_resolver_reviews_a_pair_on_its_page_and_both_keys_show_it(db: TestDb) {
         let f = Fixture::new(&db);
-        let app = builtin_app(&db.store, Arc::new(f.clock.clone()));
+        let app = builtin_app(&db.store, Arc::new(f.clock.clone())).await;
         let first = refund("D-5", 4500, "1");
         let second = replanned(&first, 1);
         f.guard.run(&first, &f.client([])).await.unwrap();

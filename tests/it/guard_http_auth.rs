@@ -3,7 +3,7 @@
 //! sessions (even an admin's) and other roles do not reach the guard.
 
 use crate::both_backends;
-use crate::support::auth::{HASH, PASSWORD};
+use crate::support::auth::HASH;
 use crate::support::fixture::refund;
 use crate::support::guard_api::GuardApi;
 use axum::http::{Method, StatusCode};
@@ -139,10 +139,8 @@ both_backends!(
         assert_eq!(r.status, StatusCode::UNAUTHORIZED);
         // An admin signed in with a session: a browser's ambient credentials never
         // claim keys.
-        let auth = authenticator();
-        let session = auth
-            .login("root", PASSWORD, chrono::Utc::now().timestamp())
-            .unwrap();
+        crate::support::auth::sign_in_all(&db.store).await;
+        let session = crate::support::auth::session("root");
         let request = axum::http::Request::builder()
             .method(Method::POST)
             .uri("/api/v1/guard/admit")

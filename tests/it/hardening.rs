@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 async fn setup(db: &TestDb) -> Router {
     let s = seed(&db.store, Utc::now(), 0).await;
-    builtin_app(&db.store, Arc::new(s.clock.clone()))
+    builtin_app(&db.store, Arc::new(s.clock.clone())).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -161,7 +161,7 @@ async fn a_failed_sign_in_logs_no_forged_line_and_no_password_typed_as_a_name() 
 both_backends!(
     async fn a_key_listed_many_times_in_a_bulk_resolve_is_resolved_once(db: TestDb) {
         let s = seed(&db.store, Utc::now(), 0).await;
-        let app = builtin_app(&db.store, Arc::new(s.clock.clone()));
+        let app = builtin_app(&db.store, Arc::new(s.clock.clone())).await;
         let before = db.store.attempts(&s.unknown).await.unwrap().len();
         let item = format!("{}.1", s.unknown);
         let csrf = csrf_token();
@@ -261,6 +261,7 @@ async fn small_leaks_and_refusals_of_issue_14_are_closed() {
 async fn extra_routes_such_as_demo_stats_sit_behind_auth_and_the_security_headers() {
     let db = TestDb::sqlite().await;
     let s = seed(&db.store, Utc::now(), 0).await;
+    sign_in_all(&db.store).await;
     let state = idemwatch::web::AppState::new(db.store.clone())
         .with_clock(Arc::new(s.clock.clone()))
         .with_auth(BUILTIN.clone(), false);
@@ -284,6 +285,7 @@ async fn downloads_beyond_the_cap_are_refused_with_429_while_pages_answer() {
     use tower::ServiceExt;
     let db = TestDb::sqlite().await;
     let s = seed(&db.store, Utc::now(), 0).await;
+    sign_in_all(&db.store).await;
     let state = idemwatch::web::AppState::new(db.store.clone())
         .with_clock(Arc::new(s.clock.clone()))
         .with_auth(BUILTIN.clone(), false)

@@ -5,8 +5,10 @@ mod support;
 
 mod auth;
 mod auth_login_flood;
+mod auth_proxy;
 mod auth_rebinding;
 mod auth_serve;
+mod auth_sessions;
 mod auth_site;
 mod browser;
 mod browser_resolve;
@@ -24,6 +26,7 @@ mod guard_natural;
 mod guard_random;
 mod guard_replicas;
 mod hardening;
+mod key_timeline;
 mod metrics;
 mod migration_0007;
 mod openapi;

@@ -6,7 +6,7 @@ use idemwatch::store::Store;
 
 /// `n` records (two per order, three per run, a few UNKNOWN) with one attempt each,
 /// then ANALYZE. Raw SQL: the guard would take minutes for this many.
-async fn fill(store: &Store, n: i64) {
+pub(crate) async fn fill(store: &Store, n: i64) {
     const PG: &str = "INSERT INTO idempotency_records (key, tenant, tool, workflow_id, step_id, \
         intent_id, business_ref, fingerprint, business_args, status, fencing_token, lease_until, \
         attempt_count, provider_retention_until, release_approved, created_at, updated_at, log_seq, log_hash) \

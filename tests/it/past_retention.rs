@@ -23,7 +23,7 @@ async fn readings(f: &Fixture, key: &str) -> Vec<(&'static str, bool)> {
     let now = f.clock.now();
     let clock = Arc::new(f.clock.clone());
     // A fresh app per reading: the overview caches its counts for half a minute.
-    let app = builtin_app(&f.store, clock);
+    let app = builtin_app(&f.store, clock).await;
     let who = Who::Session("sam");
     let page = call(&app, Method::GET, &format!("/keys/{key}"), who, None).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 async fn setup(db: &TestDb) -> (Router, Seeded) {
     let s = seed(&db.store, Utc::now(), 0).await;
-    (builtin_app(&db.store, Arc::new(s.clock.clone())), s)
+    (builtin_app(&db.store, Arc::new(s.clock.clone())).await, s)
 }
 
 /// A worker's retry of `call` that takes the key over and waits in its provider lookup
@@ -378,7 +378,7 @@ both_backends!(
                 .unwrap_err();
             gated_retry(&f, &call_).await
         };
-        let app = builtin_app(&db.store, Arc::new(f.clock.clone()));
+        let app = builtin_app(&db.store, Arc::new(f.clock.clone())).await;
         let uri = format!("/keys/{key}/resolve");
         let a = call(
             &app,
@@ -747,7 +747,7 @@ both_backends!(
 both_backends!(
     async fn a_resolver_racing_a_workers_reconcile_loses_cleanly(db: TestDb) {
         let f = Fixture::new(&db);
-        let app = builtin_app(&db.store, Arc::new(f.clock.clone()));
+        let app = builtin_app(&db.store, Arc::new(f.clock.clone())).await;
         let call_ = refund("A-31", 4500, "1");
         let key = call_.intent.key().unwrap();
         // The provider performed the refund; the answer was lost: UNKNOWN at token 1.
@@ -807,7 +807,7 @@ both_backends!(
 both_backends!(
     async fn a_resolver_wins_against_a_worker_whose_lease_ran_out(db: TestDb) {
         let f = Fixture::new(&db);
-        let app = builtin_app(&db.store, Arc::new(f.clock.clone()));
+        let app = builtin_app(&db.store, Arc::new(f.clock.clone())).await;
         let call_ = refund("A-32", 4500, "1");
         let key = call_.intent.key().unwrap();
         f.guard

@@ -1,6 +1,8 @@
 //! The JSON API for scripts. Errors come back as JSON (see `web::error::json_under_api`).
 //!
-//! - `GET /api/v1/keys/{key}`: one key's record and attempts.
+//! - `GET /api/v1/keys/{key}`: one key's record and its attempts, at most
+//!   [`TIMELINE_PAGE`] of them after `?after=SEQ` (default from the first); `next` is
+//!   the URL of the following page, or null.
 //! - `POST /api/v1/keys/{key}/resolve`: a person's decision, through the guard, with
 //!   `{"resolution": "done"|"failed"|"release", "reason": "…", "evidence": "rf_8XM1",
 //!   "result": {…}, "expected_token": 3}`; answers the key as `GET` does. 400 names the
@@ -8,14 +10,16 @@
 //! - `GET /api/v1/csrf`: the CSRF token a browser-authenticated caller sends in
 //!   `X-CSRF-Token` (bearer-token callers need none).
 
+use super::key_detail::{TIMELINE_PAGE, parse_after};
 use super::params::{parse_key, parse_resolution};
 use crate::auth::Principal;
 use crate::guard::{Attempt, Record, ResolveRequest};
 use crate::web::auth::{Csrf, check_api_csrf, require_resolve};
+use crate::web::links::link;
 use crate::web::{AppState, Error};
 use axum::body::Bytes;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::middleware::from_fn;
 use axum::routing::{get, post};
@@ -37,14 +41,18 @@ pub fn router() -> Router<AppState> {
 struct KeyView {
     record: Record,
     attempts: Vec<Attempt>,
+    /// The next page of attempts (`?after=` the last one here), or null.
+    next: Option<String>,
 }
 
 async fn key(
     State(state): State<AppState>,
     key: Result<Path<String>, PathRejection>,
+    Query(pairs): Query<Vec<(String, String)>>,
 ) -> Result<Json<KeyView>, Error> {
     let key = parse_key(&path_key(key)?)?;
-    view(&state, key.as_str()).await.map(Json)
+    let after = parse_after(&pairs)?;
+    view(&state, key.as_str(), after).await.map(Json)
 }
 
 /// The `{key}` segment, or a 400 naming it in the JSON error shape (axum's own
@@ -54,14 +62,25 @@ fn path_key(key: Result<Path<String>, PathRejection>) -> Result<String, Error> {
         .map_err(|e| Error::bad_request("key", e.body_text()))
 }
 
-async fn view(state: &AppState, key: &str) -> Result<KeyView, Error> {
+async fn view(state: &AppState, key: &str, after: i64) -> Result<KeyView, Error> {
     let record = state
         .store
         .record(key)
         .await?
         .ok_or_else(|| Error::NotFound(format!("No key {key} is recorded.")))?;
-    let attempts = state.store.attempts(key).await?;
-    Ok(KeyView { record, attempts })
+    let page = state.store.attempts_page(key, after, TIMELINE_PAGE).await?;
+    let next = match page.attempts.last() {
+        Some(last) if page.more => Some(link(
+            &format!("/api/v1/keys/{key}"),
+            &[("after", Some(&last.seq.to_string()))],
+        )),
+        _ => None,
+    };
+    Ok(KeyView {
+        record,
+        attempts: page.attempts,
+        next,
+    })
 }
 
 async fn csrf(csrf: Csrf) -> Json<Value> {
@@ -138,7 +157,7 @@ async fn resolve(
     let key = parse_key(&path_key(key)?)?;
     let req = parse_body(&body, principal.actor())?;
     state.guard.resolve(&key, &req).await?;
-    view(&state, key.as_str()).await.map(Json)
+    view(&state, key.as_str(), 0).await.map(Json)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use crate::web::links::link;
 use crate::web::{AppState, Error};
 use askama::Template;
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::get;
 use chrono::{DateTime, Utc};
@@ -174,6 +174,32 @@ fn step(a: &Attempt, record: &Record, now: DateTime<Utc>) -> Step {
     }
 }
 
+/// Attempts shown on one page of a key's timeline (and in one `GET /api/v1/keys/{key}`):
+/// a key retried 60,000 times made a 122 MB page when all were shown.
+pub const TIMELINE_PAGE: u32 = 500;
+
+/// `?after=SEQ`: the timeline from the attempt after `SEQ` (default: from the first).
+pub fn parse_after(pairs: &[(String, String)]) -> Result<i64, Error> {
+    match pairs.iter().rev().find(|(k, _)| k == "after") {
+        None => Ok(0),
+        Some((_, v)) if v.is_empty() => Ok(0),
+        Some((_, v)) => v
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| {
+                Error::bad_request(
+                    "after",
+                    format!(
+                        "after must be an attempt number (0 or more), not {:?}",
+                        v.chars().take(40).collect::<String>()
+                    ),
+                )
+            }),
+    }
+}
+
 /// The other keys with this business ref, and a sentence about them.
 struct Siblings {
     business_ref: String,
@@ -221,6 +247,13 @@ struct KeyPage {
     result: Option<String>,
     steps: Vec<Step>,
     tally: Tally,
+    /// Attempt rows of the whole timeline; `steps` is one page of them.
+    total: i64,
+    /// The attempt number this page starts after (0: the first page).
+    after: i64,
+    /// The next page of the timeline, when there is one.
+    next: Option<String>,
+    page_size: u32,
     siblings: Option<Siblings>,
     api: String,
     /// The resolve form, for callers who may resolve an undecided key.
@@ -306,7 +339,9 @@ fn siblings(
 async fn key_page(
     State(state): State<AppState>,
     Path(key): Path<String>,
+    Query(pairs): Query<Vec<(String, String)>>,
 ) -> Result<Response, Error> {
+    let after = parse_after(&pairs)?;
     let full = key.len() == 64 && key.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
     if !full {
         // A prefix or an upper-case key: show the keys it stands for.
@@ -324,7 +359,19 @@ async fn key_page(
             "No key {key} is recorded. It may never have been claimed, or retention has removed it."
         ))
     })?;
-    let attempts = state.store.attempts(&key).await?;
+    let page = state
+        .store
+        .attempts_page(&key, after, TIMELINE_PAGE)
+        .await?;
+    let kinds = state.store.attempt_kinds(&key).await?;
+    let next = match page.attempts.last() {
+        Some(last) if page.more => Some(link(
+            &format!("/keys/{key}"),
+            &[("after", Some(&last.seq.to_string()))],
+        )),
+        _ => None,
+    };
+    let attempts = page.attempts;
     let siblings = match &record.business_ref {
         Some(b) => {
             let keys = state.store.keys_with_business_ref(b, SIBLINGS + 1).await?;
@@ -332,14 +379,18 @@ async fn key_page(
         }
         None => None,
     };
+    // Counted over the whole timeline, not the page shown.
     let mut tally = Tally::default();
-    for a in &attempts {
-        match a.kind {
-            AttemptKind::Replayed | AttemptKind::ReplayedFailure => tally.replays += 1,
-            AttemptKind::PayloadMismatch => tally.mismatches += 1,
-            AttemptKind::TakenOver => tally.takeovers += 1,
-            AttemptKind::Escalated => tally.escalations += 1,
-            AttemptKind::Resolved => tally.resolutions += 1,
+    let mut total = 0;
+    for (kind, n) in kinds {
+        total += n;
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        match kind {
+            AttemptKind::Replayed | AttemptKind::ReplayedFailure => tally.replays += n,
+            AttemptKind::PayloadMismatch => tally.mismatches += n,
+            AttemptKind::TakenOver => tally.takeovers += n,
+            AttemptKind::Escalated => tally.escalations += n,
+            AttemptKind::Resolved => tally.resolutions += n,
             _ => {}
         }
     }
@@ -378,6 +429,10 @@ async fn key_page(
         result: record.result.as_ref().map(pretty),
         steps: attempts.iter().map(|a| step(a, &record, now)).collect(),
         tally,
+        total,
+        after,
+        next,
+        page_size: TIMELINE_PAGE,
         siblings,
         api: format!("/api/v1/keys/{key}"),
         resolve,

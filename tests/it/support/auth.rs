@@ -1,15 +1,16 @@
 //! Signed-in requests for the auth and resolve tests: one built-in auth file with a
-//! user and a token per role, sessions made by the real `login`, and the CSRF cookie
-//! and token a browser would carry.
+//! user and a token per role, a session per user stored in each test's database (as
+//! the real sign-in stores them), and the CSRF cookie and token a browser would carry.
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt;
-use idemwatch::auth::{AuthFile, Authenticator, secrets};
+use idemwatch::auth::sessions::{id_hash, random_cookie};
+use idemwatch::auth::{AuthFile, Authenticator, csrf_binding, password_tag, secrets};
 use idemwatch::guard::Clock;
-use idemwatch::store::Store;
+use idemwatch::store::{SessionRow, Store, StoreError};
 use idemwatch::web::{self, AppState};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -52,13 +53,35 @@ pub static BUILTIN: LazyLock<Authenticator> = LazyLock::new(|| {
     Authenticator::new(Some(file), Some(SECRET))
 });
 
+/// Each user's session cookie, the same for every test of this process;
+/// [`sign_in_all`] stores the sessions in a test's database.
 static SESSIONS: LazyLock<HashMap<&'static str, String>> = LazyLock::new(|| {
-    let now = chrono::Utc::now().timestamp();
     USERS
         .iter()
-        .map(|(name, _)| (*name, BUILTIN.login(name, PASSWORD, now).unwrap()))
+        .map(|(name, _)| (*name, random_cookie()))
         .collect()
 });
+
+/// Stores every user's session in `store` (again is fine), bound to [`CSRF_COOKIE`]
+/// as a sign-in from a browser carrying that cookie would bind it.
+pub async fn sign_in_all(store: &Store) {
+    let now = chrono::Utc::now().timestamp();
+    for (name, _) in USERS {
+        let row = SessionRow {
+            id_sha256: id_hash(&session(name)),
+            user_name: name.to_string(),
+            password_tag: password_tag(&HASH),
+            csrf_sha256: csrf_binding(CSRF_COOKIE),
+            created_at: now,
+            last_seen_at: now,
+            expires_at: now + 12 * 3600,
+        };
+        match store.insert_session(&row).await {
+            Ok(()) | Err(StoreError::Conflict(_)) => {}
+            Err(e) => panic!("cannot store the test sessions: {e}"),
+        }
+    }
+}
 
 pub fn token(name: &str) -> String {
     format!("iw_test_{name}")
@@ -68,12 +91,15 @@ pub fn session(name: &str) -> String {
     SESSIONS[name].clone()
 }
 
+/// The token a page would carry for a browser with [`CSRF_COOKIE`] (and for the
+/// test users' sessions, bound to it), issued now.
 pub fn csrf_token() -> String {
-    BUILTIN.csrf_token(CSRF_COOKIE)
+    BUILTIN.csrf_token(&csrf_binding(CSRF_COOKIE), chrono::Utc::now().timestamp())
 }
 
-/// The app with built-in auth over `store`, on `clock`.
-pub fn builtin_app(store: &Store, clock: Arc<dyn Clock>) -> Router {
+/// The app with built-in auth over `store`, on `clock`, the users signed in.
+pub async fn builtin_app(store: &Store, clock: Arc<dyn Clock>) -> Router {
+    sign_in_all(store).await;
     let state = AppState::new(store.clone())
         .with_clock(clock)
         .with_auth(BUILTIN.clone(), false);

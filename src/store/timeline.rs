@@ -1,0 +1,58 @@
+//! A key's attempts a page at a time (the key page and `GET /api/v1/keys/{key}`): a
+//! key retried thousands of times must not load them all into one response. Both
+//! statements read the primary key's `(key, seq)` order.
+
+use super::rows::AttemptRow;
+use super::{Store, StoreError, on_pool};
+use crate::guard::{Attempt, AttemptKind};
+use std::collections::BTreeMap;
+
+const PAGE: &str = "SELECT id, key, tenant, tool, seq, kind, fencing_token, actor, \
+    detail, duration_ms, occurred_at, prev_hash, hash FROM idempotency_attempts \
+    WHERE key = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+const KINDS: &str =
+    "SELECT kind, count(*) AS n FROM idempotency_attempts WHERE key = $1 GROUP BY kind";
+
+/// Up to `limit` attempts of a key after its attempt `after_seq`, and whether more
+/// follow.
+#[derive(Debug, Clone)]
+pub struct AttemptPage {
+    pub attempts: Vec<Attempt>,
+    pub more: bool,
+}
+
+impl Store {
+    pub async fn attempts_page(
+        &self,
+        key: &str,
+        after_seq: i64,
+        limit: u32,
+    ) -> Result<AttemptPage, StoreError> {
+        let rows: Vec<AttemptRow> = on_pool!(self, pool => sqlx::query_as(PAGE)
+            .bind(key)
+            .bind(after_seq)
+            .bind(i64::from(limit) + 1)
+            .fetch_all(pool)
+            .await)?;
+        let more = rows.len() > limit as usize;
+        let attempts = rows
+            .into_iter()
+            .take(limit as usize)
+            .map(Attempt::try_from)
+            .collect::<Result<_, _>>()?;
+        Ok(AttemptPage { attempts, more })
+    }
+
+    /// How many attempts of each kind a key has (the whole timeline, counted in SQL).
+    pub async fn attempt_kinds(&self, key: &str) -> Result<BTreeMap<AttemptKind, i64>, StoreError> {
+        let rows: Vec<(String, i64)> =
+            on_pool!(self, pool => sqlx::query_as(KINDS).bind(key).fetch_all(pool).await)?;
+        rows.into_iter()
+            .map(|(kind, n)| {
+                kind.parse::<AttemptKind>()
+                    .map(|k| (k, n))
+                    .map_err(|e| StoreError::Corrupt(format!("attempt kind {kind:?}: {e}")))
+            })
+            .collect()
+    }
+}
