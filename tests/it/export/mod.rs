@@ -8,6 +8,7 @@ mod files;
 mod formulas;
 mod http;
 mod prune;
+mod public_key;
 mod tamper;
 
 use crate::guard_faults::{Fixture, refund};
