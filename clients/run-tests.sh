@@ -25,61 +25,15 @@ fi
 echo "clients: server binary $IDEMWATCH_BIN"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/idemwatch-clients.XXXXXX")
-chmod 755 "$WORK" # the throwaway cluster runs as postgres when we are root
-PG_STOP=()
+TAG=clients
+# shellcheck source=../scripts/lib/throwaway-pg.sh
+source "$ROOT/scripts/lib/throwaway-pg.sh"
 cleanup() {
-  if ((${#PG_STOP[@]})); then "${PG_STOP[@]}" >/dev/null 2>&1 || true; fi
-  if [[ -n ${PG_DROP_DB:-} ]]; then
-    psql "$TEST_DATABASE_URL" -qc "DROP DATABASE IF EXISTS $PG_DROP_DB WITH (FORCE)" >/dev/null 2>&1 || true
-  fi
+  pg_cleanup
   rm -rf "$WORK"
 }
 trap cleanup EXIT
-
-pg_bin() {
-  if [[ -n ${PG_BIN:-} ]]; then echo "$PG_BIN"; return; fi
-  local d
-  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
-    [[ -x $d/pg_ctl ]] && { echo "$d"; return; }
-  done
-  command -v pg_ctl >/dev/null 2>&1 && dirname "$(command -v pg_ctl)"
-}
-
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-
-start_cluster() {
-  local bin=$1 dir=$WORK/pg run=()
-  mkdir -p "$dir"
-  if [[ $(id -u) == 0 ]]; then
-    chown postgres:postgres "$dir" || return 1
-    run=(runuser -u postgres --)
-  fi
-  "${run[@]}" "$bin/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 --no-sync >/dev/null || return 1
-  local port
-  port=$(free_port)
-  "${run[@]}" "$bin/pg_ctl" -D "$dir/data" -l "$dir/log" -w start \
-    -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off" >/dev/null || {
-    cat "$dir/log" >&2
-    return 1
-  }
-  PG_STOP=("${run[@]}" "$bin/pg_ctl" -D "$dir/data" -m immediate stop)
-  export IDEMWATCH_TEST_PG_URL="postgres://postgres@127.0.0.1:$port/postgres"
-}
-
-if [[ -n ${IDEMWATCH_TEST_PG_URL:-} ]]; then
-  echo "clients: PostgreSQL from IDEMWATCH_TEST_PG_URL"
-elif [[ -n ${TEST_DATABASE_URL:-} ]] && command -v psql >/dev/null 2>&1; then
-  PG_DROP_DB="idemwatch_clients_$$"
-  psql "$TEST_DATABASE_URL" -qc "CREATE DATABASE $PG_DROP_DB" >/dev/null || exit 2
-  export IDEMWATCH_TEST_PG_URL="${TEST_DATABASE_URL%/*}/$PG_DROP_DB"
-  echo "clients: PostgreSQL database $PG_DROP_DB on TEST_DATABASE_URL"
-elif bin=$(pg_bin) && [[ -n $bin ]]; then
-  if start_cluster "$bin"; then
-    echo "clients: PostgreSQL throwaway cluster at $IDEMWATCH_TEST_PG_URL"
-  else
-    echo "clients: could not start a PostgreSQL cluster with $bin" >&2
-  fi
-fi
+pg_find || exit 2
 if [[ -z ${IDEMWATCH_TEST_PG_URL:-} ]]; then
   echo "clients: *** PostgreSQL unavailable: its runs are skipped${CI:+ (CI=$CI: they fail)} ***" >&2
 fi

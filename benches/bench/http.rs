@@ -1,7 +1,7 @@
 //! A minimal keep-alive HTTP/1.1 client (hyper's connection API) and a pool of
 //! connections, one per concurrent client.
 
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 pub struct Client {
-    sender: SendRequest<Empty<Bytes>>,
+    sender: SendRequest<Full<Bytes>>,
 }
 
 impl Client {
@@ -26,12 +26,25 @@ impl Client {
         self.sender.ready().await.unwrap();
         let req = hyper::Request::get(path)
             .header(hyper::header::HOST, "127.0.0.1")
-            .body(Empty::new())
+            .body(Full::new(Bytes::new()))
             .unwrap();
         let resp = self.sender.send_request(req).await.unwrap();
         let status = resp.status().as_u16();
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         (status, body.len())
+    }
+
+    /// POST a JSON `body` to `path`; the status and the body.
+    pub async fn post_json(&mut self, path: &str, body: Vec<u8>) -> (u16, Bytes) {
+        self.sender.ready().await.unwrap();
+        let req = hyper::Request::post(path)
+            .header(hyper::header::HOST, "127.0.0.1")
+            .header(hyper::header::CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        let resp = self.sender.send_request(req).await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.into_body().collect().await.unwrap().to_bytes())
     }
 }
 
@@ -61,6 +74,21 @@ impl Pool {
         self.0.lock().unwrap().push(c);
         assert_eq!(status, expect, "GET {path}");
         len
+    }
+}
+
+impl Pool {
+    /// One connection for a sequence of calls (admit then settle), given back after.
+    pub fn take(&self) -> Client {
+        self.0
+            .lock()
+            .unwrap()
+            .pop()
+            .expect("one connection per worker")
+    }
+
+    pub fn give_back(&self, c: Client) {
+        self.0.lock().unwrap().push(c);
     }
 }
 

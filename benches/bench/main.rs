@@ -1,8 +1,8 @@
 //! `cargo bench --bench bench [-- AREA…]`: idemwatch's benchmarks, each compared with a
 //! baseline measured in the same run. Method and results: docs/PERFORMANCE.md.
 //!
-//! Areas: guard, probe, tailer, pages, export, footprint, exporter, checkpoint (all when
-//! none is named).
+//! Areas: guard, guard-http, probe, tailer, pages, export, footprint, exporter, checkpoint
+//! (all when none is named).
 //!
 //! Environment: `BENCH_SCALE` (`small`, the default, or `full`: 1 M keys / 10 M
 //! attempts, 10 M records for the backlog), `BENCH_KEYS` / `BENCH_BACKLOG_RECORDS` to
@@ -14,6 +14,7 @@ mod checkpoint;
 mod export;
 mod exporter;
 mod guard;
+mod guard_http;
 mod http;
 mod pages;
 #[path = "../../tests/it/support/pg.rs"]
@@ -109,6 +110,13 @@ async fn main() {
         let dir = tempfile::tempdir().unwrap();
         let lite = fresh_sqlite(dir.path()).await;
         probe::run(&lite, "SQLite", keys, plan, &mut figures).await;
+    }
+    if wants("guard-http") {
+        let (pg, _) = fresh_postgres("guard_http").await;
+        guard_http::run(&pg, "PostgreSQL", plan, &mut figures).await;
+        let dir = tempfile::tempdir().unwrap();
+        let lite = fresh_sqlite(dir.path()).await;
+        guard_http::run(&lite, "SQLite", plan, &mut figures).await;
     }
     if wants("tailer") {
         let (pg, url) = fresh_postgres("tailer").await;

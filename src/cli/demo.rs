@@ -143,6 +143,25 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
         every: args.incident_every.0,
         length: args.incident_length,
     };
+    let mut tools = tools;
+    if args.guard.tools_file.is_none() {
+        // The built-in tools file is written for real providers (keys kept for hours);
+        // the simulated one forgets after `provider_retention`, and the guard must know.
+        let retention = chrono::TimeDelta::from_std(config.provider_retention)
+            .unwrap_or(chrono::TimeDelta::MAX);
+        for policy in tools.tools.values_mut().chain(tools.default.iter_mut()) {
+            policy.key_retention = retention;
+        }
+    }
+    if args.auth.auth_file.is_none() {
+        // A quarter of the plain traffic goes through this server's guard API, as a
+        // local harness would call it (no auth file: no token, no CSRF).
+        let mut addr = listener.local_addr()?;
+        if addr.ip().is_unspecified() {
+            addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        config.guard_api = Some(addr);
+    }
     let demo = Demo::new(store.clone(), config);
     print_banner(&base, &url, temp_dir.is_some(), &args);
 

@@ -15,8 +15,9 @@ pub const PROVIDER_TIMEOUT: Duration = Duration::from_secs(30);
 pub const LEASE_MARGIN: Duration = Duration::from_secs(30);
 /// How long the provider remembers a key, story time. Real providers keep keys for
 /// 24 hours or more; the demo compresses that much further than the rest, or nobody
-/// would see a key outlive it.
-pub const PROVIDER_RETENTION: Duration = Duration::from_secs(600);
+/// would see a key outlive it: 5 minutes, so that the opening's forgotten key reaches a
+/// person within the first real minute at the default 10x (issue 15).
+pub const PROVIDER_RETENTION: Duration = Duration::from_secs(300);
 
 /// A log-normal latency: `median * e^(sigma * Z)`, Z standard normal.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -8,6 +8,7 @@
 
 mod calls;
 mod latency;
+mod over_http;
 mod provider;
 mod stats;
 mod traffic;
@@ -47,6 +48,9 @@ pub struct DemoConfig {
     pub showcase: bool,
     /// After a stop, how long in-flight calls may finish before they are abandoned.
     pub drain: Duration,
+    /// The demo's own server: when set, a quarter of the plain intents go through its
+    /// HTTP guard API instead of `Guard::run` (docs/DEMO.md).
+    pub guard_api: Option<std::net::SocketAddr>,
 }
 
 impl DemoConfig {
@@ -60,6 +64,7 @@ impl DemoConfig {
             incident: IncidentSchedule::OFF,
             showcase: true,
             drain: PROVIDER_TIMEOUT.div_f64(speed) + Duration::from_secs(1),
+            guard_api: None,
         }
     }
 }
@@ -204,6 +209,7 @@ impl Demo {
             results: s.counters.results(),
             unknown_backlog: store.unknown_backlog().await?,
             intents: Counters::get(&s.counters.intents),
+            http_guard_calls: Counters::get(&s.counters.http_calls),
             client_timeouts: Counters::get(&s.counters.client_timeouts),
             worker_crashes: Counters::get(&s.counters.worker_crashes),
             incident: s.provider.incident(),

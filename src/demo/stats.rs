@@ -70,6 +70,8 @@ impl CallResult {
 pub struct Counters {
     pub intents: AtomicU64,
     pub guard_calls: AtomicU64,
+    /// Admissions sent through the HTTP guard API (part of `guard_calls`).
+    pub http_calls: AtomicU64,
     pub client_timeouts: AtomicU64,
     pub worker_crashes: AtomicU64,
     results: [AtomicU64; CallResult::ALL.len()],
@@ -156,6 +158,8 @@ pub struct Snapshot {
     pub unknown_backlog: i64,
     /// Tool calls the traffic generator started (each one intent).
     pub intents: u64,
+    /// Admissions the demo's HTTP workers sent to `POST /api/v1/guard/admit`.
+    pub http_guard_calls: u64,
     pub client_timeouts: u64,
     pub worker_crashes: u64,
     /// Whether the provider is in its incident (p99 above the client deadline).

@@ -55,7 +55,10 @@ pub enum Scenario {
 
 /// The opening: every scenario once, in the first seconds, so that a new user (and
 /// the tests) see every kind of event without waiting for chance.
+/// The forgotten key goes first: its redelivery comes 1.2–1.5 retentions later (36–45 s
+/// at the default 10x), so the human-review path shows within the first minute.
 pub const SHOWCASE: [Scenario; 12] = [
+    Scenario::ForgottenKey,
     Scenario::RepeatRefund,
     Scenario::SlowResponse,
     Scenario::ProviderTimeout,
@@ -67,7 +70,6 @@ pub const SHOWCASE: [Scenario; 12] = [
     Scenario::PayloadMismatchBug,
     Scenario::Declined,
     Scenario::LateRetry,
-    Scenario::ForgottenKey,
 ];
 
 /// The normal mix, per 10,000 intents; the rest are `Plain`.
@@ -187,7 +189,12 @@ impl Shared {
         let retention = self.provider.retention();
         let between = |lo: f64, hi: f64| rand::rng().random_range(lo..hi);
         match scenario {
-            Scenario::Plain => self.deliver(flow, call, Fault::None).await,
+            Scenario::Plain => match self.config.guard_api {
+                Some(addr) if rand::rng().random_bool(0.25) => {
+                    self.deliver_over_http(addr, call).await;
+                }
+                _ => self.deliver(flow, call, Fault::None).await,
+            },
             Scenario::SlowResponse => {
                 self.deliver(flow, call, Fault::Latency(Duration::from_secs(15)))
                     .await;

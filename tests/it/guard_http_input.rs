@@ -212,3 +212,56 @@ both_backends!(
         );
     }
 );
+
+// Found by Schemathesis (scripts/schemathesis/run.sh): a NUL character in the arguments
+// was a 500 on PostgreSQL (text and jsonb cannot hold it) and stored on SQLite; and a
+// token written `2.0`, a JSON Schema `integer`, was refused.
+both_backends!(
+    async fn a_nul_character_is_a_400_on_both_backends_and_a_whole_float_is_a_number(db: TestDb) {
+        let api = GuardApi::new(&db);
+        let json = Some("application/json");
+        for body in [
+            format!(r#"{{"intent":{INTENT},"args":{{"order":"A\u0000"}}}}"#),
+            format!(r#"{{"intent":{INTENT},"args":{{"a\u0000":1}}}}"#),
+            format!(r#"{{"intent":{INTENT},"args":{{}},"business_ref":"r\u0000"}}"#),
+        ] {
+            let r = api
+                .raw(Method::POST, "/api/v1/guard/admit", json, &body)
+                .await;
+            assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {:?}", r.json);
+            assert_eq!(r.json["code"], "invalid");
+        }
+        let key = idemwatch::guard::Intent {
+            tenant: "acme".into(),
+            tool: "issue_refund".into(),
+            workflow_id: "w".into(),
+            step_id: "1".into(),
+            intent_id: "i".into(),
+        }
+        .key()
+        .unwrap();
+        let state = api.key_state(&key, "").await;
+        assert_eq!(
+            state.status,
+            StatusCode::NOT_FOUND,
+            "a refused admit writes nothing"
+        );
+
+        let admitted = api.admit(&refund("nul-1", 4500, "1")).await;
+        assert_eq!(admitted.status, StatusCode::OK, "{:?}", admitted.json);
+        let body = json!({
+            "key": admitted.key().as_str(), "fencing_token": admitted.token() as f64,
+            "outcome": "done", "result": {"refund_id": "rf_1"}, "duration_ms": 12.0,
+        });
+        let settled = api
+            .raw(
+                Method::POST,
+                "/api/v1/guard/settle",
+                json,
+                &body.to_string(),
+            )
+            .await;
+        assert_eq!(settled.status, StatusCode::OK, "{:?}", settled.json);
+        assert_eq!(settled.json["status"], "DONE");
+    }
+);

@@ -8,6 +8,7 @@ mod files;
 mod formulas;
 mod http;
 mod prune;
+mod public_key;
 mod tamper;
 
 use crate::support::fixture::{Fixture, refund};

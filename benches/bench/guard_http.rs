@@ -1,0 +1,117 @@
+//! The guard over HTTP against the in-process guard, interleaved in one run: the same
+//! claim-and-complete workload (a new intent, admitted, executed by an instant provider,
+//! settled done) as `POST /api/v1/guard/admit` + `POST /api/v1/guard/settle` from a
+//! keep-alive Rust client (one connection per worker), and as `Guard::run` in this
+//! process. Targets (issue 11) on PostgreSQL at 8 workers: throughput ≥ 0.6× the
+//! in-process guard, added p50 ≤ 0.5 ms, added p99 ≤ 2 ms.
+//!
+//! The server is `web::app` with a tools file, served on a loopback port by this process
+//! (the same runtime as the clients): what is added is the HTTP round trips, JSON both
+//! ways, the policy lookup and the access checks, not a second machine.
+
+use super::guard::{Instant0, call};
+use super::http::{self, Pool};
+use super::report::Figure;
+use super::slices::{Plan, alternate};
+use chrono::TimeDelta;
+use idemwatch::guard::{Guard, GuardSettings, SystemClock, ToolPolicies, ToolPolicy};
+use idemwatch::store::Store;
+use idemwatch::web::{self, AppState};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn tools() -> ToolPolicies {
+    let mut tools = ToolPolicies::default();
+    tools.tools.insert(
+        "issue_refund".into(),
+        ToolPolicy {
+            key_retention: TimeDelta::hours(24),
+            call_timeout: Duration::from_secs(10),
+            free_text_fields: vec![],
+            natural_key: vec![],
+            duplicate_window: idemwatch::guard::DEFAULT_DUPLICATE_WINDOW,
+        },
+    );
+    tools
+}
+
+/// One guarded call over HTTP: admit (execute), then settle done.
+async fn over_http(pool: &Pool) {
+    let c = call("http");
+    let admit = json!({
+        "intent": c.intent, "business_ref": c.business_ref, "args": c.args, "worker": "bench",
+    });
+    let mut conn = pool.take();
+    let (status, body) = conn
+        .post_json("/api/v1/guard/admit", serde_json::to_vec(&admit).unwrap())
+        .await;
+    assert_eq!(status, 200, "admit: {}", String::from_utf8_lossy(&body));
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["decision"], "execute", "{answer}");
+    let settle = json!({
+        "key": answer["key"], "fencing_token": answer["fencing_token"],
+        "outcome": "done", "result": {"refund_id": "rf_bench"}, "worker": "bench",
+    });
+    let (status, body) = conn
+        .post_json("/api/v1/guard/settle", serde_json::to_vec(&settle).unwrap())
+        .await;
+    pool.give_back(conn);
+    assert_eq!(status, 200, "settle: {}", String::from_utf8_lossy(&body));
+}
+
+pub async fn run(store: &Store, backend: &str, plan: Plan, figures: &mut Vec<Figure>) {
+    let settings = GuardSettings::default();
+    let state = AppState::new(store.clone()).with_guard(tools(), settings.clone());
+    let addr = http::serve(web::app(state)).await;
+    let guard = Guard::new(store.clone(), Arc::new(SystemClock), settings);
+    for workers in [1usize, 8, 32] {
+        let pool = Pool::new(addr, workers).await;
+        let subject = move || {
+            let pool = pool.clone();
+            async move { over_http(&pool).await }
+        };
+        let g = guard.clone();
+        let baseline = move || {
+            let g = g.clone();
+            async move {
+                g.run(&call("inproc"), &Instant0).await.unwrap();
+            }
+        };
+        let (http, inproc) = alternate(plan, workers, subject, baseline).await;
+        let (rate, base_rate) = (http.median_rate(), inproc.median_rate());
+        let gated = backend == "PostgreSQL" && workers == 8;
+        let target = |what, met| gated.then_some((what, met));
+        figures.push(Figure::ratio(
+            format!("guard over HTTP admit+settle, {workers} workers ({backend})"),
+            "ops/s",
+            rate,
+            base_rate,
+            target(">= 0.6 of in-process", rate / base_rate >= 0.6),
+        ));
+        let (h, b) = (&http.latencies, &inproc.latencies);
+        let added_p50 = h.p50_ms() - b.p50_ms();
+        let added_p99 = h.p99_ms() - b.p99_ms();
+        let detail = format!(
+            "HTTP p50 {:.2} / p99 {:.2} ms, in-process p50 {:.2} / p99 {:.2} ms",
+            h.p50_ms(),
+            h.p99_ms(),
+            b.p50_ms(),
+            b.p99_ms()
+        );
+        figures.push(Figure::plain(
+            format!("guard over HTTP added p50, {workers} workers ({backend})"),
+            "ms",
+            added_p50,
+            detail.clone(),
+            target("<= 0.5 ms", added_p50 <= 0.5),
+        ));
+        figures.push(Figure::plain(
+            format!("guard over HTTP added p99, {workers} workers ({backend})"),
+            "ms",
+            added_p99,
+            detail,
+            target("<= 2 ms", added_p99 <= 2.0),
+        ));
+    }
+}
