@@ -496,7 +496,11 @@ fn write_files(plan: &SoakPlan, samples: &[Sample]) {
 }
 
 /// A panel of the plot: title, unit, and its named lines.
-type Panel = (&'static str, &'static str, Vec<(&'static str, fn(&Sample) -> f64)>);
+type Panel = (
+    &'static str,
+    &'static str,
+    Vec<(&'static str, fn(&Sample) -> f64)>,
+);
 
 fn svg(samples: &[Sample]) -> String {
     let panels: [Panel; 4] = [

@@ -31,5 +31,6 @@ mod past_retention;
 mod prometheus_e2e;
 mod resolve;
 mod serve_timeouts;
+mod sqlite_writers;
 mod tools_file;
 mod ui_seed;
