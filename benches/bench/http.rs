@@ -46,6 +46,18 @@ impl Client {
         let status = resp.status().as_u16();
         (status, resp.into_body().collect().await.unwrap().to_bytes())
     }
+
+    /// GET `path`'s body as text.
+    pub async fn get_text(&mut self, path: &str) -> String {
+        self.sender.ready().await.unwrap();
+        let req = hyper::Request::get(path)
+            .header(hyper::header::HOST, "127.0.0.1")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let resp = self.sender.send_request(req).await.unwrap();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8_lossy(&body).into_owned()
+    }
 }
 
 /// Connections shared by the workers of a measurement: each call takes one and gives

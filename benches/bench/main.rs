@@ -2,7 +2,8 @@
 //! baseline measured in the same run. Method and results: docs/PERFORMANCE.md.
 //!
 //! Areas: guard, guard-http, probe, tailer, pages, export, footprint, exporter, checkpoint
-//! (all when none is named).
+//! (all when none is named), and `soak` (only when named: it runs for `BENCH_SOAK_SECS`,
+//! see soak.rs).
 //!
 //! Environment: `BENCH_SCALE` (`small`, the default, or `full`: 1 M keys / 10 M
 //! attempts, 10 M records for the backlog), `BENCH_KEYS` / `BENCH_BACKLOG_RECORDS` to
@@ -27,6 +28,7 @@ mod probe;
 mod report;
 mod seed;
 mod slices;
+mod soak;
 mod tailer;
 
 use idemwatch::store::{Store, StoreOptions};
@@ -89,6 +91,7 @@ async fn main() {
     }
     let areas: Vec<String> = args.into_iter().filter(|a| !a.starts_with('-')).collect();
     let wants = |area: &str| areas.is_empty() || areas.iter().any(|a| a == area);
+    let named = |area: &str| areas.iter().any(|a| a == area);
     let scale = Scale::from_env();
     let plan = slices::Plan::from_env();
     println!("scale: {scale:?}; {plan:?}");
@@ -178,6 +181,10 @@ async fn main() {
             }
             exporter::backlog_refresh(&pg, plan.rounds, scale.backlog_records, &mut figures).await;
         }
+    }
+    if named("soak") {
+        let (pg, url) = fresh_postgres("soak").await;
+        soak::run(&pg, &url, &soak::SoakPlan::from_env(), &mut figures).await;
     }
     report::print(&figures);
 }

@@ -9,6 +9,7 @@ use crate::evidence::EvidenceSource;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::io;
 use std::sync::{Arc, Mutex};
 
@@ -93,8 +94,13 @@ impl Encoder {
         match self.csv.as_mut() {
             Some((w, shared)) => {
                 let cells = self.csv_cells;
-                let fields = row.csv_fields().map(|f| cells.write(&f).into_owned());
-                write_csv(w, shared, fields, out)
+                let fields = row.csv_fields();
+                // Borrowed cells stay borrowed: no copy of a row's text per cell.
+                let cells = fields.iter().map(|f| match cells.write(f) {
+                    Cow::Borrowed(s) => Cow::Borrowed(s.as_bytes()),
+                    Cow::Owned(s) => Cow::Owned(s.into_bytes()),
+                });
+                write_csv(w, shared, cells, out)
             }
             None => {
                 let line = Tagged {

@@ -8,6 +8,7 @@ use crate::guard::{AttemptKind, ChainFields, Intent, Status, chain_hash, rfc3339
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// The CSV header, in order. NDJSON objects carry the same members in the same
 /// order, after `"type": "attempt"`.
@@ -144,35 +145,45 @@ impl ExportRow {
 
     /// The row as CSV fields, in [`COLUMNS`] order. `None` becomes an empty field;
     /// `detail` is its canonical (JCS) JSON text, the form the hash covers.
-    pub fn csv_fields(&self) -> [String; 24] {
+    pub fn csv_fields(&self) -> [Cow<'_, str>; 24] {
+        fn text(s: &str) -> Cow<'_, str> {
+            Cow::Borrowed(s)
+        }
+        fn opt(s: &Option<String>) -> Cow<'_, str> {
+            Cow::Borrowed(s.as_deref().unwrap_or_default())
+        }
         [
-            self.attempt_id.to_string(),
-            self.key.clone(),
-            self.seq.to_string(),
-            rfc3339(self.occurred_at),
-            self.tenant.clone(),
-            self.tool.clone(),
-            self.workflow_id.clone(),
-            self.step_id.clone(),
-            self.intent_id.clone(),
-            self.business_ref.clone().unwrap_or_default(),
-            self.current_status.as_str().to_string(),
-            self.kind.as_str().to_string(),
-            self.actor.clone(),
-            self.fencing_token.to_string(),
-            self.duration_ms.map(|d| d.to_string()).unwrap_or_default(),
-            canonical_detail(&self.detail),
-            self.prev_hash.clone(),
-            self.hash.clone(),
-            self.fingerprint.clone(),
-            canonical_detail(&self.business_args),
+            self.attempt_id.to_string().into(),
+            text(&self.key),
+            self.seq.to_string().into(),
+            rfc3339(self.occurred_at).into(),
+            text(&self.tenant),
+            text(&self.tool),
+            text(&self.workflow_id),
+            text(&self.step_id),
+            text(&self.intent_id),
+            opt(&self.business_ref),
+            text(self.current_status.as_str()),
+            text(self.kind.as_str()),
+            text(&self.actor),
+            self.fencing_token.to_string().into(),
+            self.duration_ms
+                .map(|d| d.to_string())
+                .unwrap_or_default()
+                .into(),
+            canonical_detail(&self.detail).into(),
+            text(&self.prev_hash),
+            text(&self.hash),
+            text(&self.fingerprint),
+            canonical_detail(&self.business_args).into(),
             self.result
                 .as_ref()
                 .map(canonical_detail)
-                .unwrap_or_default(),
-            self.error.clone().unwrap_or_default(),
-            self.log_seq.to_string(),
-            self.log_hash.clone(),
+                .unwrap_or_default()
+                .into(),
+            opt(&self.error),
+            self.log_seq.to_string().into(),
+            text(&self.log_hash),
         ]
     }
 

@@ -13,6 +13,7 @@ mod duplicates;
 mod error;
 mod evidence;
 mod export;
+mod pools;
 mod prune;
 mod records;
 mod rows;
@@ -28,6 +29,7 @@ pub use browse::{
 pub use duplicates::{PairReview, SuspectedPair};
 pub use error::StoreError;
 pub use evidence::StoredCheckpoint;
+pub use pools::SqlitePools;
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use records::{Claim, ClaimChecks};
 pub use sessions::SessionRow;
@@ -35,11 +37,13 @@ pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};
 pub use timeline::AttemptPage;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use std::str::FromStr;
 use std::time::Duration;
+
+/// How long a SQLite write waits for the file's write lock (another process) or for
+/// this process's one write connection.
+const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -47,7 +51,8 @@ static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/s
 #[derive(Debug, Clone)]
 pub enum Store {
     Postgres(PgPool),
-    Sqlite(SqlitePool),
+    /// A read pool and the one writer ([`SqlitePools`]).
+    Sqlite(SqlitePools),
 }
 
 /// Expands `$body` once per backend with `$pool` bound to the concrete pool.
@@ -110,15 +115,30 @@ impl Store {
                     .journal_mode(SqliteJournalMode::Wal)
                     .synchronous(SqliteSynchronous::Normal)
                     .foreign_keys(true)
-                    // Writers queue on SQLite's single write lock; every write
+                    // Within this process writers queue for the one write connection
+                    // (pools.rs) and never meet the busy handler; another process on
+                    // the same file still can, and waits here. Every write
                     // transaction starts with BEGIN IMMEDIATE, so waiting is safe.
-                    .busy_timeout(Duration::from_secs(30));
-                let pool = SqlitePoolOptions::new()
+                    .busy_timeout(SQLITE_BUSY_TIMEOUT);
+                let read = SqlitePoolOptions::new()
                     .max_connections(options.max_connections)
                     .acquire_timeout(options.acquire_timeout)
-                    .connect_with(connect)
+                    .connect_with(connect.clone())
                     .await?;
-                Ok(Store::Sqlite(pool))
+                // An in-memory database is one per pool: share the one pool.
+                let in_memory = url.contains(":memory:") || url.contains("mode=memory");
+                let write = if in_memory {
+                    read.clone()
+                } else {
+                    SqlitePoolOptions::new()
+                        .max_connections(1)
+                        // A writer waits in the queue as long as it would have waited
+                        // for the lock in the busy handler.
+                        .acquire_timeout(SQLITE_BUSY_TIMEOUT.max(options.acquire_timeout))
+                        .connect_with(connect)
+                        .await?
+                };
+                Ok(Store::Sqlite(SqlitePools::new(read, write)))
             }
         }
     }
@@ -153,7 +173,10 @@ impl Store {
     #[tracing::instrument(skip_all)]
     pub async fn migrate(&self) -> Result<(), StoreError> {
         let migrator = self.migrator();
-        on_pool!(self, pool => migrator.run(pool).await)?;
+        match self {
+            Store::Postgres(pool) => migrator.run(pool).await?,
+            Store::Sqlite(pools) => migrator.run(pools.writer()).await?,
+        }
         Ok(())
     }
 

@@ -59,8 +59,35 @@ macro_rules! bind_claim {
 /// Inserts one sealed attempt row.
 macro_rules! insert_attempt {
     ($tx:expr, $a:expr) => {
-        sqlx::query(sql::INSERT_ATTEMPT)
-            .bind(&$a.key)
+        bind_attempt!(sqlx::query(sql::INSERT_ATTEMPT), $a)
+            .execute(&mut *$tx)
+            .await?
+    };
+}
+
+/// Binds a record change in the order of [`sql::UPDATE_RECORD`] (`$1`–`$12`).
+macro_rules! bind_update {
+    ($q:expr, $next:expr, $current_token:expr) => {
+        $q.bind(&$next.key)
+            .bind($current_token)
+            .bind($next.status.as_str())
+            .bind($next.fencing_token)
+            .bind($next.lease_until)
+            .bind($next.attempt_count)
+            .bind($next.result.as_ref().map(Json))
+            .bind(&$next.error)
+            .bind($next.release_approved)
+            .bind($next.updated_at)
+            .bind($next.log_seq)
+            .bind(&$next.log_hash)
+    };
+}
+
+/// Binds an attempt after the record's columns (`$13`–`$24` of
+/// [`sql::UPDATE_RECORD_AND_APPEND_POSTGRES`]).
+macro_rules! bind_attempt {
+    ($q:expr, $a:expr) => {
+        $q.bind(&$a.key)
             .bind(&$a.tenant)
             .bind(&$a.tool)
             .bind($a.seq)
@@ -72,17 +99,19 @@ macro_rules! insert_attempt {
             .bind($a.occurred_at)
             .bind(&$a.prev_hash)
             .bind(&$a.hash)
-            .execute(&mut *$tx)
-            .await?
     };
 }
 
-/// The body of [`Store::with_locked`], expanded once per backend.
+/// The body of [`Store::with_locked`], expanded once per backend. `$merged`: the
+/// backend's statement writing the record change and its first attempt at once
+/// ([`sql::UPDATE_RECORD_AND_APPEND_POSTGRES`]), or `None` to run the two apart.
 macro_rules! locked_transaction {
-    ($tx:ident, $lock_sql:expr, $key:expr, $decide:expr) => {
-        locked_transaction!($tx, $lock_sql, $key, $decide, |_value| None::<PairReview>)
+    ($tx:ident, $lock_sql:expr, $merged:expr, $key:expr, $decide:expr) => {
+        locked_transaction!($tx, $lock_sql, $merged, $key, $decide, |_value| None::<
+            PairReview,
+        >)
     };
-    ($tx:ident, $lock_sql:expr, $key:expr, $decide:expr, $review:expr) => {{
+    ($tx:ident, $lock_sql:expr, $merged:expr, $key:expr, $decide:expr, $review:expr) => {{
         let row: Option<RecordRow> = sqlx::query_as($lock_sql)
             .bind($key)
             .fetch_optional(&mut *$tx)
@@ -94,23 +123,22 @@ macro_rules! locked_transaction {
         let mut next = current.clone();
         let (drafts, value) = $decide(&mut next);
         let attempts: Vec<Attempt> = drafts.into_iter().map(|d| seal(&mut next, d)).collect();
+        let mut rest = attempts.as_slice();
         if next != current {
-            let updated = sqlx::query(sql::UPDATE_RECORD)
-                .bind(&next.key)
-                .bind(current.fencing_token)
-                .bind(next.status.as_str())
-                .bind(next.fencing_token)
-                .bind(next.lease_until)
-                .bind(next.attempt_count)
-                .bind(next.result.as_ref().map(Json))
-                .bind(&next.error)
-                .bind(next.release_approved)
-                .bind(next.updated_at)
-                .bind(next.log_seq)
-                .bind(&next.log_hash)
-                .execute(&mut *$tx)
-                .await?;
-            if updated.rows_affected() != 1 {
+            let merged: Option<&str> = $merged;
+            let written = match (merged, attempts.first()) {
+                (Some(merged), Some(first)) => {
+                    rest = &attempts[1..];
+                    let q = bind_update!(sqlx::query(merged), next, current.fencing_token);
+                    bind_attempt!(q, first).execute(&mut *$tx).await?
+                }
+                _ => {
+                    bind_update!(sqlx::query(sql::UPDATE_RECORD), next, current.fencing_token)
+                        .execute(&mut *$tx)
+                        .await?
+                }
+            };
+            if written.rows_affected() != 1 {
                 return Err(StoreError::Conflict(format!(
                     "fenced write on {} matched no row",
                     next.key
@@ -135,7 +163,7 @@ macro_rules! locked_transaction {
                 )));
             }
         }
-        for a in &attempts {
+        for a in rest {
             insert_attempt!($tx, a);
         }
         $tx.commit().await?;
@@ -258,11 +286,17 @@ impl Store {
         match self {
             Store::Postgres(pool) => {
                 let mut tx = pool.begin().await?;
-                locked_transaction!(tx, sql::LOCK_RECORD_POSTGRES, key, decide)
+                locked_transaction!(
+                    tx,
+                    sql::LOCK_RECORD_POSTGRES,
+                    Some(sql::UPDATE_RECORD_AND_APPEND_POSTGRES),
+                    key,
+                    decide
+                )
             }
             Store::Sqlite(pool) => {
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                locked_transaction!(tx, sql::LOCK_RECORD_SQLITE, key, decide)
+                locked_transaction!(tx, sql::LOCK_RECORD_SQLITE, None, key, decide)
             }
         }
     }
@@ -279,11 +313,18 @@ impl Store {
         match self {
             Store::Postgres(pool) => {
                 let mut tx = pool.begin().await?;
-                locked_transaction!(tx, sql::LOCK_RECORD_POSTGRES, key, decide, review)
+                locked_transaction!(
+                    tx,
+                    sql::LOCK_RECORD_POSTGRES,
+                    Some(sql::UPDATE_RECORD_AND_APPEND_POSTGRES),
+                    key,
+                    decide,
+                    review
+                )
             }
             Store::Sqlite(pool) => {
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                locked_transaction!(tx, sql::LOCK_RECORD_SQLITE, key, decide, review)
+                locked_transaction!(tx, sql::LOCK_RECORD_SQLITE, None, key, decide, review)
             }
         }
     }

@@ -68,6 +68,34 @@ pub const UPDATE_RECORD: &str = "UPDATE idempotency_records SET status = $3, fen
     updated_at = $10, log_seq = $11, log_hash = $12 \
     WHERE key = $1 AND fencing_token = $2";
 
+/// PostgreSQL: [`UPDATE_RECORD`] and the first attempt row in **one statement**, sent
+/// after the record's row lock is taken (`LOCK_RECORD_POSTGRES`, same transaction).
+/// One round trip fewer than the update and the insert apart: the guard's
+/// transaction is then BEGIN, the locked read, this, COMMIT — the statements of the
+/// plain fenced update + insert baseline (docs/PERFORMANCE.md).
+///
+/// Correctness, the same argument as the two statements apart:
+/// - the row is locked by the `SELECT … FOR UPDATE` of this transaction, so nothing
+///   changed it since the decision read it; the chain's head (`log_seq`, `log_hash`)
+///   the attempt was sealed on is the head the update replaces;
+/// - the update is still fenced (`fencing_token = $2`, the token read under the lock):
+///   if it matched no row the CTE yields no row, nothing is inserted, the statement
+///   reports 0 rows and the store answers `Conflict` and rolls back — a record is
+///   never written without its attempt, nor an attempt without its record change;
+/// - a data-modifying CTE runs exactly once and both writes belong to the one
+///   statement and transaction: they commit or roll back together.
+///
+/// SQLite has no data-modifying CTEs; it runs the two statements, in its one write
+/// transaction.
+pub const UPDATE_RECORD_AND_APPEND_POSTGRES: &str = "WITH updated AS (\
+    UPDATE idempotency_records SET status = $3, fencing_token = $4, \
+    lease_until = $5, attempt_count = $6, result = $7, error = $8, release_approved = $9, \
+    updated_at = $10, log_seq = $11, log_hash = $12 \
+    WHERE key = $1 AND fencing_token = $2 RETURNING key) \
+    INSERT INTO idempotency_attempts (key, tenant, tool, seq, kind, \
+    fencing_token, actor, detail, duration_ms, occurred_at, prev_hash, hash) \
+    SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 FROM updated";
+
 pub const INSERT_ATTEMPT: &str = "INSERT INTO idempotency_attempts (key, tenant, tool, seq, kind, \
     fencing_token, actor, detail, duration_ms, occurred_at, prev_hash, hash) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
@@ -104,5 +132,13 @@ mod tests {
             assert!(sql.contains(RECORD_COLUMNS), "{sql}");
         }
         assert!(ATTEMPTS_OF_KEY.contains(ATTEMPT_COLUMNS));
+    }
+
+    #[test]
+    fn the_merged_write_is_the_fenced_update_and_the_attempt_insert() {
+        let set = UPDATE_RECORD.split(" SET ").nth(1).unwrap();
+        assert!(UPDATE_RECORD_AND_APPEND_POSTGRES.contains(set.trim_end_matches(" ")));
+        let columns = INSERT_ATTEMPT.split(" VALUES").next().unwrap();
+        assert!(UPDATE_RECORD_AND_APPEND_POSTGRES.contains(columns));
     }
 }

@@ -38,5 +38,6 @@ mod prometheus_e2e;
 mod resolve;
 mod serve_timeouts;
 mod snapshots;
+mod sqlite_writers;
 mod tools_file;
 mod ui_seed;

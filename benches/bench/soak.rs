@@ -1,0 +1,580 @@
+//! `soak`: the service as production runs it, for a while, sampled over time.
+//!
+//! `run_server` (what `serve` runs: the app, the tailer and the backlog refresher on
+//! their own pool, the pruner) on a fresh PostgreSQL database, with retention
+//! compressed so rows expire during the run, and the guard driven in-process at a
+//! fixed offered rate with a mix of new calls, replays, timeouts (the provider's
+//! error is ambiguous: the key goes UNKNOWN) and takeovers (a retry of a timed-out
+//! call takes the key over and reconciles). Every sample interval it records the
+//! tables' and indexes' sizes, the guard's p99, the tail lag (`/metrics`), the key
+//! page's p99 (`GET /keys/{key}` on the served app) and how far the pruner is behind
+//! (the oldest prunable DONE key's age beyond the cutoff).
+//!
+//! Environment: `BENCH_SOAK_SECS` (duration, default 3600), `BENCH_SOAK_SAMPLE_SECS`
+//! (60), `BENCH_SOAK_RATE` (offered guard operations/s, 1000), `BENCH_SOAK_RETAIN`
+//! (DONE/FAILED retention and the provider's key retention, `10m`),
+//! `BENCH_SOAK_PRUNE_INTERVAL` (`1m`), `BENCH_SOAK_STEADY_SECS` (the reference
+//! sample the later ones are compared with, 600). Writes
+//! `docs/performance/soak-<date>.json` and `.svg`.
+
+use super::http::Client;
+use super::report::{Figure, Latencies};
+use clap::Parser;
+use idemwatch::cli::{ServeArgs, run_server};
+use idemwatch::guard::{
+    Guard, GuardSettings, IdempotencyKey, Intent, Operation, SystemClock, ToolCall,
+};
+use idemwatch::store::Store;
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Parser)]
+struct Args {
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Debug, Clone)]
+pub struct SoakPlan {
+    pub duration: Duration,
+    pub sample: Duration,
+    pub rate: u64,
+    pub retain: String,
+    pub prune_interval: String,
+    pub steady: Duration,
+}
+
+impl SoakPlan {
+    pub fn from_env() -> SoakPlan {
+        let secs = |name: &str, default: u64| {
+            Duration::from_secs(
+                std::env::var(name)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(default),
+            )
+        };
+        let text = |name: &str, default: &str| std::env::var(name).unwrap_or(default.into());
+        SoakPlan {
+            duration: secs("BENCH_SOAK_SECS", 3600),
+            sample: secs("BENCH_SOAK_SAMPLE_SECS", 60),
+            rate: secs("BENCH_SOAK_RATE", 1000).as_secs(),
+            retain: text("BENCH_SOAK_RETAIN", "10m"),
+            prune_interval: text("BENCH_SOAK_PRUNE_INTERVAL", "1m"),
+            steady: secs("BENCH_SOAK_STEADY_SECS", 600),
+        }
+    }
+}
+
+/// The provider: answers at once, or (for a call marked `"timeout": true`) fails
+/// ambiguously the first time; its lookup finds every effect, so a takeover
+/// reconciles to DONE.
+struct SoakOp {
+    retention: chrono::TimeDelta,
+}
+
+impl Operation for SoakOp {
+    type Error = String;
+    fn key_retention(&self) -> chrono::TimeDelta {
+        self.retention
+    }
+    fn call_timeout(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+    async fn execute(&self, _: &IdempotencyKey, args: &Value) -> Result<Value, String> {
+        if args["timeout"] == json!(true) {
+            return Err("provider timed out".into());
+        }
+        Ok(json!({"refund_id": "rf_soak"}))
+    }
+    async fn find_by_key(&self, _: &IdempotencyKey) -> Result<Option<Value>, String> {
+        Ok(Some(json!({"refund_id": "rf_soak", "found": true})))
+    }
+}
+
+fn soak_call(n: u64, timeout: bool) -> ToolCall {
+    ToolCall {
+        intent: Intent {
+            tenant: format!("tenant-{}", n % 20),
+            tool: "issue_refund".into(),
+            workflow_id: format!("soak-{n}"),
+            step_id: "1".into(),
+            intent_id: format!("refund:{n}"),
+        },
+        business_ref: Some(format!("order:S-{n}")),
+        args: json!({"order": format!("S-{n}"), "amount_p": 4500, "timeout": timeout}),
+        actor: "soak".into(),
+    }
+}
+
+/// One sample interval's figures.
+#[derive(Debug, Serialize, Clone)]
+pub struct Sample {
+    pub at_s: u64,
+    pub ops_per_s: f64,
+    pub errors: u64,
+    pub guard_p50_ms: f64,
+    pub guard_p99_ms: f64,
+    pub key_page_p99_ms: f64,
+    pub tail_lag_max_ms: f64,
+    pub records: i64,
+    pub attempts: i64,
+    pub records_mib: f64,
+    pub records_indexes_mib: f64,
+    pub attempts_mib: f64,
+    pub attempts_indexes_mib: f64,
+    pub pruner_behind_s: f64,
+}
+
+#[derive(Default)]
+struct Window {
+    guard: Vec<Duration>,
+    page: Vec<Duration>,
+    lag_ms: Vec<f64>,
+    done: u64,
+    errors: u64,
+}
+
+const SIZES: &str = "SELECT pg_table_size('idempotency_records'), pg_indexes_size('idempotency_records'), \
+    pg_table_size('idempotency_attempts'), pg_indexes_size('idempotency_attempts'), \
+    (SELECT count(*) FROM idempotency_records), (SELECT count(*) FROM idempotency_attempts)";
+
+/// Seconds by which the oldest DONE key the pruner may delete is past its cutoff.
+const BEHIND: &str = "SELECT coalesce(extract(epoch FROM ($1 - min(updated_at)))::float8, 0) \
+    FROM idempotency_records WHERE status = 'DONE' AND updated_at < $1 \
+    AND provider_retention_until <= $2";
+
+pub async fn run(store: &Store, url: &str, plan: &SoakPlan, figures: &mut Vec<Figure>) {
+    let args = Args::parse_from([
+        "soak",
+        "--database-url",
+        url,
+        "--retain-done",
+        &plan.retain,
+        "--retain-failed",
+        &plan.retain,
+        "--max-workflow-duration",
+        &plan.retain,
+        "--max-provider-key-retention",
+        &plan.retain,
+        "--prune-interval",
+        &plan.prune_interval,
+    ])
+    .serve;
+    let retention = args.retention.checked().await.unwrap();
+    let retain = retention.retain_done.0;
+    let prune_every = retention.interval.0;
+    let auth = args.auth.authenticator(args.listen).unwrap();
+    let tools = args.guard.tools().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            run_server(
+                &args,
+                retention,
+                auth,
+                tools,
+                store,
+                listener,
+                axum::Router::new(),
+                shutdown,
+            )
+            .await
+        })
+    };
+    println!(
+        "soak: {:?} at {} ops/s offered, DONE kept {}, pruner every {}, sample every {:?}",
+        plan.duration, plan.rate, plan.retain, plan.prune_interval, plan.sample
+    );
+
+    let guard = Guard::new(
+        store.clone(),
+        Arc::new(SystemClock),
+        GuardSettings::default(),
+    );
+    let op = Arc::new(SoakOp { retention: retain });
+    let window = Arc::new(Mutex::new(Window::default()));
+    let recent: Arc<Mutex<VecDeque<ToolCall>>> = Arc::default();
+    let timed_out: Arc<Mutex<VecDeque<ToolCall>>> = Arc::default();
+    let next = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let end = started + plan.duration;
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(256));
+
+    // The load: every 10 ms, rate / 100 operations (open loop; an offer that finds
+    // 256 in flight is dropped and counted as an error).
+    let load = {
+        let (window, recent, timed_out, next, op) = (
+            window.clone(),
+            recent.clone(),
+            timed_out.clone(),
+            next.clone(),
+            op.clone(),
+        );
+        let guard = guard.clone();
+        let per_tick = plan.rate.div_ceil(100);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(10));
+            while Instant::now() < end {
+                tick.tick().await;
+                for _ in 0..per_tick {
+                    let Ok(permit) = in_flight.clone().try_acquire_owned() else {
+                        lock(&window).errors += 1;
+                        continue;
+                    };
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    let (call, kind) = match n % 100 {
+                        0..80 => (soak_call(n, false), "new"),
+                        80..90 => match lock(&recent).get((n as usize * 7) % 4096).cloned() {
+                            Some(c) => (c, "replay"),
+                            None => (soak_call(n, false), "new"),
+                        },
+                        90..95 => (soak_call(n, true), "timeout"),
+                        _ => match lock(&timed_out).pop_front() {
+                            Some(c) => (c, "takeover"),
+                            None => (soak_call(n, false), "new"),
+                        },
+                    };
+                    let (g, op, window, recent, timed_out) = (
+                        guard.clone(),
+                        op.clone(),
+                        window.clone(),
+                        recent.clone(),
+                        timed_out.clone(),
+                    );
+                    tokio::spawn(async move {
+                        let t = Instant::now();
+                        let result = g.run(&call, op.as_ref()).await;
+                        let took = t.elapsed();
+                        let ok = match (kind, &result) {
+                            (_, Ok(_)) => true,
+                            // A timeout leaves the key UNKNOWN: the expected answer.
+                            ("timeout", Err(_)) => true,
+                            _ => false,
+                        };
+                        {
+                            let mut w = lock(&window);
+                            w.guard.push(took);
+                            w.done += 1;
+                            if !ok {
+                                w.errors += 1;
+                            }
+                        }
+                        match kind {
+                            "new" => {
+                                let mut r = lock(&recent);
+                                r.push_back(call);
+                                if r.len() > 4096 {
+                                    r.pop_front();
+                                }
+                            }
+                            "timeout" => lock(&timed_out).push_back(call),
+                            _ => {}
+                        }
+                        drop(permit);
+                    });
+                }
+            }
+        })
+    };
+
+    // The key page, one client, every 50 ms, on a recently written key.
+    let pages = {
+        let (window, recent) = (window.clone(), recent.clone());
+        tokio::spawn(async move {
+            let mut client = Client::connect(addr).await;
+            let mut tick = tokio::time::interval(Duration::from_millis(50));
+            let mut i = 0usize;
+            while Instant::now() < end {
+                tick.tick().await;
+                i += 1;
+                let key = lock(&recent)
+                    .get(i * 13 % 4096)
+                    .map(|c| c.intent.key().unwrap().to_string());
+                let Some(key) = key else { continue };
+                let t = Instant::now();
+                let (status, _) = client.get(&format!("/keys/{key}")).await;
+                let took = t.elapsed();
+                let mut w = lock(&window);
+                // A key pruned since it was picked answers 404: still a page served.
+                if status == 200 || status == 404 {
+                    w.page.push(took);
+                } else {
+                    w.errors += 1;
+                }
+            }
+        })
+    };
+
+    // The tail lag as the service reports it, every second.
+    let lags = {
+        let window = window.clone();
+        tokio::spawn(async move {
+            let mut client = Client::connect(addr).await;
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            while Instant::now() < end {
+                tick.tick().await;
+                let body = client.get_text("/metrics").await;
+                if let Some(v) = gauge(&body, "idemwatch_tail_lag_seconds") {
+                    lock(&window).lag_ms.push(v * 1000.0);
+                }
+            }
+        })
+    };
+
+    let pg = super::seed::pg(store);
+    let mut samples = Vec::new();
+    let mut last = Instant::now();
+    while Instant::now() < end {
+        tokio::time::sleep(plan.sample.min(end - Instant::now())).await;
+        let w = std::mem::take(&mut *lock(&window));
+        let secs = last.elapsed().as_secs_f64();
+        last = Instant::now();
+        let sizes: (i64, i64, i64, i64, i64, i64) =
+            sqlx::query_as(SIZES).fetch_one(pg).await.unwrap();
+        let now = chrono::Utc::now();
+        let behind: f64 = sqlx::query_scalar(BEHIND)
+            .bind(now - retain)
+            .bind(now)
+            .fetch_one(pg)
+            .await
+            .unwrap();
+        let (g, p) = (Latencies::new(w.guard), Latencies::new(w.page));
+        let mib = |b: i64| b as f64 / 1_048_576.0;
+        let s = Sample {
+            at_s: started.elapsed().as_secs(),
+            ops_per_s: w.done as f64 / secs,
+            errors: w.errors,
+            guard_p50_ms: g.p50_ms(),
+            guard_p99_ms: g.p99_ms(),
+            key_page_p99_ms: p.p99_ms(),
+            tail_lag_max_ms: w.lag_ms.iter().copied().fold(0.0, f64::max),
+            records: sizes.4,
+            attempts: sizes.5,
+            records_mib: mib(sizes.0),
+            records_indexes_mib: mib(sizes.1),
+            attempts_mib: mib(sizes.2),
+            attempts_indexes_mib: mib(sizes.3),
+            pruner_behind_s: behind,
+        };
+        eprintln!("soak sample: {s:?}");
+        samples.push(s);
+    }
+    for task in [load, pages, lags] {
+        task.await.unwrap();
+    }
+    // Let in-flight calls finish, then stop the service.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let _ = stop.send(());
+    served.await.unwrap().unwrap();
+
+    report(plan, prune_every.num_seconds() as f64, &samples, figures);
+    write_files(plan, &samples);
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn gauge(metrics: &str, name: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The figures the issue names, each as its largest deviation from the reference
+/// sample (the one at `plan.steady`) over the later samples.
+fn report(plan: &SoakPlan, prune_every_s: f64, samples: &[Sample], figures: &mut Vec<Figure>) {
+    print_table(samples);
+    let reference = samples
+        .iter()
+        .position(|s| s.at_s + plan.sample.as_secs() / 2 >= plan.steady.as_secs())
+        .unwrap_or(samples.len().saturating_sub(1));
+    let later = &samples[reference..];
+    type Series = fn(&Sample) -> f64;
+    let series: [(&str, Series); 6] = [
+        ("records + indexes size", |s| {
+            s.records_mib + s.records_indexes_mib
+        }),
+        ("attempts + indexes size", |s| {
+            s.attempts_mib + s.attempts_indexes_mib
+        }),
+        ("guard p99", |s| s.guard_p99_ms),
+        ("tail lag (max)", |s| s.tail_lag_max_ms),
+        ("key page p99", |s| s.key_page_p99_ms),
+        ("guard ops/s", |s| s.ops_per_s),
+    ];
+    for (name, f) in series {
+        let Some(first) = later.first().map(f) else {
+            continue;
+        };
+        let worst = later
+            .iter()
+            .map(|s| (f(s) - first) / first)
+            .fold(0.0f64, |a, d| if d.abs() > a.abs() { d } else { a });
+        figures.push(Figure::plain(
+            format!("soak: {name}, largest change after {} s", later[0].at_s),
+            "%",
+            worst * 100.0,
+            format!(
+                "reference {first:.2} at {} s; {} samples after",
+                later[0].at_s,
+                later.len() - 1
+            ),
+            Some(("within ±20 %", worst.abs() <= 0.2)),
+        ));
+    }
+    let behind = samples
+        .iter()
+        .map(|s| s.pruner_behind_s)
+        .fold(0.0, f64::max);
+    figures.push(Figure::plain(
+        "soak: pruner behind its cutoff (max over the run)".into(),
+        "s",
+        behind,
+        format!("prune interval {prune_every_s} s"),
+        Some(("<= one interval", behind <= prune_every_s)),
+    ));
+}
+
+fn print_table(samples: &[Sample]) {
+    println!(
+        "| t (s) | guard ops/s | errors | guard p50 / p99 ms | key page p99 ms | tail lag max ms | records | attempts | records + idx MiB | attempts + idx MiB | pruner behind s |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for s in samples {
+        println!(
+            "| {} | {:.0} | {} | {:.2} / {:.2} | {:.2} | {:.0} | {} | {} | {:.1} + {:.1} | {:.1} + {:.1} | {:.0} |",
+            s.at_s,
+            s.ops_per_s,
+            s.errors,
+            s.guard_p50_ms,
+            s.guard_p99_ms,
+            s.key_page_p99_ms,
+            s.tail_lag_max_ms,
+            s.records,
+            s.attempts,
+            s.records_mib,
+            s.records_indexes_mib,
+            s.attempts_mib,
+            s.attempts_indexes_mib,
+            s.pruner_behind_s
+        );
+    }
+}
+
+/// `docs/performance/soak-<date>.json` (the samples) and `.svg` (four panels over
+/// time: sizes, guard p99, tail lag, key page p99), drawn here without a plotting
+/// dependency.
+fn write_files(plan: &SoakPlan, samples: &[Sample]) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/performance");
+    let stem = format!("soak-{}", chrono::Utc::now().format("%Y-%m-%d"));
+    let json = json!({
+        "duration_s": plan.duration.as_secs(),
+        "rate": plan.rate,
+        "retain": plan.retain,
+        "prune_interval": plan.prune_interval,
+        "samples": samples,
+    });
+    std::fs::write(
+        dir.join(format!("{stem}.json")),
+        serde_json::to_string_pretty(&json).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(dir.join(format!("{stem}.svg")), svg(samples)).unwrap();
+    println!("wrote docs/performance/{stem}.json and .svg");
+}
+
+/// A panel of the plot: title, unit, and its named lines.
+type Panel = (
+    &'static str,
+    &'static str,
+    Vec<(&'static str, fn(&Sample) -> f64)>,
+);
+
+fn svg(samples: &[Sample]) -> String {
+    let panels: [Panel; 4] = [
+        (
+            "table + index size",
+            "MiB",
+            vec![
+                ("records", |s| s.records_mib + s.records_indexes_mib),
+                ("attempts", |s| s.attempts_mib + s.attempts_indexes_mib),
+            ],
+        ),
+        (
+            "guard latency",
+            "ms",
+            vec![("p99", |s| s.guard_p99_ms), ("p50", |s| s.guard_p50_ms)],
+        ),
+        ("tail lag (max)", "ms", vec![("lag", |s| s.tail_lag_max_ms)]),
+        ("key page p99", "ms", vec![("p99", |s| s.key_page_p99_ms)]),
+    ];
+    let (w, h, pad) = (360.0, 180.0, 40.0);
+    let t_max = samples.last().map_or(1.0, |s| s.at_s as f64).max(1.0);
+    let colours = ["#1f77b4", "#d62728"];
+    let mut out = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"11\">\n",
+        2.0 * w,
+        2.0 * h
+    );
+    for (i, (title, unit, lines)) in panels.iter().enumerate() {
+        let (x0, y0) = ((i % 2) as f64 * w, (i / 2) as f64 * h);
+        let y_max = lines
+            .iter()
+            .flat_map(|(_, f)| samples.iter().map(f))
+            .filter(|v| v.is_finite())
+            .fold(0.0, f64::max)
+            .max(1e-9)
+            * 1.1;
+        let (pw, ph) = (w - 1.5 * pad, h - 1.7 * pad);
+        let (left, top) = (x0 + pad, y0 + pad);
+        out += &format!(
+            "<text x=\"{left}\" y=\"{}\" font-weight=\"bold\">{title} ({unit})</text>\n\
+             <rect x=\"{left}\" y=\"{top}\" width=\"{pw}\" height=\"{ph}\" fill=\"none\" stroke=\"#999\"/>\n\
+             <text x=\"{}\" y=\"{}\" text-anchor=\"end\">{y_max:.1}</text>\n\
+             <text x=\"{}\" y=\"{}\" text-anchor=\"end\">0</text>\n\
+             <text x=\"{}\" y=\"{}\" text-anchor=\"end\">{t_max:.0} s</text>\n",
+            y0 + pad - 8.0,
+            left - 3.0,
+            top + 10.0,
+            left - 3.0,
+            top + ph,
+            left + pw,
+            top + ph + 14.0,
+        );
+        for (j, (name, f)) in lines.iter().enumerate() {
+            let points: Vec<String> = samples
+                .iter()
+                .filter(|s| f(s).is_finite())
+                .map(|s| {
+                    format!(
+                        "{:.1},{:.1}",
+                        left + pw * s.at_s as f64 / t_max,
+                        top + ph - ph * f(s) / y_max
+                    )
+                })
+                .collect();
+            out += &format!(
+                "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n\
+                 <text x=\"{}\" y=\"{}\" fill=\"{}\">{name}</text>\n",
+                colours[j % 2],
+                points.join(" "),
+                left + pw - 60.0,
+                top + 14.0 + 12.0 * j as f64,
+                colours[j % 2]
+            );
+        }
+    }
+    out + "</svg>\n"
+}

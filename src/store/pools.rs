@@ -1,0 +1,123 @@
+//! SQLite's one writer, made explicit.
+//!
+//! SQLite lets one connection write at a time. With every connection of one pool
+//! free to `BEGIN IMMEDIATE`, the losers of the write lock wait in SQLite's busy
+//! handler, which *sleeps* (backing off up to 100 ms a try): at 8 concurrent guard
+//! calls the p99 was 100–130 ms and at 32 up to 1 s of sleeping
+//! (docs/PERFORMANCE.md). So a store on a SQLite file holds two pools:
+//!
+//! - `write`: **one** connection. Every write transaction of this crate starts with
+//!   `begin_with("BEGIN IMMEDIATE")` (or `begin()`), and both go here: writers queue
+//!   in sqlx's pool (a FIFO of async waiters, woken when the connection comes back)
+//!   instead of sleeping in the busy handler, and the write lock is never contended
+//!   from inside this process.
+//! - `read`: the configured number of connections for everything else. In WAL mode
+//!   readers never wait for the writer.
+//!
+//! Another process on the same file (two `serve`, a CLI command next to `serve`) is
+//! still arbitrated by SQLite: the busy timeout stays the cross-process fallback,
+//! and the writer's queue waits as long as the busy handler would have.
+//!
+//! A `&SqlitePools` is an [`Executor`] over the read pool (so a plain query runs on a
+//! reader) and derefs to the read pool. An autocommit write through it is still
+//! correct — it takes the write lock like any connection — but may wait in the busy
+//! handler; the crate's own writes all use transactions.
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use sqlx::sqlite::{
+    Sqlite, SqlitePool, SqliteQueryResult, SqliteRow, SqliteStatement, SqliteTypeInfo,
+};
+use sqlx::{Describe, Either, Error, Execute, Executor, SqlSafeStr, SqlStr, Transaction};
+
+#[derive(Debug, Clone)]
+pub struct SqlitePools {
+    read: SqlitePool,
+    write: SqlitePool,
+}
+
+impl SqlitePools {
+    /// `write` should have exactly one connection; an in-memory database, which each
+    /// pool would otherwise see its own copy of, passes the same pool twice.
+    pub fn new(read: SqlitePool, write: SqlitePool) -> Self {
+        Self { read, write }
+    }
+
+    pub fn reader(&self) -> &SqlitePool {
+        &self.read
+    }
+
+    /// The single write connection's pool.
+    pub fn writer(&self) -> &SqlitePool {
+        &self.write
+    }
+
+    /// A write transaction (`BEGIN IMMEDIATE`) on the one writer.
+    pub async fn begin_with(
+        &self,
+        statement: impl SqlSafeStr,
+    ) -> Result<Transaction<'static, Sqlite>, Error> {
+        self.write.begin_with(statement).await
+    }
+
+    /// A deferred transaction, also on the writer: it may write.
+    pub async fn begin(&self) -> Result<Transaction<'static, Sqlite>, Error> {
+        self.write.begin().await
+    }
+
+    pub async fn close(&self) {
+        self.write.close().await;
+        self.read.close().await;
+    }
+}
+
+impl std::ops::Deref for SqlitePools {
+    type Target = SqlitePool;
+    fn deref(&self) -> &SqlitePool {
+        &self.read
+    }
+}
+
+impl<'p> Executor<'p> for &'p SqlitePools {
+    type Database = Sqlite;
+
+    fn fetch_many<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxStream<'e, Result<Either<SqliteQueryResult, SqliteRow>, Error>>
+    where
+        'p: 'e,
+        E: 'q + Execute<'q, Sqlite>,
+    {
+        self.read.fetch_many(query)
+    }
+
+    fn fetch_optional<'e, 'q: 'e, E>(
+        self,
+        query: E,
+    ) -> BoxFuture<'e, Result<Option<SqliteRow>, Error>>
+    where
+        'p: 'e,
+        E: 'q + Execute<'q, Sqlite>,
+    {
+        self.read.fetch_optional(query)
+    }
+
+    fn prepare_with<'e>(
+        self,
+        sql: SqlStr,
+        parameters: &'e [SqliteTypeInfo],
+    ) -> BoxFuture<'e, Result<SqliteStatement, Error>>
+    where
+        'p: 'e,
+    {
+        self.read.prepare_with(sql, parameters)
+    }
+
+    fn describe<'e>(self, sql: SqlStr) -> BoxFuture<'e, Result<Describe<Sqlite>, Error>>
+    where
+        'p: 'e,
+    {
+        self.read.describe(sql)
+    }
+}

@@ -1,0 +1,143 @@
+//! SQLite's one writer: a process writes through one connection (writers queue for it
+//! instead of sleeping in the busy handler) and reads through the pool; two stores on
+//! one file — what two `serve` processes are — still perform each intent exactly once,
+//! their write locks arbitrated by SQLite's busy timeout.
+
+use crate::support::TestDb;
+use crate::support::effects::Effects;
+use crate::support::fixture::refund;
+use idemwatch::export::verify_database;
+use idemwatch::guard::{
+    AttemptKind, Guard, GuardError, GuardSettings, IdempotencyKey, Operation, SystemClock,
+};
+use idemwatch::store::{PruneCutoffs, Store, StoreOptions};
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
+
+/// Performs an effect per send (no idempotency at the provider), after a moment, so
+/// that callers overlap.
+struct Provider(Arc<Effects>);
+
+impl Operation for Provider {
+    type Error = String;
+    fn key_retention(&self) -> chrono::TimeDelta {
+        chrono::TimeDelta::hours(24)
+    }
+    fn call_timeout(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+    async fn execute(&self, key: &IdempotencyKey, _: &Value) -> Result<Value, String> {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        Ok(self.0.send(key.as_str()))
+    }
+    async fn find_by_key(&self, key: &IdempotencyKey) -> Result<Option<Value>, String> {
+        Ok(self.0.lookup(key.as_str()))
+    }
+}
+
+fn guard(store: &Store) -> Guard {
+    Guard::new(
+        store.clone(),
+        Arc::new(SystemClock),
+        GuardSettings::default(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_queue_for_one_connection_while_reads_use_the_pool() {
+    let db = TestDb::sqlite().await;
+    let Store::Sqlite(pools) = &db.store else {
+        unreachable!("a SQLite test database")
+    };
+    // Hold the write connection in a write transaction (a prune batch, nothing due).
+    let now = chrono::Utc::now();
+    let cutoffs = PruneCutoffs {
+        done_before: now,
+        failed_before: now,
+        now,
+    };
+    let held = db.store.prune_begin(&cutoffs, 10).await.unwrap();
+    assert_eq!(pools.writer().size(), 1);
+
+    // A guard call waits for the writer; a read does not.
+    let effects = Arc::new(Effects::default());
+    let call = refund("W-1", 100, "1");
+    let key = call.intent.key().unwrap();
+    let g = guard(&db.store);
+    let op = Provider(effects.clone());
+    let waiting = tokio::spawn(async move { g.run(&call, &op).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "a write ran beside the held writer");
+    assert_eq!(db.store.record(key.as_str()).await.unwrap(), None);
+    assert!(pools.reader().size() >= 1);
+
+    drop(held); // rolls back and gives the writer back
+    let outcome = waiting.await.unwrap().unwrap();
+    assert!(!outcome.replayed);
+
+    // Thirty-two concurrent calls: all written, through the one connection.
+    let mut calls = JoinSet::new();
+    for i in 0..32 {
+        let (g, op) = (guard(&db.store), Provider(effects.clone()));
+        calls.spawn(async move { g.run(&refund(&format!("C-{i}"), 100, "1"), &op).await });
+    }
+    while let Some(done) = calls.join_next().await {
+        done.unwrap().unwrap();
+    }
+    assert_eq!(pools.writer().size(), 1, "one write connection, ever");
+    assert_eq!(effects.snapshot().len(), 33);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stores_on_one_file_perform_each_intent_exactly_once() {
+    let db = TestDb::sqlite().await;
+    // A second store on the same file: its own writer, as a second process has.
+    let other = Store::connect(&db.url, &StoreOptions::default())
+        .await
+        .unwrap();
+    let effects = Arc::new(Effects::default());
+    let mut workers = JoinSet::new();
+    for w in 0..16 {
+        let store = if w % 2 == 0 {
+            db.store.clone()
+        } else {
+            other.clone()
+        };
+        let effects = effects.clone();
+        workers.spawn(async move {
+            let (g, op) = (guard(&store), Provider(effects));
+            for i in 0..40 {
+                // Every worker sends every intent; retries while another holds it.
+                let call = refund(&format!("T-{i}"), 100, "1");
+                loop {
+                    match g.run(&call, &op).await {
+                        Ok(_) => break,
+                        Err(GuardError::InFlight { .. }) => {
+                            tokio::time::sleep(Duration::from_millis(3)).await;
+                        }
+                        Err(e) => panic!("intent {i}: {e}"),
+                    }
+                }
+            }
+        });
+    }
+    while let Some(done) = workers.join_next().await {
+        done.unwrap();
+    }
+    let effects = effects.snapshot();
+    assert_eq!(effects.len(), 40);
+    for (key, ids) in &effects {
+        assert_eq!(ids.len(), 1, "{key}: {ids:?}");
+        let attempts = db.store.attempts(key).await.unwrap();
+        let completed = attempts
+            .iter()
+            .filter(|a| a.kind == AttemptKind::Completed)
+            .count();
+        assert_eq!(completed, 1, "{key}");
+    }
+    let report = verify_database(&db.store).await.unwrap();
+    assert!(report.breaks.is_empty(), "{:#?}", report.breaks);
+    other.close().await;
+}
