@@ -10,6 +10,9 @@ use std::collections::BTreeMap;
 const PAGE: &str = "SELECT id, key, tenant, tool, seq, kind, fencing_token, actor, \
     detail, duration_ms, occurred_at, prev_hash, hash FROM idempotency_attempts \
     WHERE key = $1 AND seq > $2 ORDER BY seq LIMIT $3";
+const NEWEST: &str = "SELECT id, key, tenant, tool, seq, kind, fencing_token, actor, \
+    detail, duration_ms, occurred_at, prev_hash, hash FROM idempotency_attempts \
+    WHERE key = $1 ORDER BY seq DESC LIMIT $2";
 const KINDS: &str =
     "SELECT kind, count(*) AS n FROM idempotency_attempts WHERE key = $1 GROUP BY kind";
 
@@ -41,6 +44,16 @@ impl Store {
             .map(Attempt::try_from)
             .collect::<Result<_, _>>()?;
         Ok(AttemptPage { attempts, more })
+    }
+
+    /// The newest `limit` attempts of a key, oldest first.
+    pub async fn attempts_newest(&self, key: &str, limit: u32) -> Result<Vec<Attempt>, StoreError> {
+        let rows: Vec<AttemptRow> = on_pool!(self, pool => sqlx::query_as(NEWEST)
+            .bind(key)
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await)?;
+        rows.into_iter().rev().map(Attempt::try_from).collect()
     }
 
     /// How many attempts of each kind a key has (the whole timeline, counted in SQL).

@@ -60,18 +60,39 @@ both_backends!(
         .await;
         assert_eq!(page.status, StatusCode::OK, "{}", page.body);
         assert!(page.body.contains("1200 attempt rows"), "counted over all");
+        // The two ends: how it started and where it stands now, the middle on demand.
         assert!(page.body.contains("id=\"attempt-1\""));
-        assert!(page.body.contains("id=\"attempt-500\""));
-        assert!(!page.body.contains("id=\"attempt-501\""), "one page only");
-        let next = format!("/keys/{}?after=500", s.unknown);
+        assert!(page.body.contains("id=\"attempt-250\""));
         assert!(
-            page.body.contains(&format!("href=\"{next}\"")),
+            !page.body.contains("id=\"attempt-251\""),
+            "the middle is left out"
+        );
+        assert!(
+            !page.body.contains("id=\"attempt-950\""),
+            "the middle is left out"
+        );
+        assert!(page.body.contains("id=\"attempt-951\""));
+        assert!(
+            page.body.contains("id=\"attempt-1200\""),
+            "the newest is shown"
+        );
+        assert!(page.body.contains("Attempts #251 to #950 are not shown"));
+        let middle = format!("/keys/{}?after=250", s.unknown);
+        assert!(
+            page.body.contains(&format!("href=\"{middle}\"")),
+            "a link into the middle"
+        );
+        assert!(!page.body.contains("rel=\"next\""));
+
+        let second = call(&app, Method::GET, &middle, who, None).await;
+        assert!(second.body.contains("id=\"attempt-251\""));
+        assert!(second.body.contains("id=\"attempt-750\""));
+        assert!(!second.body.contains("id=\"attempt-751\""), "one page only");
+        let next = format!("/keys/{}?after=750", s.unknown);
+        assert!(
+            second.body.contains(&format!("href=\"{next}\"")),
             "a link to the next page"
         );
-
-        let second = call(&app, Method::GET, &next, who, None).await;
-        assert!(second.body.contains("id=\"attempt-501\""));
-        assert!(!second.body.contains("id=\"attempt-1001\""));
         let last = call(
             &app,
             Method::GET,

@@ -178,6 +178,16 @@ fn step(a: &Attempt, record: &Record, now: DateTime<Utc>) -> Step {
 /// a key retried 60,000 times made a 122 MB page when all were shown.
 pub const TIMELINE_PAGE: u32 = 500;
 
+/// The middle of a long timeline, not shown: attempts `from` to `to`, which `link`
+/// pages through. It sits before the step at index `at`.
+#[derive(Debug, Clone)]
+pub struct Gap {
+    pub at: usize,
+    pub from: i64,
+    pub to: i64,
+    pub link: String,
+}
+
 /// `?after=SEQ`: the timeline from the attempt after `SEQ` (default: from the first).
 pub fn parse_after(pairs: &[(String, String)]) -> Result<i64, Error> {
     match pairs.iter().rev().find(|(k, _)| k == "after") {
@@ -253,6 +263,8 @@ struct KeyPage {
     after: i64,
     /// The next page of the timeline, when there is one.
     next: Option<String>,
+    /// On a long timeline's first view: the attempts left out between its two ends.
+    gap: Option<Gap>,
     page_size: u32,
     siblings: Option<Siblings>,
     api: String,
@@ -359,19 +371,42 @@ async fn key_page(
             "No key {key} is recorded. It may never have been claimed, or retention has removed it."
         ))
     })?;
-    let page = state
-        .store
-        .attempts_page(&key, after, TIMELINE_PAGE)
-        .await?;
     let kinds = state.store.attempt_kinds(&key).await?;
-    let next = match page.attempts.last() {
-        Some(last) if page.more => Some(link(
-            &format!("/keys/{key}"),
-            &[("after", Some(&last.seq.to_string()))],
-        )),
-        _ => None,
+    let total_rows: i64 = kinds.values().sum();
+    // A long timeline opens on its two ends: how it started and where it stands now,
+    // with the middle a page at a time on demand (`?after=`).
+    let ends = after == 0 && total_rows > i64::from(TIMELINE_PAGE);
+    let (attempts, next, gap) = if ends {
+        let half = TIMELINE_PAGE / 2;
+        let mut attempts = state.store.attempts_page(&key, 0, half).await?.attempts;
+        let newest = state.store.attempts_newest(&key, half).await?;
+        let first_hidden = attempts.last().map_or(0, |a| a.seq) + 1;
+        let last_hidden = newest.first().map_or(first_hidden, |a| a.seq) - 1;
+        let gap = (last_hidden >= first_hidden).then(|| Gap {
+            at: attempts.len(),
+            from: first_hidden,
+            to: last_hidden,
+            link: link(
+                &format!("/keys/{key}"),
+                &[("after", Some(&(first_hidden - 1).to_string()))],
+            ),
+        });
+        attempts.extend(newest);
+        (attempts, None, gap)
+    } else {
+        let page = state
+            .store
+            .attempts_page(&key, after, TIMELINE_PAGE)
+            .await?;
+        let next = match page.attempts.last() {
+            Some(last) if page.more => Some(link(
+                &format!("/keys/{key}"),
+                &[("after", Some(&last.seq.to_string()))],
+            )),
+            _ => None,
+        };
+        (page.attempts, next, None)
     };
-    let attempts = page.attempts;
     let siblings = match &record.business_ref {
         Some(b) => {
             let keys = state.store.keys_with_business_ref(b, SIBLINGS + 1).await?;
@@ -432,6 +467,7 @@ async fn key_page(
         total,
         after,
         next,
+        gap,
         page_size: TIMELINE_PAGE,
         siblings,
         api: format!("/api/v1/keys/{key}"),
