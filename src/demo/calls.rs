@@ -2,7 +2,7 @@
 //! the original: another worker, a rephrasing model, a buggy client.
 
 use super::Shared;
-use super::traffic::{REPEAT_ORDER, SHOWCASE, Scenario};
+use super::scenario::{REPEAT_ORDER, SHOWCASE, Scenario};
 use crate::guard::{Intent, ToolCall};
 use rand::RngExt;
 use rand::seq::IndexedRandom;

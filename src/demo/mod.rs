@@ -10,6 +10,7 @@ mod calls;
 mod latency;
 mod over_http;
 mod provider;
+mod scenario;
 mod stats;
 mod traffic;
 mod web;
@@ -19,8 +20,8 @@ pub use latency::{
     PROVIDER_TIMEOUT,
 };
 pub use provider::{Effect, Fault, Provider, ProviderClient, ProviderError};
+pub use scenario::{REPEAT_ORDER, SHOWCASE, Scenario};
 pub use stats::{Admissions, CallResult, Snapshot, StatusLine, clock};
-pub use traffic::{REPEAT_ORDER, SHOWCASE, Scenario};
 pub use web::router;
 
 use crate::guard::{Guard, GuardSettings, SystemClock};

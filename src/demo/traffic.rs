@@ -9,6 +9,7 @@
 use super::calls::{Plan, buggy, redelivered, rephrased};
 use super::latency::{CLIENT_DEADLINE, LEASE_MARGIN, PROVIDER_TIMEOUT};
 use super::provider::{Fault, ProviderClient};
+use super::scenario::{SHOWCASE, Scenario};
 use super::stats::{CallResult, Counters};
 use super::{DemoConfig, Shared};
 use crate::guard::{GuardError, Outcome, ToolCall};
@@ -16,61 +17,6 @@ use rand::RngExt;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::{AbortHandle, JoinHandle};
-
-/// What happens to one intent, on top of the provider's latency.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scenario {
-    /// One delivery. If the provider is slower than the client deadline, the agent's
-    /// transport retries meet the call in flight (409) and then replay it.
-    Plain,
-    /// The provider answers after 15 s against a 10 s deadline (the seed trace).
-    SlowResponse,
-    /// The provider answers after 40 s: past the guard's own 30 s timeout, so the key
-    /// goes UNKNOWN, and a retry takes it over and finds the refund at the provider.
-    ProviderTimeout,
-    /// The queue redelivers the trigger: while the first delivery runs, or after.
-    Redelivery,
-    /// The model re-issues the call after losing the observation, rephrasing `reason`.
-    ModelReissue,
-    /// The refund happens, the connection drops; the retry reconciles.
-    DroppedResponse,
-    /// A 503 before anything happened; the retry finds nothing and resends.
-    Unavailable,
-    /// The worker dies after the refund; the redelivery waits out the lease, takes over.
-    WorkerCrash,
-    /// A client bug retries with another amount under the same intent: refused (422).
-    PayloadMismatchBug,
-    /// The card is declined; the resumed run replays the stored failure.
-    Declined,
-    /// The response is lost and the message parked; it is retried well inside the
-    /// provider's retention, so the guard reconciles.
-    LateRetry,
-    /// The response is lost and the message only comes back after the provider
-    /// forgot the key: the guard cannot know and asks a person (NeedsHumanReview).
-    ForgottenKey,
-    /// A genuine second refund on the same order, weeks later: a new intent, a new
-    /// key, a second real effect.
-    RepeatRefund,
-}
-
-/// The opening: every scenario once, in the first seconds, so that a new user (and
-/// the tests) see every kind of event without waiting for chance.
-/// The forgotten key goes first: its redelivery comes 1.2–1.5 retentions later (36–45 s
-/// at the default 10x), so the human-review path shows within the first minute.
-pub const SHOWCASE: [Scenario; 12] = [
-    Scenario::ForgottenKey,
-    Scenario::RepeatRefund,
-    Scenario::SlowResponse,
-    Scenario::ProviderTimeout,
-    Scenario::DroppedResponse,
-    Scenario::Unavailable,
-    Scenario::WorkerCrash,
-    Scenario::Redelivery,
-    Scenario::ModelReissue,
-    Scenario::PayloadMismatchBug,
-    Scenario::Declined,
-    Scenario::LateRetry,
-];
 
 /// The normal mix, per 10,000 intents; the rest are `Plain`.
 const MIX: [(Scenario, u32); 10] = [
@@ -85,9 +31,6 @@ const MIX: [(Scenario, u32); 10] = [
     (Scenario::ForgottenKey, 3),
     (Scenario::RepeatRefund, 5),
 ];
-
-/// The order of the seed trace: refunded twice, genuinely, in the showcase.
-pub const REPEAT_ORDER: &str = "A-88214";
 
 /// The agents' retry policy: 0.5 s after the first failure, then 2 s, 4 s, 8 s, 8 s…
 /// (a 409 means "later", not "now").
