@@ -22,17 +22,17 @@ pub enum GuardError {
 
     /// Same key, other business arguments: a client bug or an attack. Nothing was
     /// executed and the stored record is unchanged. HTTP 422. A genuinely new action
-    /// needs a new intent id. `differing_fields`: the top-level argument names whose
-    /// values differ, sorted.
-    #[error(
-        "key {key} was first used with other business arguments (differing: {}; stored fingerprint {stored_fingerprint}, this call {fingerprint}); use a new intent id for a new action",
-        differing_fields.join(", ")
-    )]
+    /// needs a new intent id, unless the call reached `key` through its tool's natural
+    /// key (`intent_key` is then the caller's own key): that action was already
+    /// requested with other values, and a new intent id meets the same refusal.
+    /// `differing_fields`: the top-level argument names whose values differ, sorted.
+    #[error("{}", mismatch_text(key, intent_key.as_deref(), differing_fields, stored_fingerprint, fingerprint))]
     PayloadMismatch {
         key: String,
         stored_fingerprint: String,
         fingerprint: String,
         differing_fields: Vec<String>,
+        intent_key: Option<String>,
     },
 
     /// The original is still running under a live lease. HTTP 409: retry later,
@@ -97,4 +97,23 @@ pub enum GuardError {
 
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+/// The payload-mismatch message, with the advice that fits how the call reached the key.
+fn mismatch_text(
+    key: &str,
+    intent_key: Option<&str>,
+    differing_fields: &[String],
+    stored_fingerprint: &str,
+    fingerprint: &str,
+) -> String {
+    let differing = differing_fields.join(", ");
+    match intent_key {
+        None => format!(
+            "key {key} was first used with other business arguments (differing: {differing}; stored fingerprint {stored_fingerprint}, this call {fingerprint}); use a new intent id for a new action"
+        ),
+        Some(own) => format!(
+            "this call's natural key is held by key {key}, which was requested with other business arguments (differing: {differing}; stored fingerprint {stored_fingerprint}, this call {fingerprint}); the action was already requested with other values, so a new intent id is refused the same way: check with a person which values are right (this call's own key: {own})"
+        ),
+    }
 }

@@ -47,6 +47,7 @@ impl Admitted {
                 stored_fingerprint,
                 fingerprint: self.args.fingerprint.0,
                 differing_fields,
+                intent_key: self.intent_key.map(|k| k.to_string()),
             }),
             _ => Ok(self),
         }

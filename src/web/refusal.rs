@@ -86,16 +86,24 @@ impl Error {
                 stored_fingerprint,
                 fingerprint,
                 differing_fields,
-            } => problem(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "payload_mismatch",
-                "Payload mismatch",
-                detail,
-                &key,
-            )
-            .member("stored_fingerprint", stored_fingerprint)
-            .member("fingerprint", fingerprint)
-            .member("differing_fields", differing_fields),
+                intent_key,
+            } => {
+                let p = problem(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "payload_mismatch",
+                    "Payload mismatch",
+                    detail,
+                    &key,
+                )
+                .member("stored_fingerprint", stored_fingerprint)
+                .member("fingerprint", fingerprint)
+                .member("differing_fields", differing_fields);
+                match intent_key {
+                    // Reached through the tool's natural key: the caller's own key.
+                    Some(own) => p.member("intent_key", own),
+                    None => p,
+                }
+            }
             GuardError::NotResolvable { key, .. } => problem(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "not_resolvable",

@@ -78,10 +78,15 @@ both_backends!(
         other.args["amount_p"] = json!(9900);
         let e = f.guard.run(&other, &ByOrder(f.client([]))).await;
         assert!(
-            matches!(&e, Err(GuardError::PayloadMismatch { key, differing_fields, .. })
-                if key == k1.as_str() && differing_fields == &["amount_p"]),
+            matches!(&e, Err(GuardError::PayloadMismatch { key, differing_fields, intent_key, .. })
+                if key == k1.as_str() && differing_fields == &["amount_p"]
+                    && intent_key.as_deref() == Some(other.intent.key().unwrap().as_str())),
             "{e:?}"
         );
+        // A new intent id is no way out here: the message must not advise one.
+        let text = e.unwrap_err().to_string();
+        assert!(text.contains("natural key"), "{text}");
+        assert!(!text.contains("use a new intent id"), "{text}");
         assert_eq!(f.ledger.effects().len(), 1);
         assert_eq!(
             f.log(k1.as_str()).await.last().unwrap().0,
@@ -241,6 +246,19 @@ both_backends!(
         let r = api.admit(&other).await;
         assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{:?}", r.json);
         assert_eq!(r.json["differing_fields"], json!(["amount_p"]));
+        assert_eq!(r.json["key"], json!(holder));
+        assert_eq!(
+            r.json["intent_key"],
+            json!(other.intent.key().unwrap().as_str())
+        );
+        assert!(
+            !r.json["detail"]
+                .as_str()
+                .unwrap()
+                .contains("use a new intent id"),
+            "{:?}",
+            r.json
+        );
         let sent: usize = effects.snapshot().values().map(Vec::len).sum();
         assert_eq!(sent, 1);
     }
