@@ -7,11 +7,9 @@ use crate::evidence::{CheckpointMetrics, Checkpointer, keys};
 use crate::guard::SystemClock;
 use crate::metrics::Metrics;
 use crate::retention::HumanDuration;
+use crate::web;
 use anyhow::{Context, bail};
 use axum::Router;
-use axum::http::header;
-use axum::response::IntoResponse;
-use axum::routing::get;
 use clap::Args;
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use std::path::{Path, PathBuf};
@@ -65,19 +63,12 @@ impl CheckpointArgs {
         ))
     }
 
-    /// `GET /api/v1/checkpoints/public-key`: the PEM that checks checkpoint
-    /// signatures (public by nature, so outside authentication).
+    /// The public-key route ([`web::checkpoints`]) when `serve` signs checkpoints.
     pub fn router(&self) -> anyhow::Result<Router> {
-        let Some(key) = self.signing_key()? else {
-            return Ok(Router::new());
-        };
-        let pem = keys::public_key_pem(&key.verifying_key());
-        Ok(Router::new().route(
-            "/api/v1/checkpoints/public-key",
-            get(move || async move {
-                ([(header::CONTENT_TYPE, "application/x-pem-file")], pem).into_response()
-            }),
-        ))
+        Ok(match self.signing_key()? {
+            Some(key) => web::checkpoints::router(&key.verifying_key()),
+            None => Router::new(),
+        })
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod assets;
 pub mod auth;
+pub mod checkpoints;
 mod error;
 mod export;
 pub mod filters;
