@@ -13,13 +13,20 @@ use super::guard::{Instant0, call};
 use super::http::{self, Pool};
 use super::report::Figure;
 use super::slices::{Plan, alternate};
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{Request, header};
 use chrono::TimeDelta;
+use http_body_util::BodyExt;
+use hyper::body::Bytes;
 use idemwatch::guard::{Guard, GuardSettings, SystemClock, ToolPolicies, ToolPolicy};
 use idemwatch::store::Store;
 use idemwatch::web::{self, AppState};
 use serde_json::{Value, json};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tower::ServiceExt;
 
 fn tools() -> ToolPolicies {
     let mut tools = ToolPolicies::default();
@@ -36,15 +43,42 @@ fn tools() -> ToolPolicies {
     tools
 }
 
-/// One guarded call over HTTP: admit (execute), then settle done.
-async fn over_http(pool: &Pool) {
+/// Where the two requests of a guarded call go: a keep-alive TCP connection, or the
+/// router itself in this process (no sockets: what the server's own code costs).
+trait Transport {
+    async fn post(&mut self, path: &str, body: Vec<u8>) -> (u16, Bytes);
+}
+
+impl Transport for http::Client {
+    async fn post(&mut self, path: &str, body: Vec<u8>) -> (u16, Bytes) {
+        self.post_json(path, body).await
+    }
+}
+
+impl Transport for axum::Router {
+    async fn post(&mut self, path: &str, body: Vec<u8>) -> (u16, Bytes) {
+        let mut request = Request::post(path)
+            .header(header::HOST, "127.0.0.1")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        let peer: SocketAddr = ([127, 0, 0, 1], 1).into();
+        request.extensions_mut().insert(ConnectInfo(peer));
+        let response = self.clone().oneshot(request).await.unwrap();
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, body)
+    }
+}
+
+/// One guarded call: admit (execute), then settle done.
+async fn admit_and_settle(to: &mut impl Transport) {
     let c = call("http");
     let admit = json!({
         "intent": c.intent, "business_ref": c.business_ref, "args": c.args, "worker": "bench",
     });
-    let mut conn = pool.take();
-    let (status, body) = conn
-        .post_json("/api/v1/guard/admit", serde_json::to_vec(&admit).unwrap())
+    let (status, body) = to
+        .post("/api/v1/guard/admit", serde_json::to_vec(&admit).unwrap())
         .await;
     assert_eq!(status, 200, "admit: {}", String::from_utf8_lossy(&body));
     let answer: Value = serde_json::from_slice(&body).unwrap();
@@ -53,17 +87,24 @@ async fn over_http(pool: &Pool) {
         "key": answer["key"], "fencing_token": answer["fencing_token"],
         "outcome": "done", "result": {"refund_id": "rf_bench"}, "worker": "bench",
     });
-    let (status, body) = conn
-        .post_json("/api/v1/guard/settle", serde_json::to_vec(&settle).unwrap())
+    let (status, body) = to
+        .post("/api/v1/guard/settle", serde_json::to_vec(&settle).unwrap())
         .await;
-    pool.give_back(conn);
     assert_eq!(status, 200, "settle: {}", String::from_utf8_lossy(&body));
+}
+
+/// One guarded call over HTTP, on a connection of `pool`.
+async fn over_http(pool: &Pool) {
+    let mut conn = pool.take();
+    admit_and_settle(&mut conn).await;
+    pool.give_back(conn);
 }
 
 pub async fn run(store: &Store, backend: &str, plan: Plan, figures: &mut Vec<Figure>) {
     let settings = GuardSettings::default();
     let state = AppState::new(store.clone()).with_guard(tools(), settings.clone());
-    let addr = http::serve(web::app(state)).await;
+    let app = web::app(state);
+    let addr = http::serve(app.clone()).await;
     let guard = Guard::new(store.clone(), Arc::new(SystemClock), settings);
     for workers in [1usize, 8, 32] {
         let pool = Pool::new(addr, workers).await;
@@ -78,7 +119,7 @@ pub async fn run(store: &Store, backend: &str, plan: Plan, figures: &mut Vec<Fig
                 g.run(&call("inproc"), &Instant0).await.unwrap();
             }
         };
-        let (http, inproc) = alternate(plan, workers, subject, baseline).await;
+        let (http, inproc) = alternate(plan, workers, subject, baseline.clone()).await;
         let (rate, base_rate) = (http.median_rate(), inproc.median_rate());
         let gated = backend == "PostgreSQL" && workers == 8;
         let target = |what, met| gated.then_some((what, met));
@@ -112,6 +153,38 @@ pub async fn run(store: &Store, backend: &str, plan: Plan, figures: &mut Vec<Fig
             added_p99,
             detail,
             target("<= 2 ms", added_p99 <= 2.0),
+        ));
+        // The same calls through the router in this process, no sockets: splits what
+        // HTTP adds into the server's own code (auth, routing, JSON) and the rest
+        // (TCP on loopback, hyper on both ends, the client).
+        let (routed, inproc) = alternate(
+            plan,
+            workers,
+            {
+                let app = app.clone();
+                move || {
+                    let mut app = app.clone();
+                    async move { admit_and_settle(&mut app).await }
+                }
+            },
+            baseline,
+        )
+        .await;
+        let (r, b) = (&routed.latencies, &inproc.latencies);
+        figures.push(Figure::plain(
+            format!("guard through the router without TCP added p50, {workers} workers ({backend})"),
+            "ms",
+            r.p50_ms() - b.p50_ms(),
+            format!(
+                "router p50 {:.2} / p99 {:.2} ms ({:.0} ops/s), in-process p50 {:.2} / p99 {:.2} ms ({:.0} ops/s)",
+                r.p50_ms(),
+                r.p99_ms(),
+                routed.median_rate(),
+                b.p50_ms(),
+                b.p99_ms(),
+                inproc.median_rate()
+            ),
+            None,
         ));
     }
 }
