@@ -21,7 +21,7 @@ mod overview;
 mod summary;
 
 pub use backlog::{BacklogPage, BacklogSummary};
-pub use key_filter::{KeyFilter, KeyIndex};
+pub use key_filter::{KeyFilter, KeyIndex, ResolvedAs};
 pub use keys::{COUNT_CAP, Count, KeyPage};
 pub use overview::{AttemptBucket, BUCKET_SECONDS};
 pub use summary::KeySummary;

@@ -231,7 +231,9 @@ both_backends!(
             // A window of a panel names what happened in it: never every key of the tool.
             if url.contains("/keys?") && url.contains("from=") {
                 assert!(
-                    url.contains("&outcome=") || url.contains("&attempt_kind="),
+                    url.contains("&outcome=")
+                        || url.contains("&attempt_kind=")
+                        || url.contains("&entered="),
                     "{title}: {url}"
                 );
             }

@@ -5,8 +5,8 @@ use super::backlog::{BACKLOG, BACKLOG_SUMMARY};
 use super::key_detail::SAME_BUSINESS_REF;
 use super::keys::{bind_listing, first_page};
 use super::overview::ATTEMPT_BUCKETS;
-use super::{KeyFilter, far_future, far_past};
-use crate::guard::{AttemptKind, Status};
+use super::{KeyFilter, ResolvedAs, far_future, far_past};
+use crate::guard::{AttemptKind, Resolution, Status};
 use crate::store::{Store, StoreError};
 use chrono::Utc;
 
@@ -62,7 +62,16 @@ fn sample_filters() -> Vec<(&'static str, KeyFilter)> {
             "keys by attempt kind and time",
             KeyFilter {
                 tool: Some("issue_refund".into()),
-                attempt_kinds: vec![AttemptKind::Replayed, AttemptKind::ReplayedFailure],
+                // As `entered=DONE` asks: settles, and the resolutions that decided DONE.
+                attempt_kinds: vec![
+                    AttemptKind::Completed,
+                    AttemptKind::ReconciledFound,
+                    AttemptKind::Resolved,
+                ],
+                resolved_as: Some(vec![ResolvedAs {
+                    resolution: Resolution::Done,
+                    previous_status: Some(Status::Unknown),
+                }]),
                 from: Some(Utc::now() - chrono::TimeDelta::hours(1)),
                 to: Some(Utc::now()),
                 ..f()

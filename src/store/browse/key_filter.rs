@@ -7,7 +7,7 @@ use super::keys_sql::{
     BY_WORKFLOW, KeyStatements,
 };
 use super::{far_future, far_past};
-use crate::guard::{AttemptKind, Status};
+use crate::guard::{AttemptKind, Resolution, Status};
 use chrono::{DateTime, Utc};
 
 /// What a key listing is filtered by; every field is optional. Values are taken as
@@ -31,6 +31,19 @@ pub struct KeyFilter {
     /// Keys with an attempt of one of these kinds in the window (`from`, `to`),
     /// whatever happened to them later; empty: no such filter.
     pub attempt_kinds: Vec<AttemptKind>,
+    /// With `attempt_kinds`: which of the `resolved` attempts count, by what the person
+    /// decided and the status the key had before (the status a resolution entered
+    /// depends on both); `None`: every one.
+    pub resolved_as: Option<Vec<ResolvedAs>>,
+}
+
+/// What a `resolved` attempt did, as its detail records it (`detail.resolution`,
+/// `detail.previous_status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResolvedAs {
+    pub resolution: Resolution,
+    /// `None`: a row without a previous status.
+    pub previous_status: Option<Status>,
 }
 
 /// The index that drives a listing: the most selective filter present wins.
@@ -131,6 +144,24 @@ impl KeyFilter {
         Some(names.join(","))
     }
 
+    /// The `resolved` attempts that count, as the statements take them: comma-separated
+    /// `<resolution>:<previous status>` pairs (`keys_sql::resolved_as!`), or NULL for
+    /// every one. An empty list counts none: a pair no row has stands for it.
+    pub(super) fn resolved_as_list(&self) -> Option<String> {
+        let pairs = self.resolved_as.as_ref()?;
+        if pairs.is_empty() {
+            return Some(":none".into());
+        }
+        let pairs: Vec<String> = pairs
+            .iter()
+            .map(|r| {
+                let previous = r.previous_status.map_or("", Status::as_str);
+                format!("{}:{previous}", r.resolution.as_str())
+            })
+            .collect();
+        Some(pairs.join(","))
+    }
+
     /// The key range a prefix stands for: keys are exactly 64 lowercase hex digits.
     pub(super) fn key_range(&self) -> (Option<String>, Option<String>) {
         match &self.key_prefix {
@@ -214,5 +245,27 @@ mod tests {
             ..KeyFilter::default()
         };
         assert!(by_ref.count_is_cheap());
+    }
+
+    #[test]
+    fn resolved_attempts_are_matched_by_resolution_and_previous_status() {
+        let mut f = KeyFilter::default();
+        assert_eq!(f.resolved_as_list(), None);
+        f.resolved_as = Some(vec![
+            ResolvedAs {
+                resolution: Resolution::Release,
+                previous_status: Some(Status::InProgress),
+            },
+            ResolvedAs {
+                resolution: Resolution::Release,
+                previous_status: None,
+            },
+        ]);
+        assert_eq!(
+            f.resolved_as_list().as_deref(),
+            Some("release:IN_PROGRESS,release:")
+        );
+        f.resolved_as = Some(Vec::new());
+        assert_eq!(f.resolved_as_list().as_deref(), Some(":none"));
     }
 }

@@ -11,8 +11,8 @@ use super::summary::summary_columns;
 /// $1/$2 key range, $3 business ref (driver only), $4 workflow, $5 intent, $6 tenant,
 /// $7 tool, $8 status, $9/$10 last-activity range (never NULL: sentinels when absent),
 /// $11/$12 the keyset position (a sentinel above every row on the first page).
-/// Then ($13 is the row limit) $14/$15 the attempt window and $16 the attempt kinds,
-/// for [`attempt_filter!`] and [`by_attempts!`].
+/// Then ($13 is the row limit) $14/$15 the attempt window, $16 the attempt kinds and
+/// $17 which `resolved` attempts count, for [`attempt_filter!`] and [`by_attempts!`].
 /// `$u` is how the time column is written: `updated_at`, or on SQLite `+updated_at`
 /// where the time index must not be used (a no-op that SQLite's planner cannot index).
 macro_rules! key_filters {
@@ -35,23 +35,60 @@ macro_rules! key_filters {
     };
 }
 
-/// The attempt kinds asked for: `$16` is their names, comma-separated (never empty when
-/// present; names are letters and underscores). The one part of the attempt filter the
-/// backends spell differently; both look each kind up in an index. PostgreSQL folds
+/// Whether `$e` is one of the items of the parameter `$p`: comma-separated, never empty
+/// when present, items without commas or quotes (kind names, [`resolved_as!`] pairs).
+/// The one part of the attempt filter the backends spell differently. PostgreSQL folds
 /// `string_to_array` of the bound value into a constant array when it plans, so it
 /// estimates from the statistics of each kind (a rare one drives the listing).
+macro_rules! in_list_postgres {
+    ($e:expr, $p:literal) => {
+        concat!($e, " = ANY(string_to_array(", $p, ", ','))")
+    };
+}
+macro_rules! in_list_sqlite {
+    ($e:expr, $p:literal) => {
+        concat!(
+            $e,
+            " IN (SELECT value FROM json_each('[\"' || replace(",
+            $p,
+            ", ',', '\",\"') || '\"]'))"
+        )
+    };
+}
+
+/// What a `resolved` attempt did, as the tailer reads it from its detail:
+/// `<resolution>:<previous status>` (`release:IN_PROGRESS`; `release:` without one).
+macro_rules! resolved_as {
+    () => {
+        "coalesce(detail->>'resolution', '') || ':' || coalesce(detail->>'previous_status', '')"
+    };
+}
+
+/// The attempts asked for: of one of the kinds `$16` (both backends look each kind up
+/// in an index) and, when `$17` is given, a `resolved` one only if what it did is one
+/// of `$17` (the status it entered depends on that: `entered=`).
+macro_rules! attempt_match {
+    ($in_list:ident) => {
+        concat!(
+            $in_list!("kind", "$16"),
+            " AND ($17 IS NULL OR kind <> 'resolved' OR ",
+            $in_list!(resolved_as!(), "$17"),
+            ")"
+        )
+    };
+}
 macro_rules! kinds_postgres {
     () => {
-        "kind = ANY(string_to_array($16, ','))"
+        attempt_match!(in_list_postgres)
     };
 }
 macro_rules! kinds_sqlite {
     () => {
-        "kind IN (SELECT value FROM json_each('[\"' || replace($16, ',', '\",\"') || '\"]'))"
+        attempt_match!(in_list_sqlite)
     };
 }
 
-/// What happened in the window: the key has an attempt of one of the kinds `$16` that
+/// What happened in the window: the key has an attempt [`attempt_match!`] selects that
 /// occurred at or after `$14` and before `$15` (never NULL: sentinels when absent).
 macro_rules! attempt_in_window {
     ($kinds:expr) => {
@@ -272,6 +309,15 @@ mod tests {
             for sql in [s.list.sqlite, s.count.sqlite] {
                 assert_eq!(sql.matches(kinds_sqlite!()).count(), 1, "{sql}");
             }
+        }
+    }
+
+    #[test]
+    fn the_resolution_filter_names_the_resolved_kind_as_the_vocabulary_does() {
+        let kind = format!("kind <> '{}'", crate::guard::AttemptKind::Resolved.as_str());
+        for sql in [kinds_postgres!(), kinds_sqlite!()] {
+            assert!(sql.contains(&kind), "{sql}");
+            assert!(sql.contains(resolved_as!()), "{sql}");
         }
     }
 }

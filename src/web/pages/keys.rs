@@ -2,15 +2,17 @@
 //! one keyset page at a time. A Grafana data link
 //! `/keys?tool=issue_refund&from=…&to=…` opens exactly that list; with
 //! `outcome=conflict` (or `attempt_kind=escalated`) only the keys where that happened
-//! within the window.
+//! within the window; with `entered=UNKNOWN` the keys that entered the status within the
+//! window, as `idempotency_transitions_total{status}` counts them ([`super::entered`]).
 
+use super::entered::attempts_entering;
 use super::params::{
-    self, Params, parse_attempt_kinds, parse_cursor, parse_key_prefix, parse_limit, parse_outcomes,
-    parse_status,
+    self, Params, parse_attempt_kinds, parse_cursor, parse_entered, parse_key_prefix, parse_limit,
+    parse_outcomes, parse_status,
 };
 use super::{KeyRow, Layout};
 use crate::guard::{AttemptKind, Status};
-use crate::store::{Count, KeyFilter};
+use crate::store::{Count, KeyFilter, ResolvedAs};
 use crate::web::filters::{thousands_sep, utc};
 use crate::web::links::link;
 use crate::web::{AppState, Error};
@@ -26,7 +28,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The filter parameters, in the order the form shows them. Public contract.
-pub const FILTERS: [(&str, &str); 11] = [
+pub const FILTERS: [(&str, &str); 12] = [
     ("business_ref", "Business ref"),
     ("key", "Key or prefix"),
     ("tool", "Tool"),
@@ -36,12 +38,14 @@ pub const FILTERS: [(&str, &str); 11] = [
     ("workflow_id", "Workflow id"),
     ("attempt_kind", "Attempt kind"),
     ("outcome", "Admission outcome"),
+    ("entered", "Entered status"),
     ("from", "Active from"),
     ("to", "Active before"),
 ];
 
 /// Reads and checks every filter; the first bad one answers 400.
 pub fn read_filter(p: &Params, now: DateTime<Utc>) -> Result<KeyFilter, Error> {
+    let (attempt_kinds, resolved_as) = read_attempts(p)?;
     let filter = KeyFilter {
         key_prefix: p
             .get("key")
@@ -55,7 +59,8 @@ pub fn read_filter(p: &Params, now: DateTime<Utc>) -> Result<KeyFilter, Error> {
         status: p.get("status").map(parse_status).transpose()?,
         from: p.time("from", now)?,
         to: p.time("to", now)?,
-        attempt_kinds: read_attempt_kinds(p)?,
+        attempt_kinds,
+        resolved_as,
     };
     if let (Some(from), Some(to)) = (filter.from, filter.to)
         && to <= from
@@ -68,9 +73,42 @@ pub fn read_filter(p: &Params, now: DateTime<Utc>) -> Result<KeyFilter, Error> {
     Ok(filter)
 }
 
+/// The statuses `entered` names; empty without it.
+fn read_entered(p: &Params) -> Result<Vec<Status>, Error> {
+    Ok(p.get("entered")
+        .map(parse_entered)
+        .transpose()?
+        .unwrap_or_default())
+}
+
+/// The attempts asked for by `attempt_kind`, `outcome` and `entered`: the kinds each
+/// names, and the kinds all of them name together; with `entered`, only the `resolved`
+/// attempts whose resolution entered the status. Filters that cannot meet
+/// (`attempt_kind=escalated&outcome=replay`, `outcome=replay&entered=DONE`) are a 400
+/// rather than an empty list that looks like "nothing happened".
+fn read_attempts(p: &Params) -> Result<(Vec<AttemptKind>, Option<Vec<ResolvedAs>>), Error> {
+    let kinds = read_attempt_kinds(p)?;
+    let entered = read_entered(p)?;
+    if entered.is_empty() {
+        return Ok((kinds, None));
+    }
+    let (entering, resolved_as) = attempts_entering(&entered);
+    if kinds.is_empty() {
+        return Ok((entering, Some(resolved_as)));
+    }
+    let both: Vec<AttemptKind> = kinds.into_iter().filter(|k| entering.contains(k)).collect();
+    if both.is_empty() {
+        return Err(Error::bad_request(
+            "entered",
+            "no attempt kind given in attempt_kind or outcome enters these statuses; \
+             give entered alone, or kinds that enter them",
+        ));
+    }
+    Ok((both, Some(resolved_as)))
+}
+
 /// The attempt kinds asked for by `attempt_kind` and `outcome`: either alone, or the
-/// kinds both name. Kinds that cannot meet (`attempt_kind=escalated&outcome=replay`)
-/// are a 400 rather than an empty list that looks like "nothing happened".
+/// kinds both name.
 fn read_attempt_kinds(p: &Params) -> Result<Vec<AttemptKind>, Error> {
     let kinds = p.get("attempt_kind").map(parse_attempt_kinds).transpose()?;
     let of_outcomes = p.get("outcome").map(parse_outcomes).transpose()?;
@@ -133,6 +171,7 @@ fn hint(name: &str) -> &'static str {
         "key" => "at least 4 hex characters",
         "attempt_kind" => "payload_mismatch, escalated, taken_over… (comma-separated)",
         "outcome" => "new, replay, replay_failure, conflict, in_flight, takeover",
+        "entered" => "DONE, FAILED, UNKNOWN (comma-separated)",
         "from" | "to" => "RFC 3339, 2026-11-29, now-1h or epoch ms",
         _ => "",
     }
@@ -180,7 +219,7 @@ async fn keys(
         link("/keys", &pairs)
     });
     let first = after.as_ref().map(|_| link("/keys", &raw));
-    let range = describe_range(&filter);
+    let range = describe_range(&filter, &read_entered(&p)?);
     let count = page.count.map(|c| match c {
         Count::Exact(1) => "1 key".to_string(),
         Count::Exact(n) => format!("{} keys", thousands_sep(n)),
@@ -224,8 +263,9 @@ async fn keys(
     Ok(Html(view.render()?))
 }
 
-/// What the list selects on: last activity, or an attempt of some kinds, in a window.
-fn describe_range(filter: &KeyFilter) -> Option<String> {
+/// What the list selects on: last activity, an attempt of some kinds, or a transition
+/// into one of `entered`, in a window.
+fn describe_range(filter: &KeyFilter, entered: &[Status]) -> Option<String> {
     let window = match (filter.from, filter.to) {
         (None, None) => None,
         (Some(f), None) => Some(format!("at or after {}", utc(f))),
@@ -236,7 +276,12 @@ fn describe_range(filter: &KeyFilter) -> Option<String> {
         return window.map(|w| format!("last activity {w}"));
     }
     let kinds: Vec<&str> = filter.attempt_kinds.iter().map(|k| k.as_str()).collect();
-    let what = format!("an attempt of kind {}", kinds.join(" or "));
+    let what = if entered.is_empty() {
+        format!("an attempt of kind {}", kinds.join(" or "))
+    } else {
+        let statuses: Vec<&str> = entered.iter().map(|s| s.as_str()).collect();
+        format!("a transition into {}", statuses.join(" or "))
+    };
     Some(match window {
         Some(w) => format!("{what} {w}"),
         None => what,

@@ -6,6 +6,7 @@ mod backlog;
 mod chart;
 mod diff;
 mod duplicates;
+mod entered;
 mod key_detail;
 mod keys;
 mod overview;
