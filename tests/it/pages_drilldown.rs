@@ -216,6 +216,7 @@ both_backends!(
         let window = |url: &str, tool: &str| {
             url.replace("${idemwatch_url}", "")
                 .replace("${__field.labels.tool:percentencode}", tool)
+                .replace("${__field.labels.resolution}", "release")
                 .replace("${__from:date:iso}", &rfc3339(s.end - TimeDelta::hours(4)))
                 .replace("${__to:date:iso}", &rfc3339(s.end))
         };
@@ -233,7 +234,8 @@ both_backends!(
                 assert!(
                     url.contains("&outcome=")
                         || url.contains("&attempt_kind=")
-                        || url.contains("&entered="),
+                        || url.contains("&entered=")
+                        || url.contains("&resolution="),
                     "{title}: {url}"
                 );
             }

@@ -1,9 +1,11 @@
 //! The transitions panel's links (`/keys?entered=…`) open exactly the keys
-//! `idempotency_transitions_total{status}` counted in the window: keys enter each status
-//! by every path (a settle, a takeover that finds the effect, an escalation, a person's
-//! resolution, a release of an expired lease), some keys settle again after the window,
-//! and the set each link lists is compared with the set read off the attempt rows the
-//! real tailer counted (its counters must agree with that reading, row for row).
+//! `idempotency_transitions_total{status}` counted in the window, and the resolutions
+//! series' links (`/keys?resolution=…`) those `idempotency_resolutions_total{resolution}`
+//! counted: keys enter each status by every path (a settle, a takeover that finds the
+//! effect, an escalation, a person's resolution, a release of an expired lease), some keys
+//! settle again after the window, and the set each link lists is compared with the set
+//! read off the attempt rows the real tailer counted (its counters must agree with that
+//! reading, row for row).
 
 use crate::both_backends;
 use crate::metrics::{catch_up_all, crash, ids_now, resolve, scrape};
@@ -41,6 +43,8 @@ fn key(call: &ToolCall) -> String {
 struct Counted {
     transitions: BTreeMap<(String, Status), f64>,
     keys: BTreeMap<(String, Status), BTreeSet<(String, AttemptKind)>>,
+    resolutions: BTreeMap<(String, Resolution), f64>,
+    resolved_keys: BTreeMap<(String, Resolution), BTreeSet<String>>,
 }
 
 impl Counted {
@@ -48,6 +52,8 @@ impl Counted {
         let mut out = Counted {
             transitions: BTreeMap::new(),
             keys: BTreeMap::new(),
+            resolutions: BTreeMap::new(),
+            resolved_keys: BTreeMap::new(),
         };
         for k in keys {
             for a in store.attempts(k).await.unwrap() {
@@ -63,13 +69,21 @@ impl Counted {
                     false,
                 );
                 for u in updates {
-                    if let Effect::Transition(status) = u {
-                        let slot = (a.tool.clone(), status);
-                        *out.transitions.entry(slot.clone()).or_default() += 1.0;
-                        out.keys
-                            .entry(slot)
-                            .or_default()
-                            .insert((k.clone(), a.kind));
+                    match u {
+                        Effect::Transition(status) => {
+                            let slot = (a.tool.clone(), status);
+                            *out.transitions.entry(slot.clone()).or_default() += 1.0;
+                            out.keys
+                                .entry(slot)
+                                .or_default()
+                                .insert((k.clone(), a.kind));
+                        }
+                        Effect::Resolution(r) => {
+                            let slot = (a.tool.clone(), r);
+                            *out.resolutions.entry(slot.clone()).or_default() += 1.0;
+                            out.resolved_keys.entry(slot).or_default().insert(k.clone());
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -93,9 +107,9 @@ impl Counted {
     }
 }
 
-/// The transitions panel's data links: (the status its series matches, or None for the
-/// panel's own link, URL).
-fn transition_links() -> Vec<(Option<Status>, String)> {
+/// The data links of the dashboard panel titled `title`: (the matcher of the series an
+/// override applies to, or None for the panel's own link, URL).
+fn panel_links(title: &str) -> Vec<(Option<String>, String)> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/grafana/dashboards/idemwatch.json"
@@ -106,32 +120,56 @@ fn transition_links() -> Vec<(Option<Status>, String)> {
         .as_array()
         .unwrap()
         .iter()
-        .find(|p| p["title"] == "Transitions into DONE / FAILED / UNKNOWN")
-        .expect("the transitions panel");
+        .find(|p| p["title"] == title)
+        .unwrap_or_else(|| panic!("no panel {title}"));
     let config = &panel["fieldConfig"];
     let url = |link: &serde_json::Value| link["url"].as_str().unwrap().to_string();
-    let mut out: Vec<(Option<Status>, String)> = config["defaults"]["links"]
+    let mut out: Vec<(Option<String>, String)> = config["defaults"]["links"]
         .as_array()
         .unwrap()
         .iter()
         .map(|l| (None, url(l)))
         .collect();
     for o in config["overrides"].as_array().into_iter().flatten() {
-        // A series matcher like "/ UNKNOWN$/": the series' status label.
-        let matcher = o["matcher"]["options"].as_str().unwrap();
-        let status: Status = matcher
-            .trim_matches('/')
-            .trim_start()
-            .trim_end_matches('$')
-            .parse()
-            .unwrap_or_else(|_| panic!("matcher {matcher}"));
+        let matcher = o["matcher"]["options"].as_str().unwrap().to_string();
         for p in o["properties"].as_array().unwrap() {
             for l in p["value"].as_array().into_iter().flatten() {
-                out.push((Some(status), url(l)));
+                out.push((Some(matcher.clone()), url(l)));
             }
         }
     }
     out
+}
+
+/// The transitions panel's links: (the status of the series, None for the panel's).
+fn transition_links() -> Vec<(Option<Status>, String)> {
+    panel_links("Transitions into DONE / FAILED / UNKNOWN")
+        .into_iter()
+        .map(|(matcher, url)| {
+            // A series matcher like "/ UNKNOWN$/": the series' status label.
+            let status = matcher.map(|m| {
+                m.trim_matches('/')
+                    .trim_start()
+                    .trim_end_matches('$')
+                    .parse::<Status>()
+                    .unwrap_or_else(|_| panic!("matcher {m}"))
+            });
+            (status, url)
+        })
+        .collect()
+}
+
+/// A link with the panel's variables filled in: the tool (percent-encoded), the
+/// series' resolution, and the window.
+fn fill(url: &str, tool: &str, resolution: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> String {
+    url.replace("${idemwatch_url}", "")
+        .replace(
+            "${__field.labels.tool:percentencode}",
+            &tool.replace(' ', "%20"),
+        )
+        .replace("${__field.labels.resolution}", resolution)
+        .replace("${__from:date:iso}", &rfc3339(from))
+        .replace("${__to:date:iso}", &rfc3339(to))
 }
 
 both_backends!(
@@ -336,14 +374,7 @@ both_backends!(
         for (status, url) in &links {
             let statuses: Vec<Status> = status.map_or(ENTERED.to_vec(), |s| vec![s]);
             for tool in [REFUND, SMS] {
-                let uri = url
-                    .replace("${idemwatch_url}", "")
-                    .replace(
-                        "${__field.labels.tool:percentencode}",
-                        &tool.replace(' ', "%20"),
-                    )
-                    .replace("${__from:date:iso}", &rfc3339(from))
-                    .replace("${__to:date:iso}", &rfc3339(to));
+                let uri = fill(url, tool, "", from, to);
                 let page = get(&app, &uri).await;
                 assert_eq!(page.status, StatusCode::OK, "{uri}: {}", page.body);
                 let listed: BTreeSet<String> = linked_keys(&page.body).into_iter().collect();
@@ -351,6 +382,47 @@ both_backends!(
                 assert_eq!(listed, want, "{uri}");
             }
         }
+
+        // The resolutions series: each resolution's link lists the keys it counted.
+        for tool in [REFUND, SMS] {
+            for r in Resolution::ALL {
+                let labels = [("tool", tool), ("resolution", r.as_str())];
+                let metric = scraped.get("idempotency_resolutions_total", &labels);
+                let rows = counted.resolutions.get(&(tool.to_string(), *r));
+                assert_eq!(
+                    metric.unwrap_or(0.0),
+                    rows.copied().unwrap_or(0.0),
+                    "{labels:?}"
+                );
+            }
+        }
+        let people = panel_links("Takeovers, escalation events and manual resolutions");
+        let (_, resolved_link) = people
+            .iter()
+            .find(|(matcher, _)| matcher.as_deref() == Some("C"))
+            .expect("the resolutions series' link");
+        for tool in [REFUND, SMS] {
+            for r in Resolution::ALL {
+                let uri = fill(resolved_link, tool, r.as_str(), from, to);
+                let page = get(&app, &uri).await;
+                assert_eq!(page.status, StatusCode::OK, "{uri}: {}", page.body);
+                let listed: BTreeSet<String> = linked_keys(&page.body).into_iter().collect();
+                let want = counted
+                    .resolved_keys
+                    .get(&(tool.to_string(), *r))
+                    .cloned()
+                    .unwrap_or_default();
+                assert_eq!(listed, want, "{uri}");
+            }
+        }
+        let released: BTreeSet<String> = [&released_unknown, &released_expired]
+            .into_iter()
+            .map(key)
+            .collect();
+        assert_eq!(
+            counted.resolved_keys[&(REFUND.to_string(), Resolution::Release)],
+            released
+        );
 
         // Narrowed to one kind: the people who released a key into UNKNOWN.
         let uri = format!(
@@ -364,11 +436,20 @@ both_backends!(
         let want = counted.keys_of(REFUND, &[Status::Unknown], |k| k == AttemptKind::Resolved);
         assert_eq!(listed, want, "{uri}");
         assert_eq!(want, BTreeSet::from([key(&released_expired)]));
+        let uri = format!(
+            "/keys?entered=UNKNOWN&resolution=release&from={}&to={}",
+            rfc3339(from),
+            rfc3339(to)
+        );
+        let listed: BTreeSet<String> = linked_keys(&get(&app, &uri).await.body)
+            .into_iter()
+            .collect();
+        assert_eq!(listed, want, "{uri}");
     }
 );
 
 both_backends!(
-    async fn a_status_no_attempt_enters_is_a_400_naming_entered(db: TestDb) {
+    async fn a_filter_no_attempt_meets_is_a_400_naming_the_parameter(db: TestDb) {
         let app = web::app(AppState::new(db.store.clone()));
         for (uri, text) in [
             (
@@ -382,6 +463,14 @@ both_backends!(
             (
                 "/keys?entered=DONE&outcome=replay",
                 "entered: no attempt kind given in attempt_kind or outcome enters these statuses",
+            ),
+            (
+                "/keys?entered=UNKNOWN&resolution=done",
+                "resolution: no attempt that attempt_kind, outcome or entered selects records these resolutions",
+            ),
+            (
+                "/keys?resolution=refund",
+                "resolution: &#34;refund&#34; is not a resolution; expected one or more of done, failed, release",
             ),
         ] {
             let page = get(&app, uri).await;

@@ -3,15 +3,16 @@
 //! `/keys?tool=issue_refund&from=…&to=…` opens exactly that list; with
 //! `outcome=conflict` (or `attempt_kind=escalated`) only the keys where that happened
 //! within the window; with `entered=UNKNOWN` the keys that entered the status within the
-//! window, as `idempotency_transitions_total{status}` counts them ([`super::entered`]).
+//! window, as `idempotency_transitions_total{status}` counts them, and with
+//! `resolution=release` the keys resolved so ([`super::counted`]).
 
-use super::entered::attempts_entering;
+use super::counted::{attempts_entering, attempts_resolving};
 use super::params::{
     self, Params, parse_attempt_kinds, parse_cursor, parse_entered, parse_key_prefix, parse_limit,
-    parse_outcomes, parse_status,
+    parse_outcomes, parse_resolutions, parse_status,
 };
 use super::{KeyRow, Layout};
-use crate::guard::{AttemptKind, Status};
+use crate::guard::{AttemptKind, Resolution, Status};
 use crate::store::{Count, KeyFilter, ResolvedAs};
 use crate::web::filters::{thousands_sep, utc};
 use crate::web::links::link;
@@ -28,7 +29,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The filter parameters, in the order the form shows them. Public contract.
-pub const FILTERS: [(&str, &str); 12] = [
+pub const FILTERS: [(&str, &str); 13] = [
     ("business_ref", "Business ref"),
     ("key", "Key or prefix"),
     ("tool", "Tool"),
@@ -39,6 +40,7 @@ pub const FILTERS: [(&str, &str); 12] = [
     ("attempt_kind", "Attempt kind"),
     ("outcome", "Admission outcome"),
     ("entered", "Entered status"),
+    ("resolution", "Resolution"),
     ("from", "Active from"),
     ("to", "Active before"),
 ];
@@ -81,30 +83,68 @@ fn read_entered(p: &Params) -> Result<Vec<Status>, Error> {
         .unwrap_or_default())
 }
 
-/// The attempts asked for by `attempt_kind`, `outcome` and `entered`: the kinds each
-/// names, and the kinds all of them name together; with `entered`, only the `resolved`
-/// attempts whose resolution entered the status. Filters that cannot meet
-/// (`attempt_kind=escalated&outcome=replay`, `outcome=replay&entered=DONE`) are a 400
-/// rather than an empty list that looks like "nothing happened".
+/// The resolutions `resolution` names; empty without it.
+fn read_resolutions(p: &Params) -> Result<Vec<Resolution>, Error> {
+    Ok(p.get("resolution")
+        .map(parse_resolutions)
+        .transpose()?
+        .unwrap_or_default())
+}
+
+/// The attempts asked for by `attempt_kind`, `outcome`, `entered` and `resolution`: the
+/// attempts each selects, and those all of them select together. `entered` and
+/// `resolution` also say which `resolved` attempts count (by what they decided).
+/// Filters that cannot meet (`attempt_kind=escalated&outcome=replay`,
+/// `outcome=replay&entered=DONE`, `entered=UNKNOWN&resolution=done`) are a 400 rather
+/// than an empty list that looks like "nothing happened".
 fn read_attempts(p: &Params) -> Result<(Vec<AttemptKind>, Option<Vec<ResolvedAs>>), Error> {
-    let kinds = read_attempt_kinds(p)?;
+    let mut kinds = read_attempt_kinds(p)?;
+    let mut resolved_as: Option<Vec<ResolvedAs>> = None;
     let entered = read_entered(p)?;
-    if entered.is_empty() {
-        return Ok((kinds, None));
-    }
-    let (entering, resolved_as) = attempts_entering(&entered);
-    if kinds.is_empty() {
-        return Ok((entering, Some(resolved_as)));
-    }
-    let both: Vec<AttemptKind> = kinds.into_iter().filter(|k| entering.contains(k)).collect();
-    if both.is_empty() {
-        return Err(Error::bad_request(
+    let resolutions = read_resolutions(p)?;
+    let series = [
+        (
             "entered",
+            (!entered.is_empty()).then(|| attempts_entering(&entered)),
             "no attempt kind given in attempt_kind or outcome enters these statuses; \
              give entered alone, or kinds that enter them",
-        ));
+        ),
+        (
+            "resolution",
+            (!resolutions.is_empty()).then(|| attempts_resolving(&resolutions)),
+            "no attempt that attempt_kind, outcome or entered selects records these \
+             resolutions; give resolution alone, or filters that include them",
+        ),
+    ];
+    for (name, counted, cannot_meet) in series {
+        let Some((counted_kinds, counted_resolved)) = counted else {
+            continue;
+        };
+        let resolved: Vec<ResolvedAs> = match resolved_as.take() {
+            Some(before) => before
+                .into_iter()
+                .filter(|r| counted_resolved.contains(r))
+                .collect(),
+            None => counted_resolved,
+        };
+        let mut both: Vec<AttemptKind> = if kinds.is_empty() {
+            counted_kinds
+        } else {
+            kinds
+                .into_iter()
+                .filter(|k| counted_kinds.contains(k))
+                .collect()
+        };
+        if resolved.is_empty() {
+            both.retain(|k| *k != AttemptKind::Resolved);
+        }
+        if both.is_empty() {
+            return Err(Error::bad_request(name, cannot_meet));
+        }
+        kinds = both;
+        resolved_as = Some(resolved);
     }
-    Ok((both, Some(resolved_as)))
+    Ok((kinds, resolved_as))
 }
 
 /// The attempt kinds asked for by `attempt_kind` and `outcome`: either alone, or the
@@ -172,6 +212,7 @@ fn hint(name: &str) -> &'static str {
         "attempt_kind" => "payload_mismatch, escalated, taken_over… (comma-separated)",
         "outcome" => "new, replay, replay_failure, conflict, in_flight, takeover",
         "entered" => "DONE, FAILED, UNKNOWN (comma-separated)",
+        "resolution" => "done, failed, release (comma-separated)",
         "from" | "to" => "RFC 3339, 2026-11-29, now-1h or epoch ms",
         _ => "",
     }
@@ -219,7 +260,7 @@ async fn keys(
         link("/keys", &pairs)
     });
     let first = after.as_ref().map(|_| link("/keys", &raw));
-    let range = describe_range(&filter, &read_entered(&p)?);
+    let range = describe_range(&filter, &read_entered(&p)?, &read_resolutions(&p)?);
     let count = page.count.map(|c| match c {
         Count::Exact(1) => "1 key".to_string(),
         Count::Exact(n) => format!("{} keys", thousands_sep(n)),
@@ -263,9 +304,13 @@ async fn keys(
     Ok(Html(view.render()?))
 }
 
-/// What the list selects on: last activity, an attempt of some kinds, or a transition
-/// into one of `entered`, in a window.
-fn describe_range(filter: &KeyFilter, entered: &[Status]) -> Option<String> {
+/// What the list selects on: last activity, an attempt of some kinds, a transition into
+/// one of `entered` or a resolution of `resolutions`, in a window.
+fn describe_range(
+    filter: &KeyFilter,
+    entered: &[Status],
+    resolutions: &[Resolution],
+) -> Option<String> {
     let window = match (filter.from, filter.to) {
         (None, None) => None,
         (Some(f), None) => Some(format!("at or after {}", utc(f))),
@@ -275,12 +320,15 @@ fn describe_range(filter: &KeyFilter, entered: &[Status]) -> Option<String> {
     if filter.attempt_kinds.is_empty() {
         return window.map(|w| format!("last activity {w}"));
     }
-    let kinds: Vec<&str> = filter.attempt_kinds.iter().map(|k| k.as_str()).collect();
-    let what = if entered.is_empty() {
-        format!("an attempt of kind {}", kinds.join(" or "))
-    } else {
-        let statuses: Vec<&str> = entered.iter().map(|s| s.as_str()).collect();
-        format!("a transition into {}", statuses.join(" or "))
+    let or = |names: Vec<&str>| names.join(" or ");
+    let kinds = or(filter.attempt_kinds.iter().map(|k| k.as_str()).collect());
+    let entered = or(entered.iter().map(|s| s.as_str()).collect());
+    let resolutions = or(resolutions.iter().map(|r| r.as_str()).collect());
+    let what = match (entered.is_empty(), resolutions.is_empty()) {
+        (true, true) => format!("an attempt of kind {kinds}"),
+        (false, true) => format!("a transition into {entered}"),
+        (true, false) => format!("a resolution {resolutions}"),
+        (false, false) => format!("a transition into {entered} by a resolution {resolutions}"),
     };
     Some(match window {
         Some(w) => format!("{what} {w}"),

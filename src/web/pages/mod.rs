@@ -4,9 +4,9 @@
 mod api;
 mod backlog;
 mod chart;
+mod counted;
 mod diff;
 mod duplicates;
-mod entered;
 mod key_detail;
 mod keys;
 mod overview;

@@ -106,9 +106,9 @@ pub fn parse_outcomes(value: &str) -> Result<Vec<AttemptKind>, Error> {
 }
 
 /// Statuses a key entered, in any case, comma-separated (`DONE,FAILED`): those
-/// `idempotency_transitions_total{status}` has ([`super::entered::enterable`]).
+/// `idempotency_transitions_total{status}` has ([`super::counted::enterable`]).
 pub fn parse_entered(value: &str) -> Result<Vec<Status>, Error> {
-    let enterable = super::entered::enterable();
+    let enterable = super::counted::enterable();
     let expected = || names(enterable.iter().map(|s| s.as_str()));
     list(value)
         .map(|name| match name.to_ascii_uppercase().parse::<Status>() {
@@ -129,6 +129,25 @@ pub fn parse_entered(value: &str) -> Result<Vec<Status>, Error> {
                     expected()
                 ),
             )),
+        })
+        .collect()
+}
+
+/// Resolutions as `idempotency_resolutions_total{resolution}` names them, in any case,
+/// comma-separated (`done,release`).
+pub fn parse_resolutions(value: &str) -> Result<Vec<Resolution>, Error> {
+    list(value)
+        .map(|name| {
+            name.to_ascii_lowercase().parse().map_err(|_| {
+                Error::bad_request(
+                    "resolution",
+                    format!(
+                        "{} is not a resolution; expected one or more of {}, comma-separated",
+                        quoted(name),
+                        names(Resolution::ALL.iter().map(|r| r.as_str()))
+                    ),
+                )
+            })
         })
         .collect()
 }

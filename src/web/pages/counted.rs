@@ -1,26 +1,24 @@
-//! `entered=`: the keys that entered a status in the window, exactly as
-//! `idempotency_transitions_total{status}` counts them. Which attempts count is read off
-//! the tailer's own table ([`effects`]) rather than written again here, so the link and
-//! the metric cannot disagree: a `resolved` attempt enters the status its resolution
-//! decided, and a release enters UNKNOWN only from another status.
+//! The attempts behind a metric series, for the links that open its keys:
+//! `entered=UNKNOWN` is what `idempotency_transitions_total{status="UNKNOWN"}` counts,
+//! `resolution=release` what `idempotency_resolutions_total{resolution="release"}`
+//! counts. Which attempts those are is read off the tailer's own table ([`effects`])
+//! rather than written again here, so a link and its metric cannot disagree: a
+//! `resolved` attempt enters the status its resolution decided, and a release enters
+//! UNKNOWN only from another status.
 
 use crate::guard::{AttemptKind, Resolution, Status};
 use crate::store::ResolvedAs;
 use crate::tail::events::{Effect, effects};
 
-/// The attempts that enter one of `statuses`: their kinds, and of the `resolved` ones,
-/// what they decided from which previous status.
-pub fn attempts_entering(statuses: &[Status]) -> (Vec<AttemptKind>, Vec<ResolvedAs>) {
-    let enters = |updates: Vec<Effect>| {
-        updates
-            .iter()
-            .any(|e| matches!(e, Effect::Transition(s) if statuses.contains(s)))
-    };
+/// The attempts some of whose metric updates `counts` accepts: their kinds, and of the
+/// `resolved` ones, what they decided from which previous status.
+fn attempts_counted(counts: impl Fn(&Effect) -> bool) -> (Vec<AttemptKind>, Vec<ResolvedAs>) {
+    let counted = |updates: Vec<Effect>| updates.iter().any(&counts);
     // Only a `resolved` row's detail changes what it counts (`effects`' contract).
     let mut kinds: Vec<AttemptKind> = AttemptKind::ALL
         .iter()
         .copied()
-        .filter(|k| *k != AttemptKind::Resolved && enters(effects(*k, None, None, None, false)))
+        .filter(|k| *k != AttemptKind::Resolved && counted(effects(*k, None, None, None, false)))
         .collect();
     let previous: Vec<Option<Status>> = std::iter::once(None)
         .chain(Status::ALL.iter().copied().map(Some))
@@ -34,7 +32,7 @@ pub fn attempts_entering(statuses: &[Status]) -> (Vec<AttemptKind>, Vec<Resolved
             })
         })
         .filter(|r| {
-            enters(effects(
+            counted(effects(
                 AttemptKind::Resolved,
                 Some(r.resolution.as_str()),
                 r.previous_status.map(Status::as_str),
@@ -47,6 +45,16 @@ pub fn attempts_entering(statuses: &[Status]) -> (Vec<AttemptKind>, Vec<Resolved
         kinds.push(AttemptKind::Resolved);
     }
     (kinds, resolved)
+}
+
+/// The attempts that enter one of `statuses` (`idempotency_transitions_total`).
+pub fn attempts_entering(statuses: &[Status]) -> (Vec<AttemptKind>, Vec<ResolvedAs>) {
+    attempts_counted(|e| matches!(e, Effect::Transition(s) if statuses.contains(s)))
+}
+
+/// The attempts that record one of `resolutions` (`idempotency_resolutions_total`).
+pub fn attempts_resolving(resolutions: &[Resolution]) -> (Vec<AttemptKind>, Vec<ResolvedAs>) {
+    attempts_counted(|e| matches!(e, Effect::Resolution(r) if resolutions.contains(r)))
 }
 
 /// The statuses some attempt enters: the series the transitions metric can have.
@@ -86,6 +94,14 @@ mod tests {
                 .iter()
                 .any(|r| r.previous_status == Some(Status::Unknown))
         );
+    }
+
+    #[test]
+    fn a_resolution_is_recorded_by_resolved_attempts_of_it_whatever_came_before() {
+        let (kinds, resolved) = attempts_resolving(&[Resolution::Release]);
+        assert_eq!(kinds, [Resolved]);
+        assert_eq!(resolved.len(), 1 + Status::ALL.len());
+        assert!(resolved.iter().all(|r| r.resolution == Resolution::Release));
     }
 
     #[test]
