@@ -107,6 +107,13 @@ impl Counted {
     }
 }
 
+/// The keys `uri` lists, after checking it answers 200.
+async fn listed(app: &axum::Router, uri: &str) -> BTreeSet<String> {
+    let page = get(app, uri).await;
+    assert_eq!(page.status, StatusCode::OK, "{uri}: {}", page.body);
+    linked_keys(&page.body).into_iter().collect()
+}
+
 /// The data links of the dashboard panel titled `title`: (the matcher of the series an
 /// override applies to, or None for the panel's own link, URL).
 fn panel_links(title: &str) -> Vec<(Option<String>, String)> {
@@ -375,11 +382,8 @@ both_backends!(
             let statuses: Vec<Status> = status.map_or(ENTERED.to_vec(), |s| vec![s]);
             for tool in [REFUND, SMS] {
                 let uri = fill(url, tool, "", from, to);
-                let page = get(&app, &uri).await;
-                assert_eq!(page.status, StatusCode::OK, "{uri}: {}", page.body);
-                let listed: BTreeSet<String> = linked_keys(&page.body).into_iter().collect();
                 let want = counted.keys_of(tool, &statuses, any);
-                assert_eq!(listed, want, "{uri}");
+                assert_eq!(listed(&app, &uri).await, want, "{uri}");
             }
         }
 
@@ -404,15 +408,12 @@ both_backends!(
         for tool in [REFUND, SMS] {
             for r in Resolution::ALL {
                 let uri = fill(resolved_link, tool, r.as_str(), from, to);
-                let page = get(&app, &uri).await;
-                assert_eq!(page.status, StatusCode::OK, "{uri}: {}", page.body);
-                let listed: BTreeSet<String> = linked_keys(&page.body).into_iter().collect();
                 let want = counted
                     .resolved_keys
                     .get(&(tool.to_string(), *r))
                     .cloned()
                     .unwrap_or_default();
-                assert_eq!(listed, want, "{uri}");
+                assert_eq!(listed(&app, &uri).await, want, "{uri}");
             }
         }
         let released: BTreeSet<String> = [&released_unknown, &released_expired]
@@ -430,21 +431,15 @@ both_backends!(
             rfc3339(from),
             rfc3339(to)
         );
-        let listed: BTreeSet<String> = linked_keys(&get(&app, &uri).await.body)
-            .into_iter()
-            .collect();
         let want = counted.keys_of(REFUND, &[Status::Unknown], |k| k == AttemptKind::Resolved);
-        assert_eq!(listed, want, "{uri}");
+        assert_eq!(listed(&app, &uri).await, want, "{uri}");
         assert_eq!(want, BTreeSet::from([key(&released_expired)]));
         let uri = format!(
             "/keys?entered=UNKNOWN&resolution=release&from={}&to={}",
             rfc3339(from),
             rfc3339(to)
         );
-        let listed: BTreeSet<String> = linked_keys(&get(&app, &uri).await.body)
-            .into_iter()
-            .collect();
-        assert_eq!(listed, want, "{uri}");
+        assert_eq!(listed(&app, &uri).await, want, "{uri}");
     }
 );
 
