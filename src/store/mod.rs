@@ -24,7 +24,7 @@ mod timeline;
 
 pub use browse::{
     AttemptBucket, BUCKET_SECONDS, BacklogPage, BacklogSummary, COUNT_CAP, Count, Cursor,
-    KeyFilter, KeyIndex, KeyPage, KeySummary,
+    KeyFilter, KeyIndex, KeyPage, KeySummary, ResolvedAs,
 };
 pub use duplicates::{PairReview, SuspectedPair};
 pub use error::StoreError;

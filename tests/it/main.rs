@@ -33,6 +33,7 @@ mod openapi;
 mod page_indexes;
 mod pages;
 mod pages_drilldown;
+mod pages_transitions;
 mod past_retention;
 mod prometheus_e2e;
 mod resolve;

@@ -216,6 +216,7 @@ both_backends!(
         let window = |url: &str, tool: &str| {
             url.replace("${idemwatch_url}", "")
                 .replace("${__field.labels.tool:percentencode}", tool)
+                .replace("${__field.labels.resolution}", "release")
                 .replace("${__from:date:iso}", &rfc3339(s.end - TimeDelta::hours(4)))
                 .replace("${__to:date:iso}", &rfc3339(s.end))
         };
@@ -231,7 +232,10 @@ both_backends!(
             // A window of a panel names what happened in it: never every key of the tool.
             if url.contains("/keys?") && url.contains("from=") {
                 assert!(
-                    url.contains("&outcome=") || url.contains("&attempt_kind="),
+                    url.contains("&outcome=")
+                        || url.contains("&attempt_kind=")
+                        || url.contains("&entered=")
+                        || url.contains("&resolution="),
                     "{title}: {url}"
                 );
             }

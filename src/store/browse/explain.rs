@@ -1,9 +1,12 @@
 //! EXPLAIN of every page query, for the test that checks each is served by an index
 //! and for the benchmark.
 
-use super::sql::*;
-use super::{KEY_AFTER_ALL, KeyFilter, far_future, far_past};
-use crate::guard::{AttemptKind, Status};
+use super::backlog::{BACKLOG, BACKLOG_SUMMARY};
+use super::key_detail::SAME_BUSINESS_REF;
+use super::keys::{bind_listing, first_page};
+use super::overview::ATTEMPT_BUCKETS;
+use super::{KeyFilter, ResolvedAs, far_future, far_past};
+use crate::guard::{AttemptKind, Resolution, Status};
 use crate::store::{Store, StoreError};
 use chrono::Utc;
 
@@ -59,7 +62,16 @@ fn sample_filters() -> Vec<(&'static str, KeyFilter)> {
             "keys by attempt kind and time",
             KeyFilter {
                 tool: Some("issue_refund".into()),
-                attempt_kinds: vec![AttemptKind::Replayed, AttemptKind::ReplayedFailure],
+                // As `entered=DONE` asks: settles, and the resolutions that decided DONE.
+                attempt_kinds: vec![
+                    AttemptKind::Completed,
+                    AttemptKind::ReconciledFound,
+                    AttemptKind::Resolved,
+                ],
+                resolved_as: Some(vec![ResolvedAs {
+                    resolution: Resolution::Done,
+                    previous_status: Some(Status::Unknown),
+                }]),
                 from: Some(Utc::now() - chrono::TimeDelta::hours(1)),
                 to: Some(Utc::now()),
                 ..f()
@@ -84,49 +96,43 @@ fn sample_filters() -> Vec<(&'static str, KeyFilter)> {
     ]
 }
 
-/// Runs EXPLAIN (`$explain`) of every page query on `$conn`; `$row` is the shape of a
-/// plan row and `$text` takes its text. Expanded once per backend.
+/// Runs EXPLAIN (`$explain`) of every page query, as `$store` spells it, on `$conn`;
+/// `$row` is the shape of a plan row and `$text` takes its text. Expanded once per
+/// backend: the connection and the plan rows are the backend's own types.
 macro_rules! explain_all {
-    ($conn:expr, $explain:literal, $row:ty, $text:expr, $list:ident, $count:ident, $buckets:expr) => {{
+    ($store:expr, $conn:expr, $explain:literal, $row:ty, $text:expr) => {{
+        let plan = |rows: Vec<$row>| {
+            rows.into_iter()
+                .map($text)
+                .collect::<Vec<String>>()
+                .join("\n")
+        };
+        let explain = |sql: &str| sqlx::AssertSqlSafe(format!("{} {sql}", $explain));
         let mut plans: Vec<(String, String)> = Vec::new();
         let now = Utc::now();
-        let cursor = (far_future(), KEY_AFTER_ALL.to_string());
+        let cursor = first_page();
         for (name, filter) in sample_filters() {
             let range = filter.key_range();
             let s = filter.statements();
-            for (what, sql) in [("", s.$list), (" (count)", s.$count)] {
-                let q = sqlx::query_as(sqlx::AssertSqlSafe(format!("{} {sql}", $explain)));
+            for (what, sql) in [("", s.list), (" (count)", s.count)] {
+                let q = sqlx::query_as(explain(sql.on($store)));
                 let rows: Vec<$row> = bind_listing!(q, filter, range, cursor, 51_i64)
                     .fetch_all(&mut *$conn)
                     .await?;
-                plans.push((
-                    format!("{name}{what}"),
-                    rows.into_iter()
-                        .map($text)
-                        .collect::<Vec<String>>()
-                        .join("\n"),
-                ));
+                plans.push((format!("{name}{what}"), plan(rows)));
             }
         }
-        let q = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "{} {SAME_BUSINESS_REF}",
-            $explain
-        )));
-        let rows: Vec<$row> = q
+        let rows: Vec<$row> = sqlx::query_as(explain(SAME_BUSINESS_REF))
             .bind("order:A-88214")
             .bind(21_i64)
             .fetch_all(&mut *$conn)
             .await?;
-        plans.push((
-            "same business ref".into(),
-            rows.into_iter()
-                .map($text)
-                .collect::<Vec<String>>()
-                .join("\n"),
-        ));
-        for tool in [None, Some("issue_refund")] {
-            let q = sqlx::query_as(sqlx::AssertSqlSafe(format!("{} {BACKLOG}", $explain)));
-            let rows: Vec<$row> = q
+        plans.push(("same business ref".into(), plan(rows)));
+        for (name, tool) in [
+            ("backlog", None),
+            ("backlog of a tool", Some("issue_refund")),
+        ] {
+            let rows: Vec<$row> = sqlx::query_as(explain(BACKLOG))
                 .bind(now)
                 .bind(tool)
                 .bind(far_past())
@@ -135,40 +141,19 @@ macro_rules! explain_all {
                 .bind(None::<String>)
                 .fetch_all(&mut *$conn)
                 .await?;
-            let name = if tool.is_some() {
-                "backlog of a tool"
-            } else {
-                "backlog"
-            };
-            plans.push((
-                name.into(),
-                rows.into_iter()
-                    .map($text)
-                    .collect::<Vec<String>>()
-                    .join("\n"),
-            ));
+            plans.push((name.into(), plan(rows)));
         }
-        let q = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "{} {BACKLOG_SUMMARY}",
-            $explain
-        )));
-        let rows: Vec<$row> = q.bind(now).fetch_all(&mut *$conn).await?;
-        plans.push((
-            "backlog summary".into(),
-            rows.into_iter()
-                .map($text)
-                .collect::<Vec<String>>()
-                .join("\n"),
-        ));
-        let q = sqlx::query_as(sqlx::AssertSqlSafe(format!("{} {}", $explain, $buckets)));
-        let rows: Vec<$row> = q.bind(now).bind(now).fetch_all(&mut *$conn).await?;
-        plans.push((
-            "attempt buckets".into(),
-            rows.into_iter()
-                .map($text)
-                .collect::<Vec<String>>()
-                .join("\n"),
-        ));
+        let rows: Vec<$row> = sqlx::query_as(explain(BACKLOG_SUMMARY))
+            .bind(now)
+            .fetch_all(&mut *$conn)
+            .await?;
+        plans.push(("backlog summary".into(), plan(rows)));
+        let rows: Vec<$row> = sqlx::query_as(explain(ATTEMPT_BUCKETS.on($store)))
+            .bind(now)
+            .bind(now)
+            .fetch_all(&mut *$conn)
+            .await?;
+        plans.push(("attempt buckets".into(), plan(rows)));
         plans
     }};
 }
@@ -185,28 +170,18 @@ impl Store {
                 sqlx::query("SET LOCAL enable_seqscan = off")
                     .execute(&mut *tx)
                     .await?;
-                let plans = explain_all!(
-                    tx,
-                    "EXPLAIN",
-                    (String,),
-                    |r: (String,)| r.0,
-                    list_postgres,
-                    count_postgres,
-                    ATTEMPT_BUCKETS_POSTGRES
-                );
+                let plans = explain_all!(self, tx, "EXPLAIN", (String,), |r: (String,)| r.0);
                 tx.rollback().await?;
                 Ok(plans)
             }
             Store::Sqlite(pool) => {
                 let mut conn = pool.acquire().await?;
                 let plans = explain_all!(
+                    self,
                     conn,
                     "EXPLAIN QUERY PLAN",
                     (i64, i64, i64, String),
-                    |r: (i64, i64, i64, String)| r.3,
-                    list_sqlite,
-                    count_sqlite,
-                    ATTEMPT_BUCKETS_SQLITE
+                    |r: (i64, i64, i64, String)| r.3
                 );
                 Ok(plans)
             }

@@ -45,6 +45,22 @@ fn join(path: &str, field: &str) -> String {
     }
 }
 
+/// One field or element at `path`, present on either side or both.
+fn member(path: String, a: Option<&Value>, b: Option<&Value>, out: &mut Vec<Change>) {
+    let (stored, retry, kind) = match (a, b) {
+        (Some(u), Some(v)) => return walk(&path, u, v, out),
+        (Some(u), None) => (u.to_string(), "–".into(), ChangeKind::Removed),
+        (None, Some(v)) => ("–".into(), v.to_string(), ChangeKind::Added),
+        (None, None) => return,
+    };
+    out.push(Change {
+        field: path,
+        stored,
+        retry,
+        kind,
+    });
+}
+
 fn walk(path: &str, a: &Value, b: &Value, out: &mut Vec<Change>) {
     let name = || {
         if path.is_empty() {
@@ -59,44 +75,12 @@ fn walk(path: &str, a: &Value, b: &Value, out: &mut Vec<Change>) {
             fields.sort();
             fields.dedup();
             for f in fields {
-                let p = join(path, f);
-                match (x.get(f), y.get(f)) {
-                    (Some(u), Some(v)) => walk(&p, u, v, out),
-                    (Some(u), None) => out.push(Change {
-                        field: p,
-                        stored: u.to_string(),
-                        retry: "–".into(),
-                        kind: ChangeKind::Removed,
-                    }),
-                    (None, Some(v)) => out.push(Change {
-                        field: p,
-                        stored: "–".into(),
-                        retry: v.to_string(),
-                        kind: ChangeKind::Added,
-                    }),
-                    (None, None) => {}
-                }
+                member(join(path, f), x.get(f), y.get(f), out);
             }
         }
         (Value::Array(x), Value::Array(y)) => {
             for i in 0..x.len().max(y.len()) {
-                let p = format!("{path}[{i}]");
-                match (x.get(i), y.get(i)) {
-                    (Some(u), Some(v)) => walk(&p, u, v, out),
-                    (Some(u), None) => out.push(Change {
-                        field: p,
-                        stored: u.to_string(),
-                        retry: "–".into(),
-                        kind: ChangeKind::Removed,
-                    }),
-                    (None, Some(v)) => out.push(Change {
-                        field: p,
-                        stored: "–".into(),
-                        retry: v.to_string(),
-                        kind: ChangeKind::Added,
-                    }),
-                    (None, None) => {}
-                }
+                member(format!("{path}[{i}]"), x.get(i), y.get(i), out);
             }
         }
         _ if a != b => out.push(Change {

@@ -2,15 +2,18 @@
 //! one keyset page at a time. A Grafana data link
 //! `/keys?tool=issue_refund&from=…&to=…` opens exactly that list; with
 //! `outcome=conflict` (or `attempt_kind=escalated`) only the keys where that happened
-//! within the window.
+//! within the window; with `entered=UNKNOWN` the keys that entered the status within the
+//! window, as `idempotency_transitions_total{status}` counts them, and with
+//! `resolution=release` the keys resolved so ([`super::counted`]).
 
+use super::counted::{attempts_entering, attempts_resolving};
 use super::params::{
-    self, Params, parse_attempt_kinds, parse_cursor, parse_key_prefix, parse_limit, parse_outcomes,
-    parse_status,
+    self, Params, parse_attempt_kinds, parse_cursor, parse_entered, parse_key_prefix, parse_limit,
+    parse_outcomes, parse_resolutions, parse_status,
 };
 use super::{KeyRow, Layout};
-use crate::guard::{AttemptKind, Status};
-use crate::store::{Count, KeyFilter};
+use crate::guard::{AttemptKind, Resolution, Status};
+use crate::store::{Count, KeyFilter, ResolvedAs};
 use crate::web::filters::{thousands_sep, utc};
 use crate::web::links::link;
 use crate::web::{AppState, Error};
@@ -26,7 +29,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The filter parameters, in the order the form shows them. Public contract.
-pub const FILTERS: [(&str, &str); 11] = [
+pub const FILTERS: [(&str, &str); 13] = [
     ("business_ref", "Business ref"),
     ("key", "Key or prefix"),
     ("tool", "Tool"),
@@ -36,12 +39,15 @@ pub const FILTERS: [(&str, &str); 11] = [
     ("workflow_id", "Workflow id"),
     ("attempt_kind", "Attempt kind"),
     ("outcome", "Admission outcome"),
+    ("entered", "Entered status"),
+    ("resolution", "Resolution"),
     ("from", "Active from"),
     ("to", "Active before"),
 ];
 
 /// Reads and checks every filter; the first bad one answers 400.
 pub fn read_filter(p: &Params, now: DateTime<Utc>) -> Result<KeyFilter, Error> {
+    let (attempt_kinds, resolved_as) = read_attempts(p)?;
     let filter = KeyFilter {
         key_prefix: p
             .get("key")
@@ -55,7 +61,8 @@ pub fn read_filter(p: &Params, now: DateTime<Utc>) -> Result<KeyFilter, Error> {
         status: p.get("status").map(parse_status).transpose()?,
         from: p.time("from", now)?,
         to: p.time("to", now)?,
-        attempt_kinds: read_attempt_kinds(p)?,
+        attempt_kinds,
+        resolved_as,
     };
     if let (Some(from), Some(to)) = (filter.from, filter.to)
         && to <= from
@@ -68,9 +75,80 @@ pub fn read_filter(p: &Params, now: DateTime<Utc>) -> Result<KeyFilter, Error> {
     Ok(filter)
 }
 
+/// The statuses `entered` names; empty without it.
+fn read_entered(p: &Params) -> Result<Vec<Status>, Error> {
+    Ok(p.get("entered")
+        .map(parse_entered)
+        .transpose()?
+        .unwrap_or_default())
+}
+
+/// The resolutions `resolution` names; empty without it.
+fn read_resolutions(p: &Params) -> Result<Vec<Resolution>, Error> {
+    Ok(p.get("resolution")
+        .map(parse_resolutions)
+        .transpose()?
+        .unwrap_or_default())
+}
+
+/// The attempts asked for by `attempt_kind`, `outcome`, `entered` and `resolution`: the
+/// attempts each selects, and those all of them select together. `entered` and
+/// `resolution` also say which `resolved` attempts count (by what they decided).
+/// Filters that cannot meet (`attempt_kind=escalated&outcome=replay`,
+/// `outcome=replay&entered=DONE`, `entered=UNKNOWN&resolution=done`) are a 400 rather
+/// than an empty list that looks like "nothing happened".
+fn read_attempts(p: &Params) -> Result<(Vec<AttemptKind>, Option<Vec<ResolvedAs>>), Error> {
+    let mut kinds = read_attempt_kinds(p)?;
+    let mut resolved_as: Option<Vec<ResolvedAs>> = None;
+    let entered = read_entered(p)?;
+    let resolutions = read_resolutions(p)?;
+    let series = [
+        (
+            "entered",
+            (!entered.is_empty()).then(|| attempts_entering(&entered)),
+            "no attempt kind given in attempt_kind or outcome enters these statuses; \
+             give entered alone, or kinds that enter them",
+        ),
+        (
+            "resolution",
+            (!resolutions.is_empty()).then(|| attempts_resolving(&resolutions)),
+            "no attempt that attempt_kind, outcome or entered selects records these \
+             resolutions; give resolution alone, or filters that include them",
+        ),
+    ];
+    for (name, counted, cannot_meet) in series {
+        let Some((counted_kinds, counted_resolved)) = counted else {
+            continue;
+        };
+        let resolved: Vec<ResolvedAs> = match resolved_as.take() {
+            Some(before) => before
+                .into_iter()
+                .filter(|r| counted_resolved.contains(r))
+                .collect(),
+            None => counted_resolved,
+        };
+        let mut both: Vec<AttemptKind> = if kinds.is_empty() {
+            counted_kinds
+        } else {
+            kinds
+                .into_iter()
+                .filter(|k| counted_kinds.contains(k))
+                .collect()
+        };
+        if resolved.is_empty() {
+            both.retain(|k| *k != AttemptKind::Resolved);
+        }
+        if both.is_empty() {
+            return Err(Error::bad_request(name, cannot_meet));
+        }
+        kinds = both;
+        resolved_as = Some(resolved);
+    }
+    Ok((kinds, resolved_as))
+}
+
 /// The attempt kinds asked for by `attempt_kind` and `outcome`: either alone, or the
-/// kinds both name. Kinds that cannot meet (`attempt_kind=escalated&outcome=replay`)
-/// are a 400 rather than an empty list that looks like "nothing happened".
+/// kinds both name.
 fn read_attempt_kinds(p: &Params) -> Result<Vec<AttemptKind>, Error> {
     let kinds = p.get("attempt_kind").map(parse_attempt_kinds).transpose()?;
     let of_outcomes = p.get("outcome").map(parse_outcomes).transpose()?;
@@ -133,6 +211,8 @@ fn hint(name: &str) -> &'static str {
         "key" => "at least 4 hex characters",
         "attempt_kind" => "payload_mismatch, escalated, taken_over… (comma-separated)",
         "outcome" => "new, replay, replay_failure, conflict, in_flight, takeover",
+        "entered" => "DONE, FAILED, UNKNOWN (comma-separated)",
+        "resolution" => "done, failed, release (comma-separated)",
         "from" | "to" => "RFC 3339, 2026-11-29, now-1h or epoch ms",
         _ => "",
     }
@@ -180,7 +260,7 @@ async fn keys(
         link("/keys", &pairs)
     });
     let first = after.as_ref().map(|_| link("/keys", &raw));
-    let range = describe_range(&filter);
+    let range = describe_range(&filter, &read_entered(&p)?, &read_resolutions(&p)?);
     let count = page.count.map(|c| match c {
         Count::Exact(1) => "1 key".to_string(),
         Count::Exact(n) => format!("{} keys", thousands_sep(n)),
@@ -224,8 +304,13 @@ async fn keys(
     Ok(Html(view.render()?))
 }
 
-/// What the list selects on: last activity, or an attempt of some kinds, in a window.
-fn describe_range(filter: &KeyFilter) -> Option<String> {
+/// What the list selects on: last activity, an attempt of some kinds, a transition into
+/// one of `entered` or a resolution of `resolutions`, in a window.
+fn describe_range(
+    filter: &KeyFilter,
+    entered: &[Status],
+    resolutions: &[Resolution],
+) -> Option<String> {
     let window = match (filter.from, filter.to) {
         (None, None) => None,
         (Some(f), None) => Some(format!("at or after {}", utc(f))),
@@ -235,8 +320,16 @@ fn describe_range(filter: &KeyFilter) -> Option<String> {
     if filter.attempt_kinds.is_empty() {
         return window.map(|w| format!("last activity {w}"));
     }
-    let kinds: Vec<&str> = filter.attempt_kinds.iter().map(|k| k.as_str()).collect();
-    let what = format!("an attempt of kind {}", kinds.join(" or "));
+    let or = |names: Vec<&str>| names.join(" or ");
+    let kinds = or(filter.attempt_kinds.iter().map(|k| k.as_str()).collect());
+    let entered = or(entered.iter().map(|s| s.as_str()).collect());
+    let resolutions = or(resolutions.iter().map(|r| r.as_str()).collect());
+    let what = match (entered.is_empty(), resolutions.is_empty()) {
+        (true, true) => format!("an attempt of kind {kinds}"),
+        (false, true) => format!("a transition into {entered}"),
+        (true, false) => format!("a resolution {resolutions}"),
+        (false, false) => format!("a transition into {entered} by a resolution {resolutions}"),
+    };
     Some(match window {
         Some(w) => format!("{what} {w}"),
         None => what,

@@ -4,6 +4,7 @@
 mod api;
 mod backlog;
 mod chart;
+mod counted;
 mod diff;
 mod duplicates;
 mod key_detail;
@@ -151,7 +152,10 @@ impl KeyRow {
             tool: k.tool.clone(),
             intent_id: k.intent_id.clone(),
             business_ref: k.business_ref.clone(),
-            badge: status_badge(k.status, k.lease_expired(now)),
+            badge: status_badge(
+                k.status,
+                LeaseState::of(k.status, k.lease_until, now) == LeaseState::Expired,
+            ),
             token: k.fencing_token,
             attempts: k.attempt_count,
             created: when(k.created_at, now),

@@ -105,6 +105,53 @@ pub fn parse_outcomes(value: &str) -> Result<Vec<AttemptKind>, Error> {
     Ok(kinds)
 }
 
+/// Statuses a key entered, in any case, comma-separated (`DONE,FAILED`): those
+/// `idempotency_transitions_total{status}` has ([`super::counted::enterable`]).
+pub fn parse_entered(value: &str) -> Result<Vec<Status>, Error> {
+    let enterable = super::counted::enterable();
+    let expected = || names(enterable.iter().map(|s| s.as_str()));
+    list(value)
+        .map(|name| match name.to_ascii_uppercase().parse::<Status>() {
+            Ok(s) if enterable.contains(&s) => Ok(s),
+            Ok(s) => Err(Error::bad_request(
+                "entered",
+                format!(
+                    "no attempt enters {s} (idempotency_transitions_total has no such series); \
+                     expected one or more of {}, comma-separated",
+                    expected()
+                ),
+            )),
+            Err(_) => Err(Error::bad_request(
+                "entered",
+                format!(
+                    "{} is not a status; expected one or more of {}, comma-separated",
+                    quoted(name),
+                    expected()
+                ),
+            )),
+        })
+        .collect()
+}
+
+/// Resolutions as `idempotency_resolutions_total{resolution}` names them, in any case,
+/// comma-separated (`done,release`).
+pub fn parse_resolutions(value: &str) -> Result<Vec<Resolution>, Error> {
+    list(value)
+        .map(|name| {
+            name.to_ascii_lowercase().parse().map_err(|_| {
+                Error::bad_request(
+                    "resolution",
+                    format!(
+                        "{} is not a resolution; expected one or more of {}, comma-separated",
+                        quoted(name),
+                        names(Resolution::ALL.iter().map(|r| r.as_str()))
+                    ),
+                )
+            })
+        })
+        .collect()
+}
+
 /// The non-empty items of a comma-separated value, trimmed.
 fn list(value: &str) -> impl Iterator<Item = &str> {
     value.split(',').map(str::trim).filter(|v| !v.is_empty())
@@ -269,6 +316,25 @@ mod tests {
         let e = parse_outcomes("escalated").unwrap_err().to_string();
         assert!(
             e.starts_with("outcome: \"escalated\" is not an admission outcome; expected one or more of new, replay, replay_failure, in_flight, conflict, takeover"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn entered_statuses_are_those_the_transitions_metric_counts() {
+        assert_eq!(
+            parse_entered("done, unknown").unwrap(),
+            [Status::Done, Status::Unknown]
+        );
+        let e = parse_entered("IN_PROGRESS").unwrap_err().to_string();
+        assert!(
+            e.starts_with("entered: no attempt enters IN_PROGRESS")
+                && e.contains("expected one or more of DONE, FAILED, UNKNOWN"),
+            "{e}"
+        );
+        let e = parse_entered("DONE,finished").unwrap_err().to_string();
+        assert!(
+            e.starts_with("entered: \"finished\" is not a status"),
             "{e}"
         );
     }

@@ -1,24 +1,18 @@
-//! The statements of the UI's reads, assembled from shared pieces with `concat!` so that
-//! every piece is written once and each statement is still a `&'static str`. Where the
-//! backends must differ the two versions stand side by side.
+//! The statements of the `/keys` listing, assembled from shared pieces with `concat!`
+//! so that every piece is written once and each statement is still a `&'static str`.
+//! Optional filters are `($n IS NULL OR col = $n)`; sqlx declares each parameter's
+//! type, so PostgreSQL needs no casts and one text serves both backends. Where the
+//! backends must differ the two versions stand side by side in one [`Sql`].
 
-use crate::store::sql::{lease_expired, past_retention};
-
-/// The columns of a listing row: the record without its JSON payloads.
-macro_rules! summary_columns {
-    () => {
-        "key, tenant, tool, workflow_id, step_id, intent_id, business_ref, status, \
-         fencing_token, lease_until, attempt_count, provider_retention_until, resend_safe_until, \
-         created_at, updated_at"
-    };
-}
+use super::Sql;
+use super::summary::summary_columns;
 
 /// The filters every listing applies, after its driving condition.
 /// $1/$2 key range, $3 business ref (driver only), $4 workflow, $5 intent, $6 tenant,
 /// $7 tool, $8 status, $9/$10 last-activity range (never NULL: sentinels when absent),
 /// $11/$12 the keyset position (a sentinel above every row on the first page).
-/// Then ($13 is the row limit) $14/$15 the attempt window and $16 the attempt kinds,
-/// for [`attempt_filter!`] and [`by_attempts!`].
+/// Then ($13 is the row limit) $14/$15 the attempt window, $16 the attempt kinds and
+/// $17 which `resolved` attempts count, for [`attempt_filter!`] and [`by_attempts!`].
 /// `$u` is how the time column is written: `updated_at`, or on SQLite `+updated_at`
 /// where the time index must not be used (a no-op that SQLite's planner cannot index).
 macro_rules! key_filters {
@@ -41,23 +35,60 @@ macro_rules! key_filters {
     };
 }
 
-/// The attempt kinds asked for: `$16` is their names, comma-separated (never empty when
-/// present; names are letters and underscores). The one part of the attempt filter the
-/// backends spell differently; both look each kind up in an index. PostgreSQL folds
+/// Whether `$e` is one of the items of the parameter `$p`: comma-separated, never empty
+/// when present, items without commas or quotes (kind names, [`resolved_as!`] pairs).
+/// The one part of the attempt filter the backends spell differently. PostgreSQL folds
 /// `string_to_array` of the bound value into a constant array when it plans, so it
 /// estimates from the statistics of each kind (a rare one drives the listing).
+macro_rules! in_list_postgres {
+    ($e:expr, $p:literal) => {
+        concat!($e, " = ANY(string_to_array(", $p, ", ','))")
+    };
+}
+macro_rules! in_list_sqlite {
+    ($e:expr, $p:literal) => {
+        concat!(
+            $e,
+            " IN (SELECT value FROM json_each('[\"' || replace(",
+            $p,
+            ", ',', '\",\"') || '\"]'))"
+        )
+    };
+}
+
+/// What a `resolved` attempt did, as the tailer reads it from its detail:
+/// `<resolution>:<previous status>` (`release:IN_PROGRESS`; `release:` without one).
+macro_rules! resolved_as {
+    () => {
+        "coalesce(detail->>'resolution', '') || ':' || coalesce(detail->>'previous_status', '')"
+    };
+}
+
+/// The attempts asked for: of one of the kinds `$16` (both backends look each kind up
+/// in an index) and, when `$17` is given, a `resolved` one only if what it did is one
+/// of `$17` (the status it entered depends on that: `entered=`).
+macro_rules! attempt_match {
+    ($in_list:ident) => {
+        concat!(
+            $in_list!("kind", "$16"),
+            " AND ($17 IS NULL OR kind <> 'resolved' OR ",
+            $in_list!(resolved_as!(), "$17"),
+            ")"
+        )
+    };
+}
 macro_rules! kinds_postgres {
     () => {
-        "kind = ANY(string_to_array($16, ','))"
+        attempt_match!(in_list_postgres)
     };
 }
 macro_rules! kinds_sqlite {
     () => {
-        "kind IN (SELECT value FROM json_each('[\"' || replace($16, ',', '\",\"') || '\"]'))"
+        attempt_match!(in_list_sqlite)
     };
 }
 
-/// What happened in the window: the key has an attempt of one of the kinds `$16` that
+/// What happened in the window: the key has an attempt [`attempt_match!`] selects that
 /// occurred at or after `$14` and before `$15` (never NULL: sentinels when absent).
 macro_rules! attempt_in_window {
     ($kinds:expr) => {
@@ -168,12 +199,27 @@ macro_rules! by_attempts {
     };
 }
 
-/// The listing and capped-count statements of one driving index, per backend.
+/// The listing and capped-count statements of one driving index.
 pub(super) struct KeyStatements {
-    pub(super) list_postgres: &'static str,
-    pub(super) list_sqlite: &'static str,
-    pub(super) count_postgres: &'static str,
-    pub(super) count_sqlite: &'static str,
+    pub(super) list: Sql,
+    pub(super) count: Sql,
+}
+
+/// The listing and count of one driving index: PostgreSQL's driver and attempt filter,
+/// then SQLite's, with how SQLite's statements write the time column.
+macro_rules! key_statements {
+    ($postgres:expr, $pg_attempts:expr; $sqlite:expr, $sqlite_time:literal, $sqlite_attempts:expr) => {
+        KeyStatements {
+            list: Sql {
+                postgres: keys_sql!($postgres, "updated_at", $pg_attempts),
+                sqlite: keys_sql!($sqlite, $sqlite_time, $sqlite_attempts),
+            },
+            count: Sql {
+                postgres: count_sql!($postgres, "updated_at", $pg_attempts),
+                sqlite: count_sql!($sqlite, $sqlite_time, $sqlite_attempts),
+            },
+        }
+    };
 }
 
 /// The statements of a selective driving index. On SQLite the time column is hidden
@@ -181,12 +227,10 @@ pub(super) struct KeyStatements {
 /// time index to sorting the few rows the driving index finds.
 macro_rules! selective {
     ($postgres:expr, $sqlite:expr) => {
-        KeyStatements {
-            list_postgres: keys_sql!($postgres, "updated_at", attempt_filter!(kinds_postgres!())),
-            list_sqlite: keys_sql!($sqlite, "+updated_at", attempt_filter!(kinds_sqlite!())),
-            count_postgres: count_sql!($postgres, "updated_at", attempt_filter!(kinds_postgres!())),
-            count_sqlite: count_sql!($sqlite, "+updated_at", attempt_filter!(kinds_sqlite!())),
-        }
+        key_statements!(
+            $postgres, attempt_filter!(kinds_postgres!());
+            $sqlite, "+updated_at", attempt_filter!(kinds_sqlite!())
+        )
     };
 }
 
@@ -196,12 +240,10 @@ macro_rules! selective {
 /// ([`by_attempts!`] drives those listings) but apply the filter all the same.
 macro_rules! ordered {
     ($driver:expr) => {
-        KeyStatements {
-            list_postgres: keys_sql!($driver, "updated_at", attempt_filter!(kinds_postgres!())),
-            list_sqlite: keys_sql!($driver, "updated_at", attempt_filter!(kinds_sqlite!())),
-            count_postgres: count_sql!($driver, "updated_at", attempt_filter!(kinds_postgres!())),
-            count_sqlite: count_sql!($driver, "updated_at", attempt_filter!(kinds_sqlite!())),
-        }
+        key_statements!(
+            $driver, attempt_filter!(kinds_postgres!());
+            $driver, "updated_at", attempt_filter!(kinds_sqlite!())
+        )
     };
 }
 
@@ -214,79 +256,10 @@ pub(super) const BY_UNDECIDED_STATUS: KeyStatements = ordered!(by_undecided_stat
 pub(super) const BY_TOOL: KeyStatements = ordered!(by_tool!());
 pub(super) const BY_UPDATED_AT: KeyStatements = ordered!(by_updated_at!());
 /// On SQLite the time column is hidden as for a selective index: the attempts drive.
-pub(super) const BY_ATTEMPTS: KeyStatements = KeyStatements {
-    list_postgres: keys_sql!(by_attempts!(kinds_postgres!()), "updated_at", ""),
-    list_sqlite: keys_sql!(by_attempts!(kinds_sqlite!()), "+updated_at", ""),
-    count_postgres: count_sql!(by_attempts!(kinds_postgres!()), "updated_at", ""),
-    count_sqlite: count_sql!(by_attempts!(kinds_sqlite!()), "+updated_at", ""),
-};
-
-/// Other keys with the same business ref, newest first (idempotency_records_business_ref).
-pub const SAME_BUSINESS_REF: &str = concat!(
-    "SELECT ",
-    summary_columns!(),
-    " FROM idempotency_records WHERE business_ref = $1 ORDER BY created_at DESC, key DESC LIMIT $2"
+pub(super) const BY_ATTEMPTS: KeyStatements = key_statements!(
+    by_attempts!(kinds_postgres!()), "";
+    by_attempts!(kinds_sqlite!()), "+updated_at", ""
 );
-
-/// The condition of an undecided key: UNKNOWN, or IN_PROGRESS with a lease that ran out
-/// at `$1`. The IN list is the partial index idempotency_records_backlog's predicate.
-macro_rules! undecided {
-    () => {
-        concat!(
-            "status IN ('UNKNOWN', 'IN_PROGRESS') AND (status = 'UNKNOWN' OR ",
-            lease_expired!(),
-            ")"
-        )
-    };
-}
-
-/// The backlog, oldest first, keyset on (created_at, key).
-pub const BACKLOG: &str = concat!(
-    "SELECT ",
-    summary_columns!(),
-    " FROM idempotency_records WHERE ",
-    undecided!(),
-    " AND ($2 IS NULL OR tool = $2) AND ($6 IS NULL OR status = $6) \
-     AND (created_at, key) > ($3, $4) ORDER BY created_at, key LIMIT $5"
-);
-
-/// Per tool: the undecided keys now. Small by design, read from the partial index.
-pub const BACKLOG_SUMMARY: &str = concat!(
-    "SELECT tool, \
-     sum(CASE WHEN status = 'UNKNOWN' THEN 1 ELSE 0 END) AS unknown, \
-     sum(CASE WHEN status = 'IN_PROGRESS' THEN 1 ELSE 0 END) AS expired_leases, \
-     sum(CASE WHEN ",
-    past_retention!(),
-    " THEN 1 ELSE 0 END) AS past_retention, \
-     min(CASE WHEN status = 'UNKNOWN' THEN created_at END) AS oldest_unknown, \
-     min(created_at) AS oldest \
-     FROM idempotency_records WHERE ",
-    undecided!(),
-    " GROUP BY tool ORDER BY tool"
-);
-
-/// Attempts per tool, kind and 5-minute bucket since `$1`, with the count since `$2`
-/// (the last hour) alongside; one range scan of idempotency_attempts_occurred_at_tool_kind.
-/// The bucket arithmetic is the one part the two backends spell differently.
-macro_rules! attempt_buckets {
-    ($bucket:literal) => {
-        concat!(
-            "SELECT tool, kind, ",
-            $bucket,
-            " AS bucket, count(*) AS n, \
-             sum(CASE WHEN occurred_at >= $2 THEN 1 ELSE 0 END) AS n_recent \
-             FROM idempotency_attempts WHERE occurred_at >= $1 \
-             GROUP BY tool, kind, bucket"
-        )
-    };
-}
-pub const ATTEMPT_BUCKETS_POSTGRES: &str =
-    attempt_buckets!("CAST(floor(extract(epoch FROM occurred_at) / 300) AS bigint)");
-pub const ATTEMPT_BUCKETS_SQLITE: &str =
-    attempt_buckets!("CAST(strftime('%s', occurred_at) AS INTEGER) / 300");
-
-/// Width of an overview bucket.
-pub const BUCKET_SECONDS: i64 = 300;
 
 #[cfg(test)]
 mod tests {
@@ -301,19 +274,19 @@ mod tests {
             &BY_INTENT,
             &BY_ATTEMPTS,
         ] {
-            for sql in [s.list_postgres, s.count_postgres] {
+            for sql in [s.list.postgres, s.count.postgres] {
                 assert!(sql.contains(key_filters!()), "{sql}");
             }
-            for sql in [s.list_sqlite, s.count_sqlite] {
+            for sql in [s.list.sqlite, s.count.sqlite] {
                 assert!(sql.contains(key_filters!("+updated_at")), "{sql}");
             }
         }
         for s in [&BY_UNDECIDED_STATUS, &BY_TOOL, &BY_UPDATED_AT] {
             for sql in [
-                s.list_postgres,
-                s.list_sqlite,
-                s.count_postgres,
-                s.count_sqlite,
+                s.list.postgres,
+                s.list.sqlite,
+                s.count.postgres,
+                s.count.sqlite,
             ] {
                 assert!(sql.contains(key_filters!()), "{sql}");
                 assert!(!sql.contains("OFFSET"), "{sql}");
@@ -330,12 +303,21 @@ mod tests {
             &BY_UPDATED_AT,
             &BY_ATTEMPTS,
         ] {
-            for sql in [s.list_postgres, s.count_postgres] {
+            for sql in [s.list.postgres, s.count.postgres] {
                 assert_eq!(sql.matches(kinds_postgres!()).count(), 1, "{sql}");
             }
-            for sql in [s.list_sqlite, s.count_sqlite] {
+            for sql in [s.list.sqlite, s.count.sqlite] {
                 assert_eq!(sql.matches(kinds_sqlite!()).count(), 1, "{sql}");
             }
+        }
+    }
+
+    #[test]
+    fn the_resolution_filter_names_the_resolved_kind_as_the_vocabulary_does() {
+        let kind = format!("kind <> '{}'", crate::guard::AttemptKind::Resolved.as_str());
+        for sql in [kinds_postgres!(), kinds_sqlite!()] {
+            assert!(sql.contains(&kind), "{sql}");
+            assert!(sql.contains(resolved_as!()), "{sql}");
         }
     }
 }
