@@ -1,7 +1,7 @@
 //! Signing in and out: who the page says you are, and what the login refuses.
 
-use super::setup;
 use crate::support::TestDb;
+use crate::support::app::{TestApp, get};
 use crate::support::auth::*;
 use axum::http::{Method, StatusCode};
 use idemwatch::web::{self, AppState};
@@ -10,12 +10,9 @@ use std::sync::Arc;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_signs_in_sees_who_they_are_and_signs_out() {
     let db = TestDb::sqlite().await;
-    let (app, s) = setup(&db).await;
+    let (app, s) = TestApp::builtin(&db).await;
     // A first visit gets a CSRF cookie, and the form the matching token.
-    let r = axum::http::Request::get("/login?next=%2Fbacklog")
-        .body(axum::body::Body::empty())
-        .unwrap();
-    let page = send(&app, r).await;
+    let page = get(&app.router, "/login?next=%2Fbacklog").await;
     assert_eq!(page.status, StatusCode::OK);
     let issued = page.set_cookies();
     assert!(
@@ -27,34 +24,22 @@ async fn a_person_signs_in_sees_who_they_are_and_signs_out() {
     assert!(page.body.contains("name=\"csrf_token\" value=\""));
     assert!(page.body.contains("name=\"next\" value=\"/backlog\""));
 
-    let csrf = csrf_token();
-    let login = |password: &str, csrf: &str| {
-        form(&[
-            ("name", "sam"),
-            ("password", password),
-            ("next", "/backlog"),
-            ("csrf_token", csrf),
-        ])
-    };
-    let wrong = call(
-        &app,
-        Method::POST,
-        "/login",
-        Who::Anonymous,
-        Some(login("nope", &csrf)),
-    )
-    .await;
+    let wrong = app.sign_in("sam", "nope", "/backlog").await;
     assert_eq!(wrong.status, StatusCode::UNAUTHORIZED);
     assert!(wrong.body.contains("Wrong user name or password."));
     assert!(wrong.body.contains("value=\"sam\""), "the name is kept");
-    let forged = call(
-        &app,
-        Method::POST,
-        "/login",
-        Who::Anonymous,
-        Some(login(PASSWORD, "forged")),
-    )
-    .await;
+    let forged = app
+        .as_(Who::Anonymous)
+        .post_form(
+            "/login",
+            &[
+                ("name", "sam"),
+                ("password", PASSWORD),
+                ("next", "/backlog"),
+                ("csrf_token", "forged"),
+            ],
+        )
+        .await;
     assert_eq!(forged.status, StatusCode::FORBIDDEN);
     assert!(
         forged
@@ -63,14 +48,7 @@ async fn a_person_signs_in_sees_who_they_are_and_signs_out() {
             .all(|c| !c.starts_with("idemwatch_session="))
     );
 
-    let ok = call(
-        &app,
-        Method::POST,
-        "/login",
-        Who::Anonymous,
-        Some(login(PASSWORD, &csrf)),
-    )
-    .await;
+    let ok = app.sign_in("sam", PASSWORD, "/backlog").await;
     assert_eq!(ok.status, StatusCode::SEE_OTHER);
     assert_eq!(ok.location(), "/backlog");
     let cookie = ok
@@ -95,7 +73,7 @@ async fn a_person_signs_in_sees_who_they_are_and_signs_out() {
             .parse()
             .unwrap(),
     );
-    let backlog = send(&app, r).await;
+    let backlog = send(&app.router, r).await;
     assert_eq!(backlog.status, StatusCode::OK);
     assert!(
         backlog
@@ -108,28 +86,14 @@ async fn a_person_signs_in_sees_who_they_are_and_signs_out() {
         "a checkbox per key"
     );
 
-    let out = call(
-        &app,
-        Method::POST,
-        "/logout",
-        Who::Session("sam"),
-        Some(form(&[])),
-    )
-    .await;
+    let out = app.call(Method::POST, "/logout", Some(form(&[]))).await;
     assert_eq!(
         out.status,
         StatusCode::FORBIDDEN,
         "sign-out needs the CSRF token too"
     );
 
-    let out = call(
-        &app,
-        Method::POST,
-        "/logout",
-        Who::Session("sam"),
-        Some(form(&[("csrf_token", &csrf)])),
-    )
-    .await;
+    let out = app.post_form("/logout", &[]).await;
     assert_eq!(out.status, StatusCode::SEE_OTHER);
     assert_eq!(out.location(), "/login");
     assert!(
@@ -138,32 +102,30 @@ async fn a_person_signs_in_sees_who_they_are_and_signs_out() {
             .any(|c| c.starts_with("idemwatch_session=;") && c.contains("Max-Age=0"))
     );
     // Behind an HTTPS proxy, or with --cookie-secure, cookies are Secure.
-    let mut r = request(
-        Method::POST,
-        "/login",
-        Who::Anonymous,
-        Some(login(PASSWORD, &csrf)),
-    );
-    r.headers_mut()
-        .insert("x-forwarded-proto", "https".parse().unwrap());
+    let csrf = csrf_token();
+    let login = form(&[
+        ("name", "sam"),
+        ("password", PASSWORD),
+        ("next", "/backlog"),
+        ("csrf_token", &csrf),
+    ]);
+    let over_https = || {
+        let mut r = request(Method::POST, "/login", Who::Anonymous, Some(login.clone()));
+        r.headers_mut()
+            .insert("x-forwarded-proto", "https".parse().unwrap());
+        r
+    };
     // Over HTTPS only `__Host-` cookies are read: the plain-named one is ignored.
-    let plain = send(&app, r).await;
+    let plain = send(&app.router, over_https()).await;
     assert_eq!(plain.status, StatusCode::FORBIDDEN, "{}", plain.body);
-    let mut r = request(
-        Method::POST,
-        "/login",
-        Who::Anonymous,
-        Some(login(PASSWORD, &csrf)),
-    );
-    r.headers_mut()
-        .insert("x-forwarded-proto", "https".parse().unwrap());
+    let mut r = over_https();
     r.headers_mut().insert(
         "cookie",
         format!("__Host-idemwatch_csrf={CSRF_COOKIE}")
             .parse()
             .unwrap(),
     );
-    let ok = send(&app, r).await;
+    let ok = send(&app.router, r).await;
     assert_eq!(ok.status, StatusCode::SEE_OTHER, "{}", ok.body);
     for name in ["__Host-idemwatch_session=", "__Host-idemwatch_csrf="] {
         assert!(
@@ -179,13 +141,7 @@ async fn a_person_signs_in_sees_who_they_are_and_signs_out() {
             .with_clock(Arc::new(s.clock.clone()))
             .with_auth(BUILTIN.clone(), true),
     );
-    let fresh = send(
-        &secure,
-        axum::http::Request::get("/login")
-            .body(axum::body::Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let fresh = get(&secure, "/login").await;
     assert!(
         fresh.set_cookies().iter().all(|c| c.ends_with("; Secure")),
         "{:?}",

@@ -1,7 +1,7 @@
 //! Concurrent workers on one intent and concurrent retries of an UNKNOWN key.
 
 use crate::both_backends;
-use crate::support::fixture::{Fixture, refund};
+use crate::support::fixture::{Fixture, assert_one_fresh, refund};
 use crate::support::provider::{Client, Fault};
 use AttemptKind::*;
 use idemwatch::guard::{AttemptKind, GuardError};
@@ -23,17 +23,7 @@ both_backends!(
             set.spawn(async move { guard.run(&c, &client).await });
         }
         let results = set.join_all().await;
-        let fresh = results
-            .iter()
-            .filter(|r| matches!(r, Ok(o) if !o.replayed))
-            .count();
-        assert_eq!(fresh, 1, "{results:?}");
-        for r in &results {
-            assert!(
-                matches!(r, Ok(_) | Err(GuardError::InFlight { .. })),
-                "losers get 409 or the replay: {r:?}"
-            );
-        }
+        assert_one_fresh(&results);
         assert_eq!(f.ledger.effects_for(key.as_str()), 1);
         let log = f.log(key.as_str()).await;
         assert_eq!(log.len(), 17);

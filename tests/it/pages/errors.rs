@@ -2,12 +2,12 @@
 
 use super::assert_no_internals;
 use crate::both_backends;
-use crate::support::app::{get, setup};
+use crate::support::app::TestApp;
 use axum::http::{StatusCode, header};
 
 both_backends!(
     async fn bad_input_gets_a_page_that_names_the_field(db: TestDb) {
-        let (app, _s) = setup(&db).await;
+        let (app, _s) = TestApp::open(&db).await;
         let zeros = "0".repeat(64);
         let cases = [
             (format!("/keys/{zeros}"), 404, format!("No key {zeros} is recorded")),
@@ -25,7 +25,7 @@ both_backends!(
             ("/static/nope.css".into(), 404, "There is no static file".into()),
         ];
         for (uri, status, text) in cases {
-            let p = get(&app, &uri).await;
+            let p = app.get(&uri).await;
             assert_eq!(p.status.as_u16(), status, "{uri}: {}", p.body);
             assert!(
                 p.headers[header::CONTENT_TYPE]
@@ -44,7 +44,7 @@ both_backends!(
             ("/api/v1/no-such".to_string(), 404, None),
         ];
         for (uri, status, field) in json_cases {
-            let p = get(&app, &uri).await;
+            let p = app.get(&uri).await;
             assert_eq!(p.status.as_u16(), status, "{uri}");
             assert_eq!(
                 p.headers[header::CONTENT_TYPE],
@@ -60,7 +60,7 @@ both_backends!(
 
 both_backends!(
     async fn a_database_that_is_down_gets_a_503_page(db: TestDb) {
-        let (app, s) = setup(&db).await;
+        let (app, s) = TestApp::open(&db).await;
         db.store.close().await;
         let uris = [
             "/".to_string(),
@@ -71,14 +71,14 @@ both_backends!(
             "/search?q=88214".into(),
         ];
         for uri in uris {
-            let p = get(&app, &uri).await;
+            let p = app.get(&uri).await;
             assert_eq!(p.status, StatusCode::SERVICE_UNAVAILABLE, "{uri}");
             assert!(p.body.contains("Database unavailable"), "{uri}: {}", p.body);
             assert!(p.body.contains("try again in a moment"));
             assert_eq!(p.headers[header::RETRY_AFTER], "5");
             assert_no_internals(&p);
         }
-        let p = get(&app, &format!("/api/v1/keys/{}", s.replayed)).await;
+        let p = app.get(&format!("/api/v1/keys/{}", s.replayed)).await;
         assert_eq!(p.status, StatusCode::SERVICE_UNAVAILABLE);
         let v: serde_json::Value = serde_json::from_str(&p.body).unwrap();
         assert_eq!(v["title"], "Database unavailable");

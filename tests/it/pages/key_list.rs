@@ -2,14 +2,14 @@
 //! box.
 
 use crate::both_backends;
-use crate::support::app::{get, linked_keys, next_link, setup};
+use crate::support::app::{TestApp, linked_keys, next_link};
 use axum::http::{StatusCode, header};
 use idemwatch::guard::rfc3339;
 use std::collections::BTreeSet;
 
 both_backends!(
     async fn each_filter_selects_its_keys(db: TestDb) {
-        let (app, s) = setup(&db).await;
+        let (app, s) = TestApp::open(&db).await;
         let mid = rfc3339(s.mid);
         let mid_ms = s.mid.timestamp_millis().to_string();
         let set = |keys: &[&String]| keys.iter().map(|k| k.to_string()).collect::<BTreeSet<_>>();
@@ -69,12 +69,12 @@ both_backends!(
             ("tool=no_such_tool".into(), set(&[])),
         ];
         for (query, want) in cases {
-            let p = get(&app, &format!("/keys?{query}")).await;
+            let p = app.get(&format!("/keys?{query}")).await;
             assert_eq!(p.status, StatusCode::OK, "{query}: {}", p.body);
             let got: BTreeSet<String> = linked_keys(&p.body).into_iter().collect();
             assert_eq!(got, want, "{query}");
         }
-        let p = get(&app, "/keys?business_ref=A-88214").await;
+        let p = app.get("/keys?business_ref=A-88214").await;
         assert!(
             p.body.contains("2 keys, newest activity first"),
             "{}",
@@ -85,9 +85,9 @@ both_backends!(
                 .contains("aria-label=\"Remove the Business ref filter\"")
         );
         // A tenant filter off the driving index: no count rather than a scan.
-        let p = get(&app, "/keys?tenant=acme").await;
+        let p = app.get("/keys?tenant=acme").await;
         assert!(p.body.contains("Keys, newest activity first"), "{}", p.body);
-        let p = get(&app, "/keys?business_ref=88214").await;
+        let p = app.get("/keys?business_ref=88214").await;
         assert!(
             p.body
                 .contains("Did you mean <a href=\"/keys?key=88214\">keys starting with 88214</a>?"),
@@ -99,36 +99,22 @@ both_backends!(
 
 both_backends!(
     async fn pages_follow_each_other_newest_first_without_gaps(db: TestDb) {
-        let (app, s) = setup(&db).await;
-        let mut uri = Some("/keys?limit=3".to_string());
-        let mut seen = Vec::new();
-        let mut pages = 0;
-        while let Some(u) = uri {
-            assert!(pages < 5, "too many pages: {u}");
-            let p = get(&app, &u).await;
-            assert_eq!(p.status, StatusCode::OK, "{u}");
-            let keys = linked_keys(&p.body);
-            assert!(keys.len() <= 3, "{u}");
-            seen.extend(keys);
-            uri = next_link(&p.body);
-            pages += 1;
-            if let Some(next) = &uri {
-                assert!(
-                    next.contains("limit=3") && next.contains("after="),
-                    "{next}"
-                );
-            }
-        }
-        assert_eq!(pages, 3);
+        let (app, s) = TestApp::open(&db).await;
+        let pages = app
+            .keys_page_by_page("/keys?limit=3", "/keys?limit=3&after=", 5)
+            .await;
+        assert_eq!(pages.len(), 3);
+        assert!(pages.iter().all(|keys| keys.len() <= 3), "{pages:?}");
+        let seen = pages.concat();
         assert_eq!(seen, s.newest_first());
         // A filtered list pages within its filter.
-        let p = get(&app, "/keys?tenant=acme&limit=5").await;
+        let p = app.get("/keys?tenant=acme&limit=5").await;
         let next = next_link(&p.body).expect("a second page");
         assert!(
             next.starts_with("/keys?tenant=acme&limit=5&after="),
             "{next}"
         );
-        let p2 = get(&app, &next).await;
+        let p2 = app.get(&next).await;
         assert_eq!(linked_keys(&p.body).len() + linked_keys(&p2.body).len(), 6);
         assert!(p2.body.contains("← Newest"));
     }
@@ -136,8 +122,8 @@ both_backends!(
 
 both_backends!(
     async fn the_backlog_lists_undecided_keys_oldest_first(db: TestDb) {
-        let (app, s) = setup(&db).await;
-        let p = get(&app, "/backlog").await;
+        let (app, s) = TestApp::open(&db).await;
+        let p = app.get("/backlog").await;
         assert_eq!(p.status, StatusCode::OK);
         assert_eq!(
             linked_keys(&p.body),
@@ -168,11 +154,11 @@ both_backends!(
             "the place for the resolve action"
         );
 
-        let p = get(&app, "/backlog?tool=send_message").await;
+        let p = app.get("/backlog?tool=send_message").await;
         assert_eq!(linked_keys(&p.body), vec![s.escalated.clone()]);
-        let p = get(&app, "/backlog?tool=issue_refund&limit=1").await;
+        let p = app.get("/backlog?tool=issue_refund&limit=1").await;
         assert_eq!(linked_keys(&p.body), vec![s.unknown.clone()]);
-        let p = get(&app, &next_link(&p.body).expect("a second page")).await;
+        let p = app.get(&next_link(&p.body).expect("a second page")).await;
         assert_eq!(linked_keys(&p.body), vec![s.expired.clone()]);
         assert!(next_link(&p.body).is_none());
     }
@@ -180,7 +166,7 @@ both_backends!(
 
 both_backends!(
     async fn the_search_box_finds_orders_and_keys(db: TestDb) {
-        let (app, s) = setup(&db).await;
+        let (app, s) = TestApp::open(&db).await;
         let cases = [
             (
                 "A-88214".to_string(),
@@ -199,11 +185,11 @@ both_backends!(
             ("".into(), "/keys".into()),
         ];
         for (q, location) in cases {
-            let p = get(&app, &format!("/search?q={q}")).await;
+            let p = app.get(&format!("/search?q={q}")).await;
             assert_eq!(p.status, StatusCode::SEE_OTHER, "{q}");
             assert_eq!(p.headers[header::LOCATION], location.as_str(), "{q}");
         }
-        let p = get(&app, "/keys?business_ref=A-88214").await;
+        let p = app.get("/keys?business_ref=A-88214").await;
         assert!(
             p.body.contains("value=\"A-88214\""),
             "the search box keeps the query"

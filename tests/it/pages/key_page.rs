@@ -1,13 +1,13 @@
 //! One key: the key page and the JSON view of its record and attempts.
 
 use crate::both_backends;
-use crate::support::app::{get, linked_keys, setup};
+use crate::support::app::{TestApp, linked_keys};
 use axum::http::{StatusCode, header};
 
 both_backends!(
     async fn the_key_page_tells_what_happened(db: TestDb) {
-        let (app, s) = setup(&db).await;
-        let p = get(&app, &format!("/keys/{}", s.replayed)).await;
+        let (app, s) = TestApp::open(&db).await;
+        let p = app.get(&format!("/keys/{}", s.replayed)).await;
         assert_eq!(p.status, StatusCode::OK);
         assert!(p.body.contains("data-kind=\"replayed\""), "{}", p.body);
         assert!(
@@ -33,14 +33,14 @@ both_backends!(
             "a DONE key needs no decision"
         );
 
-        let p = get(&app, &format!("/keys/{}", s.mismatch)).await;
+        let p = app.get(&format!("/keys/{}", s.mismatch)).await;
         assert!(
             p.body
                 .contains("<span class=\"badge badge-mismatch\">Payload mismatch</span>")
         );
         assert!(p.body.contains("<tr class=\"change-changed\"><th scope=\"row\"><code>amount_p</code></th><td><code>4500</code></td><td><code>4000</code></td><td>changed</td></tr>"), "{}", p.body);
 
-        let p = get(&app, &format!("/keys/{}", s.escalated)).await;
+        let p = app.get(&format!("/keys/{}", s.escalated)).await;
         assert!(
             p.body
                 .contains("<span class=\"badge badge-takeover\">Takeover</span>")
@@ -60,7 +60,7 @@ both_backends!(
                 .contains("the provider forgot this key 1 h 30 min ago")
         );
 
-        let p = get(&app, &format!("/keys/{}", s.unknown)).await;
+        let p = app.get(&format!("/keys/{}", s.unknown)).await;
         assert!(p.body.contains("Not decided yet") && p.body.contains("id=\"resolve\""));
         assert!(
             p.body
@@ -69,28 +69,28 @@ both_backends!(
             p.body
         );
 
-        let p = get(&app, &format!("/keys/{}", s.expired)).await;
+        let p = app.get(&format!("/keys/{}", s.expired)).await;
         assert!(p.body.contains("IN_PROGRESS · lease expired"));
 
-        let p = get(&app, &format!("/keys/{}", s.failed)).await;
+        let p = app.get(&format!("/keys/{}", s.failed)).await;
         assert!(p.body.contains("402 card_declined"));
 
         // A prefix or an upper-case key leads to the key list / the key.
-        let p = get(&app, &format!("/keys/{}", &s.failed[..10])).await;
+        let p = app.get(&format!("/keys/{}", &s.failed[..10])).await;
         assert_eq!(p.status, StatusCode::SEE_OTHER);
         assert_eq!(
             p.headers[header::LOCATION],
             format!("/keys?key={}", &s.failed[..10])
         );
-        let p = get(&app, &format!("/keys/{}", s.failed.to_uppercase())).await;
+        let p = app.get(&format!("/keys/{}", s.failed.to_uppercase())).await;
         assert_eq!(p.headers[header::LOCATION], format!("/keys/{}", s.failed));
     }
 );
 
 both_backends!(
     async fn the_api_returns_the_record_and_its_attempts(db: TestDb) {
-        let (app, s) = setup(&db).await;
-        let p = get(&app, &format!("/api/v1/keys/{}", s.replayed)).await;
+        let (app, s) = TestApp::open(&db).await;
+        let p = app.get(&format!("/api/v1/keys/{}", s.replayed)).await;
         assert_eq!(p.status, StatusCode::OK);
         let v: serde_json::Value = serde_json::from_str(&p.body).unwrap();
         assert_eq!(v["record"]["key"], s.replayed.as_str());

@@ -2,14 +2,14 @@
 
 use super::card;
 use crate::both_backends;
-use crate::support::app::{get, setup};
+use crate::support::app::TestApp;
 use axum::http::{StatusCode, header};
 use std::sync::Arc;
 
 both_backends!(
     async fn the_overview_counts_each_tool_from_the_database(db: TestDb) {
-        let (app, _s) = setup(&db).await;
-        let p = get(&app, "/").await;
+        let (app, _s) = TestApp::open(&db).await;
+        let p = app.get("/").await;
         assert_eq!(p.status, StatusCode::OK);
         assert!(
             p.headers[header::CONTENT_TYPE]
@@ -48,12 +48,12 @@ both_backends!(
 
 both_backends!(
     async fn the_overview_is_recounted_after_half_a_minute(db: TestDb) {
-        let (app, s) = setup(&db).await;
+        let (app, s) = TestApp::open(&db).await;
         let requests = |body: &str| {
             let c = card(body, "send_message");
             c.contains("<a href=\"/keys?tool=send_message&#38;from=now-1h\">1</a>")
         };
-        let p = get(&app, "/").await;
+        let p = app.get("/").await;
         assert!(!requests(&p.body));
         // One more message in the last hour.
         let guard = idemwatch::guard::Guard::new(
@@ -75,10 +75,10 @@ both_backends!(
         let client =
             crate::support::provider::Client::new(&ledger, crate::support::fixture::DEADLINE, []);
         guard.run(&call, &client).await.unwrap();
-        let p = get(&app, "/").await;
+        let p = app.get("/").await;
         assert!(!requests(&p.body), "the same counts for 30 seconds");
-        s.clock.advance(chrono::TimeDelta::seconds(31));
-        let p = get(&app, "/").await;
+        app.clock.advance(chrono::TimeDelta::seconds(31));
+        let p = app.get("/").await;
         assert!(
             requests(&p.body),
             "recounted: {}",

@@ -1,7 +1,8 @@
 //! Resolve through the JSON API: statuses that mean what they say.
 
-use super::{kinds, setup};
+use super::kinds;
 use crate::both_backends;
+use crate::support::app::TestApp;
 use crate::support::auth::*;
 use axum::http::{Method, StatusCode};
 use idemwatch::guard::AttemptKind;
@@ -9,20 +10,22 @@ use serde_json::{Value, json};
 
 both_backends!(
     async fn the_json_api_resolves_with_statuses_that_mean_what_they_say(db: TestDb) {
-        let (app, s) = setup(&db).await;
+        let (app, s) = TestApp::builtin(&db).await;
         let uri = format!("/api/v1/keys/{}/resolve", s.unknown);
-        let post = |who, body: &str| call(&app, Method::POST, &uri, who, Some(body.to_string()));
-        let error = |body: &str| -> Value { serde_json::from_str(body).unwrap() };
+        let post = |who: Who<'static>, body: &str| {
+            let (app, uri, body) = (app.as_(who), uri.clone(), body.to_string());
+            async move { app.call(Method::POST, &uri, Some(body)).await }
+        };
 
         let a = post(Who::Token("sam"), "{\"resolution\": ").await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST);
-        assert_eq!(error(&a.body)["field"], "body");
+        assert_eq!(a.json()["field"], "body");
         let a = post(Who::Token("sam"), r#"{"resolution":"refund","reason":"r"}"#).await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST);
-        assert_eq!(error(&a.body)["field"], "resolution");
+        assert_eq!(a.json()["field"], "resolution");
         let a = post(Who::Token("sam"), r#"{"resolution":"done","reason":"r"}"#).await;
         assert_eq!(
-            (a.status, error(&a.body)["field"].clone()),
+            (a.status, a.json()["field"].clone()),
             (StatusCode::BAD_REQUEST, json!("evidence"))
         );
         let a = post(Who::Anonymous, r#"{"resolution":"failed","reason":"r"}"#).await;
@@ -30,19 +33,19 @@ both_backends!(
         let a = post(Who::Token("vic"), r#"{"resolution":"failed","reason":"r"}"#).await;
         assert_eq!(a.status, StatusCode::FORBIDDEN);
         assert!(
-            error(&a.body)["detail"]
+            a.json()["detail"]
                 .as_str()
                 .unwrap()
                 .contains("resolver role")
         );
-        let a = call(
-            &app,
-            Method::POST,
-            &format!("/api/v1/keys/{}/resolve", "0".repeat(64)),
-            Who::Token("sam"),
-            Some(r#"{"resolution":"failed","reason":"r"}"#.into()),
-        )
-        .await;
+        let a = app
+            .as_(Who::Token("sam"))
+            .call(
+                Method::POST,
+                &format!("/api/v1/keys/{}/resolve", "0".repeat(64)),
+                Some(r#"{"resolution":"failed","reason":"r"}"#.into()),
+            )
+            .await;
         assert_eq!(a.status, StatusCode::NOT_FOUND);
         let a = post(
             Who::Token("sam"),
@@ -51,7 +54,7 @@ both_backends!(
         .await;
         assert_eq!(a.status, StatusCode::CONFLICT);
         assert!(
-            error(&a.body)["detail"]
+            a.json()["detail"]
                 .as_str()
                 .unwrap()
                 .contains("changed since you looked")
@@ -86,14 +89,13 @@ both_backends!(
         .await;
         assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY);
         // A session may use the API too, with the CSRF header (the helper adds it).
-        let a = call(
-            &app,
-            Method::POST,
-            &format!("/api/v1/keys/{}/resolve", s.expired),
-            Who::Session("sam"),
-            Some(r#"{"resolution":"failed","reason":"worker died before the call"}"#.into()),
-        )
-        .await;
+        let a = app
+            .call(
+                Method::POST,
+                &format!("/api/v1/keys/{}/resolve", s.expired),
+                Some(r#"{"resolution":"failed","reason":"worker died before the call"}"#.into()),
+            )
+            .await;
         assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     }
 );

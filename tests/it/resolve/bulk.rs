@@ -1,16 +1,15 @@
 //! Bulk resolve: what it will do, which keys were refused, and a filter taken exactly and
 //! capped.
 
-use super::{attempts, kinds, setup};
+use super::{attempts, kinds};
 use crate::both_backends;
-use crate::support::auth::*;
-use axum::http::{Method, StatusCode};
+use crate::support::app::TestApp;
+use axum::http::StatusCode;
 use idemwatch::guard::AttemptKind;
 
 both_backends!(
     async fn bulk_resolve_lists_what_it_will_do_and_which_keys_were_refused(db: TestDb) {
-        let (app, s) = setup(&db).await;
-        let csrf = csrf_token();
+        let (app, s) = TestApp::builtin(&db).await;
         let unknown = format!("{}.1", s.unknown);
         let escalated_token = db
             .store
@@ -33,21 +32,13 @@ both_backends!(
                     "reason",
                     "provider outage 14:00-14:20: nothing was executed",
                 ),
-                ("csrf_token", csrf.as_str()),
             ];
             if confirm {
                 f.push(("confirm", "yes"));
             }
-            form(&f)
+            f
         };
-        let review = call(
-            &app,
-            Method::POST,
-            "/backlog/resolve",
-            Who::Session("sam"),
-            Some(selected(false)),
-        )
-        .await;
+        let review = app.post_form("/backlog/resolve", &selected(false)).await;
         assert_eq!(review.status, StatusCode::OK, "{}", review.body);
         assert!(
             review
@@ -71,14 +62,7 @@ both_backends!(
             "nothing written yet"
         );
 
-        let result = call(
-            &app,
-            Method::POST,
-            "/backlog/resolve",
-            Who::Session("sam"),
-            Some(selected(true)),
-        )
-        .await;
+        let result = app.post_form("/backlog/resolve", &selected(true)).await;
         assert_eq!(result.status, StatusCode::OK, "{}", result.body);
         assert!(
             result
@@ -115,23 +99,18 @@ both_backends!(
 
 both_backends!(
     async fn bulk_resolve_of_a_filter_takes_exactly_that_filter_and_is_capped(db: TestDb) {
-        let (app, s) = setup(&db).await;
-        let csrf = csrf_token();
-        let by_filter = form(&[
-            ("scope", "filter"),
-            ("tool", "issue_refund"),
-            ("resolution", "failed"),
-            ("reason", "r"),
-            ("csrf_token", &csrf),
-        ]);
-        let review = call(
-            &app,
-            Method::POST,
-            "/backlog/resolve",
-            Who::Session("sam"),
-            Some(by_filter),
-        )
-        .await;
+        let (app, s) = TestApp::builtin(&db).await;
+        let review = app
+            .post_form(
+                "/backlog/resolve",
+                &[
+                    ("scope", "filter"),
+                    ("tool", "issue_refund"),
+                    ("resolution", "failed"),
+                    ("reason", "r"),
+                ],
+            )
+            .await;
         assert_eq!(review.status, StatusCode::OK, "{}", review.body);
         assert!(
             review
@@ -147,20 +126,12 @@ both_backends!(
             "another tool's key is never included"
         );
 
-        let done = form(&[
-            ("scope", "filter"),
-            ("resolution", "done"),
-            ("reason", "r"),
-            ("csrf_token", &csrf),
-        ]);
-        let a = call(
-            &app,
-            Method::POST,
-            "/backlog/resolve",
-            Who::Session("sam"),
-            Some(done),
-        )
-        .await;
+        let a = app
+            .post_form(
+                "/backlog/resolve",
+                &[("scope", "filter"), ("resolution", "done"), ("reason", "r")],
+            )
+            .await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST);
         assert!(a.body.contains("each key&#39;s own evidence"), "{}", a.body);
 
@@ -170,16 +141,8 @@ both_backends!(
             ("scope", "selected"),
             ("resolution", "failed"),
             ("reason", "r"),
-            ("csrf_token", csrf.as_str()),
         ]);
-        let a = call(
-            &app,
-            Method::POST,
-            "/backlog/resolve",
-            Who::Session("sam"),
-            Some(form(&pairs)),
-        )
-        .await;
+        let a = app.post_form("/backlog/resolve", &pairs).await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST);
         assert!(
             a.body
@@ -187,20 +150,16 @@ both_backends!(
             "{}",
             a.body
         );
-        let none = form(&[
-            ("scope", "selected"),
-            ("resolution", "failed"),
-            ("reason", "r"),
-            ("csrf_token", &csrf),
-        ]);
-        let a = call(
-            &app,
-            Method::POST,
-            "/backlog/resolve",
-            Who::Session("sam"),
-            Some(none),
-        )
-        .await;
+        let a = app
+            .post_form(
+                "/backlog/resolve",
+                &[
+                    ("scope", "selected"),
+                    ("resolution", "failed"),
+                    ("reason", "r"),
+                ],
+            )
+            .await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST);
         assert!(a.body.contains("tick at least one key"));
     }

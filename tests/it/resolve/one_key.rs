@@ -2,31 +2,25 @@
 //! timeline, a moved token, a release the provider's retention forbids, bad input, and a
 //! key a worker holds.
 
-use super::{attempts, gated_retry, kinds, resolve_form, setup};
+use super::{attempts, kinds};
 use crate::both_backends;
+use crate::support::app::{Step, TestApp};
 use crate::support::auth::*;
 use crate::support::fixture::{Fixture, refund};
 use crate::support::provider::Fault;
-use axum::http::{Method, StatusCode};
+use axum::http::StatusCode;
 use idemwatch::guard::{AttemptKind, Status};
 use serde_json::json;
-use std::sync::Arc;
 
 both_backends!(
     async fn a_resolver_confirms_then_the_timeline_shows_the_resolution(db: TestDb) {
-        let (app, s) = setup(&db).await;
-        let uri = format!("/keys/{}/resolve", s.unknown);
+        let (app, s) = TestApp::builtin(&db).await;
         let before = attempts(&db.store, &s.unknown).await;
 
         // Step 1: the confirmation page; nothing is written.
-        let review = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("sam"),
-            Some(resolve_form("done", "rf_8XM1", 1, false)),
-        )
-        .await;
+        let review = app
+            .resolve(&s.unknown, "done", "rf_8XM1", 1, Step::Review)
+            .await;
         assert_eq!(review.status, StatusCode::OK, "{}", review.body);
         for needle in [
             "<h1>Confirm: Mark DONE</h1>",
@@ -57,14 +51,9 @@ both_backends!(
         }
 
         // Step 2: recorded through the guard, then back to the key.
-        let done = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("sam"),
-            Some(resolve_form("done", "rf_8XM1", 1, true)),
-        )
-        .await;
+        let done = app
+            .resolve(&s.unknown, "done", "rf_8XM1", 1, Step::Confirm)
+            .await;
         assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
         assert_eq!(done.location(), format!("/keys/{}#timeline-h", s.unknown));
         let record = db.store.record(&s.unknown).await.unwrap().unwrap();
@@ -83,14 +72,10 @@ both_backends!(
         assert_eq!(last.detail["resolution"], "done");
         assert_eq!(last.detail["previous_status"], "UNKNOWN");
 
-        let page = call(
-            &app,
-            Method::GET,
-            &format!("/keys/{}", s.unknown),
-            Who::Session("vic"),
-            None,
-        )
-        .await;
+        let page = app
+            .as_(Who::Session("vic"))
+            .get(&format!("/keys/{}", s.unknown))
+            .await;
         assert!(page.body.contains("data-kind=\"resolved\""));
         assert!(page.body.contains("<dt>evidence</dt><dd>rf_8XM1</dd>"));
         assert!(
@@ -99,14 +84,10 @@ both_backends!(
         );
 
         // A decided key cannot be resolved again: 422, and the try is logged.
-        let again = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("root"),
-            Some(resolve_form("failed", "", 2, true)),
-        )
-        .await;
+        let again = app
+            .as_(Who::Session("root"))
+            .resolve(&s.unknown, "failed", "", 2, Step::Confirm)
+            .await;
         assert_eq!(
             again.status,
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -123,27 +104,17 @@ both_backends!(
 
 both_backends!(
     async fn a_moved_token_shows_a_conflict_page_with_the_key_now(db: TestDb) {
-        let (app, s) = setup(&db).await;
-        let uri = format!("/keys/{}/resolve", s.unknown);
+        let (app, s) = TestApp::builtin(&db).await;
         // Someone else resolves first (token 1 → 2).
-        let first = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("root"),
-            Some(resolve_form("failed", "", 1, true)),
-        )
-        .await;
+        let first = app
+            .as_(Who::Session("root"))
+            .resolve(&s.unknown, "failed", "", 1, Step::Confirm)
+            .await;
         assert_eq!(first.status, StatusCode::SEE_OTHER);
         // Sam confirms what he saw at token 1.
-        let late = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("sam"),
-            Some(resolve_form("done", "rf_8XM1", 1, true)),
-        )
-        .await;
+        let late = app
+            .resolve(&s.unknown, "done", "rf_8XM1", 1, Step::Confirm)
+            .await;
         assert_eq!(late.status, StatusCode::CONFLICT);
         for needle in [
             "<h1 id=\"error-h\">Someone else acted first</h1>",
@@ -166,14 +137,9 @@ both_backends!(
         );
         // The review step of a stale view is refused too, and writes nothing.
         let n = attempts(&db.store, &s.unknown).await.len();
-        let review = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("sam"),
-            Some(resolve_form("done", "rf_8XM1", 1, false)),
-        )
-        .await;
+        let review = app
+            .resolve(&s.unknown, "done", "rf_8XM1", 1, Step::Review)
+            .await;
         assert_eq!(review.status, StatusCode::CONFLICT);
         assert!(!review.body.contains("The refused try is in"));
         assert_eq!(attempts(&db.store, &s.unknown).await.len(), n);
@@ -182,8 +148,7 @@ both_backends!(
 
 both_backends!(
     async fn release_is_refused_once_the_provider_forgot_the_key(db: TestDb) {
-        let (app, s) = setup(&db).await;
-        let uri = format!("/keys/{}/resolve", s.escalated);
+        let (app, s) = TestApp::builtin(&db).await;
         let token = db
             .store
             .record(&s.escalated)
@@ -191,15 +156,8 @@ both_backends!(
             .unwrap()
             .unwrap()
             .fencing_token;
-        for confirm in [false, true] {
-            let a = call(
-                &app,
-                Method::POST,
-                &uri,
-                Who::Session("sam"),
-                Some(resolve_form("release", "", token, confirm)),
-            )
-            .await;
+        for step in [Step::Review, Step::Confirm] {
+            let a = app.resolve(&s.escalated, "release", "", token, step).await;
             assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", a.body);
             assert!(
                 a.body.contains("a resend is no longer safe since"),
@@ -218,15 +176,9 @@ both_backends!(
             (Status::Unknown, false)
         );
         // Inside the retention, release is what it says: UNKNOWN, approved for resend.
-        let uri = format!("/keys/{}/resolve", s.unknown);
-        let a = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("sam"),
-            Some(resolve_form("release", "", 1, true)),
-        )
-        .await;
+        let a = app
+            .resolve(&s.unknown, "release", "", 1, Step::Confirm)
+            .await;
         assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
         let record = db.store.record(&s.unknown).await.unwrap().unwrap();
         assert_eq!(
@@ -238,17 +190,10 @@ both_backends!(
 
 both_backends!(
     async fn bad_input_names_the_field_and_keeps_what_was_typed(db: TestDb) {
-        let (app, s) = setup(&db).await;
+        let (app, s) = TestApp::builtin(&db).await;
         let uri = format!("/keys/{}/resolve", s.unknown);
         let before = attempts(&db.store, &s.unknown).await.len();
-        let a = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("sam"),
-            Some(resolve_form("done", "", 1, false)),
-        )
-        .await;
+        let a = app.resolve(&s.unknown, "done", "", 1, Step::Review).await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST);
         assert!(
             a.body
@@ -266,22 +211,18 @@ both_backends!(
             "the choice is kept"
         );
         assert!(a.body.contains("id=\"resolve-evidence\" name=\"evidence\" type=\"text\" value=\"\" maxlength=\"500\" spellcheck=\"false\" autocomplete=\"off\" aria-invalid=\"true\""));
-        let bad_json = form(&[
-            ("resolution", "done"),
-            ("reason", "r"),
-            ("evidence", "rf_1"),
-            ("result", "{\"id\": "),
-            ("expected_token", "1"),
-            ("csrf_token", &csrf_token()),
-        ]);
-        let a = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("sam"),
-            Some(bad_json),
-        )
-        .await;
+        let a = app
+            .post_form(
+                &uri,
+                &[
+                    ("resolution", "done"),
+                    ("reason", "r"),
+                    ("evidence", "rf_1"),
+                    ("result", "{\"id\": "),
+                    ("expected_token", "1"),
+                ],
+            )
+            .await;
         assert_eq!(a.status, StatusCode::BAD_REQUEST);
         assert!(
             a.body
@@ -290,13 +231,16 @@ both_backends!(
             a.body
         );
         // User text is escaped wherever it is shown.
-        let xss = form(&[
-            ("resolution", "failed"),
-            ("reason", "<script>alert(1)</script>"),
-            ("expected_token", "1"),
-            ("csrf_token", &csrf_token()),
-        ]);
-        let a = call(&app, Method::POST, &uri, Who::Session("sam"), Some(xss)).await;
+        let a = app
+            .post_form(
+                &uri,
+                &[
+                    ("resolution", "failed"),
+                    ("reason", "<script>alert(1)</script>"),
+                    ("expected_token", "1"),
+                ],
+            )
+            .await;
         assert_eq!(a.status, StatusCode::OK);
         assert!(!a.body.contains("<script>alert"), "{}", a.body);
         assert!(
@@ -319,18 +263,12 @@ both_backends!(
                 .run(&call_, &f.client([Fault::Unavailable]))
                 .await
                 .unwrap_err();
-            gated_retry(&f, &call_).await
+            f.retry_with_gated_lookup(&call_).await
         };
-        let app = builtin_app(&db.store, Arc::new(f.clock.clone())).await;
-        let uri = format!("/keys/{key}/resolve");
-        let a = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("sam"),
-            Some(resolve_form("failed", "", 2, true)),
-        )
-        .await;
+        let app = TestApp::builtin_on(&db, &f.clock).await;
+        let a = app
+            .resolve(key.as_str(), "failed", "", 2, Step::Confirm)
+            .await;
         assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
         assert!(a.body.contains("A worker holds this key"), "{}", a.body);
         assert!(a.body.contains("is in flight until"), "{}", a.body);

@@ -1,35 +1,23 @@
 //! Resolve racing another person and a worker: one wins, the loser is refused cleanly, and
 //! the attempt log shows both.
 
-use super::{attempts, gated_retry, resolve_form, setup};
+use super::attempts;
 use crate::both_backends;
+use crate::support::app::{Step, TestApp};
 use crate::support::auth::*;
 use crate::support::fixture::{Fixture, refund};
 use crate::support::provider::Fault;
-use axum::http::{Method, StatusCode};
+use axum::http::StatusCode;
 use chrono::TimeDelta;
 use idemwatch::guard::{AttemptKind, GuardError, Status};
-use std::sync::Arc;
 
 both_backends!(
     async fn two_resolvers_at_once_one_wins_and_the_log_shows_both(db: TestDb) {
-        let (app, s) = setup(&db).await;
-        let uri = format!("/keys/{}/resolve", s.unknown);
+        let (app, s) = TestApp::builtin(&db).await;
+        let root = app.as_(Who::Session("root"));
         let (a, b) = tokio::join!(
-            call(
-                &app,
-                Method::POST,
-                &uri,
-                Who::Session("sam"),
-                Some(resolve_form("done", "rf_8XM1", 1, true))
-            ),
-            call(
-                &app,
-                Method::POST,
-                &uri,
-                Who::Session("root"),
-                Some(resolve_form("failed", "", 1, true))
-            ),
+            app.resolve(&s.unknown, "done", "rf_8XM1", 1, Step::Confirm),
+            root.resolve(&s.unknown, "failed", "", 1, Step::Confirm),
         );
         let mut statuses = [a.status, b.status];
         statuses.sort();
@@ -72,7 +60,7 @@ both_backends!(
 both_backends!(
     async fn a_resolver_racing_a_workers_reconcile_loses_cleanly(db: TestDb) {
         let f = Fixture::new(&db);
-        let app = builtin_app(&db.store, Arc::new(f.clock.clone())).await;
+        let app = TestApp::builtin_on(&db, &f.clock).await;
         let call_ = refund("A-31", 4500, "1");
         let key = call_.intent.key().unwrap();
         // The provider performed the refund; the answer was lost: UNKNOWN at token 1.
@@ -80,28 +68,17 @@ both_backends!(
             .run(&call_, &f.client([Fault::DropResponse]))
             .await
             .unwrap_err();
-        let uri = format!("/keys/{key}/resolve");
         // The person reviews at token 1 …
-        let review = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("sam"),
-            Some(resolve_form("failed", "", 1, false)),
-        )
-        .await;
+        let review = app
+            .resolve(key.as_str(), "failed", "", 1, Step::Review)
+            .await;
         assert_eq!(review.status, StatusCode::OK);
         // … a retry takes the key over (token 2) and is asking the provider …
-        let (task, gate) = gated_retry(&f, &call_).await;
+        let (task, gate) = f.retry_with_gated_lookup(&call_).await;
         // … and the person confirms what they saw.
-        let confirm = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("sam"),
-            Some(resolve_form("failed", "", 1, true)),
-        )
-        .await;
+        let confirm = app
+            .resolve(key.as_str(), "failed", "", 1, Step::Confirm)
+            .await;
         assert_eq!(confirm.status, StatusCode::CONFLICT, "{}", confirm.body);
         assert!(
             confirm.body.contains("A worker holds this key"),
@@ -132,7 +109,7 @@ both_backends!(
 both_backends!(
     async fn a_resolver_wins_against_a_worker_whose_lease_ran_out(db: TestDb) {
         let f = Fixture::new(&db);
-        let app = builtin_app(&db.store, Arc::new(f.clock.clone())).await;
+        let app = TestApp::builtin_on(&db, &f.clock).await;
         let call_ = refund("A-32", 4500, "1");
         let key = call_.intent.key().unwrap();
         f.guard
@@ -140,29 +117,16 @@ both_backends!(
             .await
             .unwrap_err();
         // A retry hangs in its provider lookup past its lease.
-        let (task, gate) = gated_retry(&f, &call_).await;
+        let (task, gate) = f.retry_with_gated_lookup(&call_).await;
         f.clock.advance(TimeDelta::minutes(5));
-        let uri = format!("/keys/{key}/resolve");
-        let page = call(
-            &app,
-            Method::GET,
-            &format!("/keys/{key}"),
-            Who::Session("sam"),
-            None,
-        )
-        .await;
+        let page = app.get(&format!("/keys/{key}")).await;
         assert!(
             page.body.contains("name=\"expected_token\" value=\"2\""),
             "the form carries the token seen"
         );
-        let confirm = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("sam"),
-            Some(resolve_form("failed", "", 2, true)),
-        )
-        .await;
+        let confirm = app
+            .resolve(key.as_str(), "failed", "", 2, Step::Confirm)
+            .await;
         assert_eq!(confirm.status, StatusCode::SEE_OTHER, "{}", confirm.body);
         gate.notify_one();
         let late = task.await.unwrap().unwrap_err();

@@ -9,7 +9,9 @@ use axum::http::{HeaderMap, Method, Request, StatusCode};
 use chrono::TimeDelta;
 use http_body_util::BodyExt;
 use idemwatch::auth::Authenticator;
-use idemwatch::guard::{GuardSettings, IdempotencyKey, ToolCall, ToolPolicies, ToolPolicy};
+use idemwatch::guard::{
+    GuardSettings, IdempotencyKey, Operation, ToolCall, ToolPolicies, ToolPolicy,
+};
 use idemwatch::web::{self, AppState};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -135,6 +137,27 @@ impl GuardApi {
 
     pub async fn key_state(&self, key: &IdempotencyKey, query: &str) -> Reply {
         self.http.key_state(key, query).await
+    }
+
+    /// A worker admits `call` (token 1) and reports the outcome unknown with `reason`
+    /// (a timeout, a 503, a crash): the key, now UNKNOWN.
+    pub async fn admit_then_unknown(&self, call: &ToolCall, reason: &str) -> IdempotencyKey {
+        let key = self.admit(call).await.key();
+        let s = self
+            .settle(&key, 1, json!({"outcome": "unknown", "reason": reason}))
+            .await;
+        assert_eq!(s.json["status"], "UNKNOWN", "{:?}", s.json);
+        key
+    }
+
+    /// The test worker calls the provider for `key` with `args`: the provider's result.
+    pub async fn execute(&self, key: &IdempotencyKey, args: &Value) -> Value {
+        self.f.client([]).execute(key, args).await.unwrap()
+    }
+
+    /// The test worker looks `key` up at the provider, which has it.
+    pub async fn found(&self, key: &IdempotencyKey) -> Value {
+        self.f.client([]).find_by_key(key).await.unwrap().unwrap()
     }
 }
 
