@@ -22,7 +22,7 @@ both_backends!(
         assert_eq!((seen.status, seen.fencing_token), (Status::Unknown, 1));
 
         // A worker's retry takes the key over and is looking it up at the provider.
-        let (task, gate) = f.retry_with_gated_lookup(&call).await;
+        let retry = f.retry_with_gated_lookup(&call).await;
         let request = ResolveRequest {
             resolution: Resolution::Failed,
             reason: "provider shows nothing".into(),
@@ -53,8 +53,7 @@ both_backends!(
             "{refused:?}"
         );
 
-        gate.notify_one();
-        let outcome = task.await.unwrap().unwrap();
+        let outcome = retry.finish().await.unwrap();
         assert!(outcome.replayed);
         assert_eq!(f.ledger.effects_for(key.as_str()), 1);
         assert_eq!(
@@ -85,7 +84,7 @@ both_backends!(
             "{e:?}"
         );
         // Retry hangs in lookup past its lease; the person resolves meanwhile.
-        let (task, gate) = f.retry_with_gated_lookup(&call).await;
+        let retry = f.retry_with_gated_lookup(&call).await;
         f.clock.advance(TimeDelta::minutes(5));
         let request = ResolveRequest {
             resolution: Resolution::Failed,
@@ -97,8 +96,7 @@ both_backends!(
         };
         let record = f.guard.resolve(&key, &request).await.unwrap();
         assert_eq!(record.status, Status::Failed);
-        gate.notify_one();
-        let e = task.await.unwrap().unwrap_err();
+        let e = retry.finish().await.unwrap_err();
         assert!(
             matches!(
                 e,

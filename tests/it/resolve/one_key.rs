@@ -258,7 +258,7 @@ both_backends!(
         let call_ = refund("A-77", 4500, "1");
         let key = call_.intent.key().unwrap();
         // A worker has claimed the key and holds the lease.
-        let (task, gate) = {
+        let retry = {
             f.guard
                 .run(&call_, &f.client([Fault::Unavailable]))
                 .await
@@ -272,7 +272,6 @@ both_backends!(
         assert_eq!(a.status, StatusCode::CONFLICT, "{}", a.body);
         assert!(a.body.contains("A worker holds this key"), "{}", a.body);
         assert!(a.body.contains("is in flight until"), "{}", a.body);
-        gate.notify_one();
-        task.await.unwrap().unwrap();
+        retry.finish().await.unwrap();
     }
 );

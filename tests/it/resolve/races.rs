@@ -74,7 +74,7 @@ both_backends!(
             .await;
         assert_eq!(review.status, StatusCode::OK);
         // … a retry takes the key over (token 2) and is asking the provider …
-        let (task, gate) = f.retry_with_gated_lookup(&call_).await;
+        let retry = f.retry_with_gated_lookup(&call_).await;
         // … and the person confirms what they saw.
         let confirm = app
             .resolve(key.as_str(), "failed", "", 1, Step::Confirm)
@@ -85,9 +85,8 @@ both_backends!(
             "{}",
             confirm.body
         );
-        gate.notify_one();
         assert!(
-            task.await.unwrap().unwrap().replayed,
+            retry.finish().await.unwrap().replayed,
             "the worker found the refund"
         );
         assert_eq!(f.ledger.effects_for(key.as_str()), 1);
@@ -117,7 +116,7 @@ both_backends!(
             .await
             .unwrap_err();
         // A retry hangs in its provider lookup past its lease.
-        let (task, gate) = f.retry_with_gated_lookup(&call_).await;
+        let retry = f.retry_with_gated_lookup(&call_).await;
         f.clock.advance(TimeDelta::minutes(5));
         let page = app.get(&format!("/keys/{key}")).await;
         assert!(
@@ -128,8 +127,7 @@ both_backends!(
             .resolve(key.as_str(), "failed", "", 2, Step::Confirm)
             .await;
         assert_eq!(confirm.status, StatusCode::SEE_OTHER, "{}", confirm.body);
-        gate.notify_one();
-        let late = task.await.unwrap().unwrap_err();
+        let late = retry.finish().await.unwrap_err();
         assert!(matches!(late, GuardError::LeaseLost { .. }), "{late:?}");
         use AttemptKind::*;
         assert_eq!(

@@ -80,17 +80,11 @@ impl Fixture {
         assert!(task.await.unwrap_err().is_cancelled());
     }
 
-    /// Starts a retry of `call` whose provider lookup waits for the returned gate;
-    /// returns once the retry has taken the key over. Its deadline is long (30 s, not
+    /// Starts a retry of `call` whose provider lookup waits until
+    /// [`GatedRetry::finish`]; returns once the retry has taken the key over. Its deadline is long (30 s, not
     /// [`DEADLINE`]): what a test does while the gate is shut (HTTP steps, a person's
     /// resolve through PgBouncer) may take more than 100 ms on a busy machine.
-    pub async fn retry_with_gated_lookup(
-        &self,
-        call: &ToolCall,
-    ) -> (
-        tokio::task::JoinHandle<Result<idemwatch::guard::Outcome, GuardError>>,
-        Arc<tokio::sync::Notify>,
-    ) {
+    pub async fn retry_with_gated_lookup(&self, call: &ToolCall) -> GatedRetry {
         let worker = Client::new(&self.ledger, Duration::from_secs(30), [Fault::LookupGated]);
         let gate = worker.gate.clone();
         let (guard, c) = (self.guard.clone(), call.clone());
@@ -99,11 +93,25 @@ impl Fixture {
         while self.status(key.as_str()).await != Status::InProgress {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        (task, gate)
+        GatedRetry { task, gate }
     }
 
     pub async fn status(&self, key: &str) -> Status {
         self.store.record(key).await.unwrap().unwrap().status
+    }
+}
+
+/// A retry waiting in its provider lookup ([`Fixture::retry_with_gated_lookup`]).
+pub struct GatedRetry {
+    task: tokio::task::JoinHandle<Result<Outcome, GuardError>>,
+    gate: Arc<tokio::sync::Notify>,
+}
+
+impl GatedRetry {
+    /// Opens the gate: the lookup answers and the retry runs to its end.
+    pub async fn finish(self) -> Result<Outcome, GuardError> {
+        self.gate.notify_one();
+        self.task.await.unwrap()
     }
 }
 

@@ -113,32 +113,6 @@ impl GuardApi {
         }
     }
 
-    pub async fn raw(
-        &self,
-        method: Method,
-        uri: &str,
-        content_type: Option<&str>,
-        body: &str,
-    ) -> Reply {
-        self.http.raw(method, uri, content_type, body).await
-    }
-
-    pub async fn admit(&self, call: &ToolCall) -> Reply {
-        self.http.admit(call).await
-    }
-
-    pub async fn settle(&self, key: &IdempotencyKey, token: i64, outcome: Value) -> Reply {
-        self.http.settle(key, token, outcome).await
-    }
-
-    pub async fn reconcile(&self, key: &IdempotencyKey, token: i64, lookup: Value) -> Reply {
-        self.http.reconcile(key, token, lookup).await
-    }
-
-    pub async fn key_state(&self, key: &IdempotencyKey, query: &str) -> Reply {
-        self.http.key_state(key, query).await
-    }
-
     /// A worker admits `call` (token 1) and reports the outcome unknown with `reason`
     /// (a timeout, a 503, a crash): the key, now UNKNOWN.
     pub async fn admit_then_unknown(&self, call: &ToolCall, reason: &str) -> IdempotencyKey {
@@ -158,6 +132,15 @@ impl GuardApi {
     /// The test worker looks `key` up at the provider, which has it.
     pub async fn found(&self, key: &IdempotencyKey) -> Value {
         self.f.client([]).find_by_key(key).await.unwrap().unwrap()
+    }
+}
+
+/// The guard calls ([`Http`]) as the local admin: `api.admit(…)`, `api.settle(…)`.
+impl std::ops::Deref for GuardApi {
+    type Target = Http;
+
+    fn deref(&self) -> &Http {
+        &self.http
     }
 }
 

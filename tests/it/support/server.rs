@@ -2,6 +2,7 @@
 //! tests, and a minimal HTTP/1.1 GET over a plain TCP stream.
 
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -60,6 +61,18 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Writes a tools file for `serve --tools-file` into `dir`: `issue_refund` with a 24 h
+/// key retention, a 1 s call timeout and `reason` as free text. Returns its path.
+pub fn refund_tools_file(dir: &Path) -> PathBuf {
+    let tools = dir.join("tools.toml");
+    std::fs::write(
+        &tools,
+        "[tools.issue_refund]\nkey_retention = \"24h\"\ncall_timeout = \"1s\"\nfree_text_fields = [\"reason\"]\n",
+    )
+    .unwrap();
+    tools
 }
 
 /// GET `path` from `addr`; returns the status code and the body.
