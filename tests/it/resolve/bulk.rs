@@ -1,7 +1,7 @@
 //! Bulk resolve: what it will do, which keys were refused, and a filter taken exactly and
 //! capped.
 
-use super::{attempts, kinds};
+use super::{attempts, kinds, token_of};
 use crate::both_backends;
 use crate::support::app::TestApp;
 use axum::http::StatusCode;
@@ -11,13 +11,7 @@ both_backends!(
     async fn bulk_resolve_lists_what_it_will_do_and_which_keys_were_refused(db: TestDb) {
         let (app, s) = TestApp::builtin(&db).await;
         let unknown = format!("{}.1", s.unknown);
-        let escalated_token = db
-            .store
-            .record(&s.escalated)
-            .await
-            .unwrap()
-            .unwrap()
-            .fencing_token;
+        let escalated_token = token_of(&db.store, &s.escalated).await;
         let escalated = format!("{}.{escalated_token}", s.escalated);
         let expired = format!("{}.1", s.expired);
         let selected = |confirm: bool| {

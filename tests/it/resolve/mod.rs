@@ -17,3 +17,8 @@ pub(super) async fn attempts(store: &Store, key: &str) -> Vec<Attempt> {
 pub(super) async fn kinds(store: &Store, key: &str) -> Vec<AttemptKind> {
     attempts(store, key).await.iter().map(|a| a.kind).collect()
 }
+
+/// The key's fencing token now: what a person's view of it carries.
+pub(super) async fn token_of(store: &Store, key: &str) -> i64 {
+    store.record(key).await.unwrap().unwrap().fencing_token
+}

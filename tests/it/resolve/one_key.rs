@@ -2,7 +2,7 @@
 //! timeline, a moved token, a release the provider's retention forbids, bad input, and a
 //! key a worker holds.
 
-use super::{attempts, kinds};
+use super::{attempts, kinds, token_of};
 use crate::both_backends;
 use crate::support::app::{Step, TestApp};
 use crate::support::auth::*;
@@ -149,13 +149,7 @@ both_backends!(
 both_backends!(
     async fn release_is_refused_once_the_provider_forgot_the_key(db: TestDb) {
         let (app, s) = TestApp::builtin(&db).await;
-        let token = db
-            .store
-            .record(&s.escalated)
-            .await
-            .unwrap()
-            .unwrap()
-            .fencing_token;
+        let token = token_of(&db.store, &s.escalated).await;
         for step in [Step::Review, Step::Confirm] {
             let a = app.resolve(&s.escalated, "release", "", token, step).await;
             assert_eq!(a.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", a.body);
