@@ -21,7 +21,6 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tower::ServiceExt;
 
 /// Label set of one series, sorted by label name.
 pub type Labels = BTreeMap<String, String>;
