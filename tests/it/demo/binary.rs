@@ -1,15 +1,9 @@
 //! The real `idemwatch demo` binary over HTTP.
 
+use crate::support::server::free_port;
 use crate::support::server::get;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idemwatch_demo_serves_stats_while_it_runs_and_ends_with_no_duplicates() {

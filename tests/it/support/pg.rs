@@ -3,6 +3,7 @@
 //! port (as the `postgres` user when we run as root), stopped and removed when the
 //! test process exits.
 
+use crate::support::server::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -75,13 +76,6 @@ pub fn pg_command(bin: &Path, args: &[&str], as_postgres: bool) -> Command {
         c.args(args);
         c
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free loopback port")
 }
 
 fn start_cluster() -> Result<String, String> {
