@@ -3,7 +3,6 @@
 //! port (as the `postgres` user when we run as root), stopped and removed when the
 //! test process exits.
 
-use crate::support::server::free_port;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -175,4 +174,13 @@ pub fn watchdog(bin: &Path, data: &str, dir: &Path, as_postgres: bool) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn();
+}
+
+/// Its own copy, not `server::free_port`: the benches include this file alone
+/// (`benches/bench`), without the rest of `support`.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
 }
