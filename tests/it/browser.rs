@@ -6,6 +6,7 @@
 //! Without Chromium the test fails under `CI=true` and skips loudly elsewhere.
 
 use crate::support::pg::required;
+use crate::support::server::free_port;
 use crate::support::webdriver::chromium;
 use crate::ui_seed::{Seeded, seed};
 use chrono::Utc;
@@ -29,13 +30,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 /// Status line and body of a plain HTTP/1.0 GET, or None if nothing answers.

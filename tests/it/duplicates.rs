@@ -4,9 +4,11 @@
 //! (intended with a reason, or confirmed) with a `duplicate_reviewed` attempt.
 
 use crate::both_backends;
+use crate::metrics::{catch_up_all, ids_now};
+use crate::support::app::TestApp;
 use crate::support::auth::*;
 use crate::support::fixture::{Fixture, refund};
-use axum::http::{Method, StatusCode};
+use axum::http::StatusCode;
 use chrono::TimeDelta;
 use idemwatch::guard::{
     AttemptKind, DuplicateReview, DuplicateVerdict, GuardError, IdempotencyKey, ToolCall,
@@ -168,6 +170,7 @@ both_backends!(
             },
         );
         tailer.poll(&db.store).await.unwrap();
+        let before = ids_now(&db.store).await;
         let first = refund("D-4", 4500, "1");
         for n in 0..3 {
             f.guard
@@ -175,7 +178,8 @@ both_backends!(
                 .await
                 .unwrap();
         }
-        tailer.catch_up(&db.store).await.unwrap();
+        // PostgreSQL may hold the tail back for a moment: read every row first.
+        catch_up_all(&mut tailer, &db.store, &metrics, &before).await;
         let counted = metrics
             .families()
             .idempotency_suspected_duplicates_total
@@ -193,87 +197,63 @@ both_backends!(
 both_backends!(
     async fn a_resolver_reviews_a_pair_on_its_page_and_both_keys_show_it(db: TestDb) {
         let f = Fixture::new(&db);
-        let app = builtin_app(&db.store, Arc::new(f.clock.clone())).await;
+        let app = TestApp::builtin_on(&db, &f.clock).await;
         let first = refund("D-5", 4500, "1");
         let second = replanned(&first, 1);
         f.guard.run(&first, &f.client([])).await.unwrap();
         f.guard.run(&second, &f.client([])).await.unwrap();
         let (k1, k2) = (key(&first), key(&second));
 
-        let other_tool = call(
-            &app,
-            Method::GET,
-            "/duplicates?tool=send_sms",
-            Who::Session("vic"),
-            None,
-        )
-        .await;
+        let other_tool = app
+            .as_(Who::Session("vic"))
+            .get("/duplicates?tool=send_sms")
+            .await;
         assert!(
             other_tool.body.contains("No open suspected duplicates"),
             "{}",
             other_tool.body
         );
-        let page = call(
-            &app,
-            Method::GET,
-            "/duplicates?tool=issue_refund",
-            Who::Session("vic"),
-            None,
-        )
-        .await;
+        let page = app
+            .as_(Who::Session("vic"))
+            .get("/duplicates?tool=issue_refund")
+            .await;
         assert_eq!(page.status, StatusCode::OK);
         assert!(page.body.contains(&format!("/keys/{k2}")), "{}", page.body);
         assert!(page.body.contains(&format!("/keys/{k1}")));
         assert!(page.body.contains("needs the resolver role"));
         for k in [&k1, &k2] {
-            let key_page = call(
-                &app,
-                Method::GET,
-                &format!("/keys/{k}"),
-                Who::Session("sam"),
-                None,
-            )
-            .await;
+            let key_page = app.get(&format!("/keys/{k}")).await;
             assert!(key_page.body.contains("Suspected duplicate"), "{k}");
             assert!(key_page.body.contains(&format!("/duplicates/{k2}/review")));
         }
 
         let uri = format!("/duplicates/{k2}/review");
-        let body = |csrf: &str, verdict: &str| {
-            form(&[
+        let review = |verdict| {
+            [
                 ("other_key", k1.as_str()),
                 ("verdict", verdict),
                 ("reason", ""),
-                ("csrf_token", csrf),
-            ])
+            ]
         };
         // A viewer may not; a form without the CSRF token is refused; a bad verdict is named.
-        let r = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("vic"),
-            Some(body(&csrf_token(), "confirmed")),
-        )
-        .await;
+        let r = app
+            .as_(Who::Session("vic"))
+            .post_form(&uri, &review("confirmed"))
+            .await;
         assert_eq!(r.status, StatusCode::FORBIDDEN);
-        let r = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("sam"),
-            Some(body("forged", "confirmed")),
-        )
-        .await;
+        let r = app
+            .post_form(
+                &uri,
+                &[
+                    ("other_key", k1.as_str()),
+                    ("verdict", "confirmed"),
+                    ("reason", ""),
+                    ("csrf_token", "forged"),
+                ],
+            )
+            .await;
         assert_eq!(r.status, StatusCode::FORBIDDEN);
-        let r = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("sam"),
-            Some(body(&csrf_token(), "maybe")),
-        )
-        .await;
+        let r = app.post_form(&uri, &review("maybe")).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST);
         assert!(r.body.contains("verdict"), "{}", r.body);
         assert!(
@@ -285,14 +265,7 @@ both_backends!(
                 .is_open()
         );
 
-        let r = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("sam"),
-            Some(body(&csrf_token(), "confirmed")),
-        )
-        .await;
+        let r = app.post_form(&uri, &review("confirmed")).await;
         assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
         assert_eq!(r.location(), format!("/keys/{k2}#duplicates"));
         let pair = f.store.suspected_pair(k2.as_str()).await.unwrap().unwrap();
@@ -303,14 +276,7 @@ both_backends!(
             (AttemptKind::DuplicateReviewed, "sam")
         );
         // The confirmed pair tells the resolver what to do at the provider.
-        let key_page = call(
-            &app,
-            Method::GET,
-            &format!("/keys/{k2}"),
-            Who::Session("sam"),
-            None,
-        )
-        .await;
+        let key_page = app.get(&format!("/keys/{k2}")).await;
         assert!(
             key_page
                 .body
@@ -318,17 +284,10 @@ both_backends!(
             "{}",
             key_page.body
         );
-        let page = call(&app, Method::GET, "/duplicates", Who::Session("sam"), None).await;
+        let page = app.get("/duplicates").await;
         assert!(page.body.contains("No open suspected duplicates"));
         // Reviewing it again: refused (422), nothing written.
-        let r = call(
-            &app,
-            Method::POST,
-            &uri,
-            Who::Session("sam"),
-            Some(body(&csrf_token(), "confirmed")),
-        )
-        .await;
+        let r = app.post_form(&uri, &review("confirmed")).await;
         assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", r.body);
     }
 );

@@ -45,12 +45,7 @@ both_backends!(
             "the server derives the same key"
         );
 
-        let result = api
-            .f
-            .client([])
-            .execute(&key, &d.json["args"])
-            .await
-            .unwrap();
+        let result = api.execute(&key, &d.json["args"]).await;
         let s = api
             .settle(
                 &key,
@@ -185,7 +180,7 @@ both_backends!(
         assert_eq!(r.json["previous_status"], "UNKNOWN");
         assert_eq!(r.json["resend_allowed"], true);
         assert!(r.json["resend_safe_until"].is_string());
-        let found = api.f.client([]).find_by_key(&key).await.unwrap().unwrap();
+        let found = api.found(&key).await;
         let rep = api
             .reconcile(&key, 2, json!({"lookup": "found", "result": found}))
             .await;
@@ -209,13 +204,7 @@ both_backends!(
     async fn not_found_while_the_provider_remembers_the_key_is_a_resend(db: TestDb) {
         let api = GuardApi::new(&db);
         let call = refund("A-6", 4500, "1");
-        let key = api.admit(&call).await.key();
-        api.settle(
-            &key,
-            1,
-            json!({"outcome": "unknown", "reason": "503 from provider"}),
-        )
-        .await;
+        let key = api.admit_then_unknown(&call, "503 from provider").await;
         let r = api.admit(&call).await;
         let rep = api
             .reconcile(
@@ -227,12 +216,7 @@ both_backends!(
         assert_eq!(rep.json["decision"], "execute", "{:?}", rep.json);
         assert_eq!(rep.token(), 2);
         assert_eq!(rep.json["args"], json!({"order": "A-6", "amount_p": 4500}));
-        let result = api
-            .f
-            .client([])
-            .execute(&key, &rep.json["args"])
-            .await
-            .unwrap();
+        let result = api.execute(&key, &rep.json["args"]).await;
         let s = api
             .settle(&key, 2, json!({"outcome": "done", "result": result}))
             .await;
@@ -255,13 +239,7 @@ both_backends!(
     async fn not_found_after_the_provider_forgot_the_key_needs_a_person(db: TestDb) {
         let api = GuardApi::new(&db);
         let call = refund("A-7", 4500, "1");
-        let key = api.admit(&call).await.key();
-        api.settle(
-            &key,
-            1,
-            json!({"outcome": "unknown", "reason": "worker crashed"}),
-        )
-        .await;
+        let key = api.admit_then_unknown(&call, "worker crashed").await;
         api.f.clock.advance(TimeDelta::hours(25));
         let r = api.admit(&call).await;
         assert_eq!(r.json["resend_allowed"], false);
@@ -292,13 +270,7 @@ both_backends!(
     async fn a_failed_lookup_leaves_the_key_unknown(db: TestDb) {
         let api = GuardApi::new(&db);
         let call = refund("A-8", 4500, "1");
-        let key = api.admit(&call).await.key();
-        api.settle(
-            &key,
-            1,
-            json!({"outcome": "unknown", "reason": "timeout after 10 s"}),
-        )
-        .await;
+        let key = api.admit_then_unknown(&call, "timeout after 10 s").await;
         let r = api.admit(&call).await;
         let rep = api
             .reconcile(
@@ -356,11 +328,7 @@ both_backends!(
         let call = refund("A-10", 4500, "1");
         let d = api.admit(&call).await;
         let key = d.key();
-        api.f
-            .client([])
-            .execute(&key, &d.json["args"])
-            .await
-            .unwrap();
+        api.execute(&key, &d.json["args"]).await;
         api.f.clock.advance(past_lease());
         // Rust worker: takes over, finds the effect, replays it.
         let out = api.f.guard.run(&call, &api.f.client([])).await.unwrap();
@@ -374,7 +342,7 @@ both_backends!(
         api.f.clock.advance(past_lease());
         let r = api.admit(&call).await;
         assert_eq!(r.json["decision"], "reconcile");
-        let found = api.f.client([]).find_by_key(&key).await.unwrap().unwrap();
+        let found = api.found(&key).await;
         let rep = api
             .reconcile(&key, r.token(), json!({"lookup": "found", "result": found}))
             .await;

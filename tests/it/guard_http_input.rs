@@ -115,9 +115,7 @@ both_backends!(
 async fn escalated(db: &TestDb) -> (GuardApi, idemwatch::guard::IdempotencyKey, i64) {
     let api = GuardApi::new(db);
     let call = refund("A-2", 4500, "1");
-    let key = api.admit(&call).await.key();
-    api.settle(&key, 1, json!({"outcome": "unknown", "reason": "timeout"}))
-        .await;
+    let key = api.admit_then_unknown(&call, "timeout").await;
     api.f.clock.advance(TimeDelta::hours(25));
     let r = api.admit(&call).await;
     let e = api

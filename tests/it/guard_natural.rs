@@ -5,7 +5,7 @@
 
 use crate::both_backends;
 use crate::support::effects::Effects;
-use crate::support::fixture::{Fixture, refund};
+use crate::support::fixture::{Fixture, assert_one_fresh, refund};
 use crate::support::guard_api::{GuardApi, tools};
 use crate::support::provider::{Client, Fault, ProviderError};
 use axum::http::StatusCode;
@@ -126,17 +126,7 @@ both_backends!(
             set.spawn(async move { guard.run(&c, &op).await });
         }
         let results = set.join_all().await;
-        let fresh = results
-            .iter()
-            .filter(|r| matches!(r, Ok(o) if !o.replayed))
-            .count();
-        assert_eq!(fresh, 1, "{results:?}");
-        for r in &results {
-            assert!(
-                matches!(r, Ok(_) | Err(GuardError::InFlight { .. })),
-                "losers get 409 or the replay: {r:?}"
-            );
-        }
+        assert_one_fresh(&results);
         assert_eq!(f.ledger.effects().len(), 1, "one effect for one invoice");
         // Exactly one of the two keys holds the natural key and has a record.
         let (k1, k2) = (first.intent.key().unwrap(), second.intent.key().unwrap());

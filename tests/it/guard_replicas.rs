@@ -7,7 +7,7 @@
 
 use crate::support::TestDb;
 use crate::support::effects::Effects;
-use crate::support::server::Server;
+use crate::support::server::{Server, refund_tools_file};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -121,16 +121,7 @@ impl World {
                 (200, "replay") => return d["result"].clone(),
                 (200, "execute") => self.execute(intent, &d, worker).await,
                 (200, "reconcile") => {
-                    let key = d["key"].as_str().unwrap();
-                    let lookup = match self.provider.lookup(key) {
-                        Some(found) => json!({"lookup": "found", "result": found}),
-                        None => json!({"lookup": "not_found"}),
-                    };
-                    let mut body =
-                        json!({"key": key, "fencing_token": d["fencing_token"], "worker": worker});
-                    body.as_object_mut()
-                        .unwrap()
-                        .extend(lookup.as_object().unwrap().clone());
+                    let body = self.provider.reconcile_request(&d, worker);
                     let (status, r) = self.call("reconcile", &body).await;
                     match (status, r["decision"].as_str().unwrap_or_default()) {
                         (200, "replay") => return r["result"].clone(),
@@ -155,12 +146,7 @@ async fn two_replicas_on_one_database_perform_each_intent_exactly_once() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let tools = dir.path().join("tools.toml");
-    std::fs::write(
-        &tools,
-        "[tools.issue_refund]\nkey_retention = \"24h\"\ncall_timeout = \"1s\"\nfree_text_fields = [\"reason\"]\n",
-    )
-    .unwrap();
+    let tools = refund_tools_file(dir.path());
     let args = [
         "--tools-file",
         tools.to_str().unwrap(),

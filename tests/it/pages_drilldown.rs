@@ -2,7 +2,7 @@
 //! (`outcome=…`, `attempt_kind=…`), as the Grafana data links and alert links open them.
 
 use crate::both_backends;
-use crate::support::app::{get, linked_keys, next_link, setup};
+use crate::support::app::{TestApp, linked_keys, next_link};
 use axum::http::StatusCode;
 use chrono::TimeDelta;
 use idemwatch::guard::rfc3339;
@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 
 both_backends!(
     async fn outcomes_and_attempt_kinds_select_the_keys_they_happened_to(db: TestDb) {
-        let (app, s) = setup(&db).await;
+        let (app, s) = TestApp::open(&db).await;
         let at = |minutes_before: i64| rfc3339(s.end - TimeDelta::minutes(minutes_before));
         // Between the first claim (end−170 min) and its replay (end−169 min).
         let after_first_claim = rfc3339(s.end - TimeDelta::seconds(170 * 60 - 30));
@@ -71,14 +71,14 @@ both_backends!(
             (format!("to={after_first_claim}"), set(&[])),
         ];
         for (query, want) in cases {
-            let p = get(&app, &format!("/keys?{query}")).await;
+            let p = app.get(&format!("/keys?{query}")).await;
             assert_eq!(p.status, StatusCode::OK, "{query}: {}", p.body);
             let got: BTreeSet<String> = linked_keys(&p.body).into_iter().collect();
             assert_eq!(got, want, "{query}");
         }
 
         // The filter shows in the form, as a chip, and in the sentence over the list.
-        let p = get(&app, "/keys?outcome=conflict&from=now-1d").await;
+        let p = app.get("/keys?outcome=conflict&from=now-1d").await;
         assert!(
             p.body
                 .contains("name=\"outcome\" type=\"text\" value=\"conflict\""),
@@ -108,29 +108,22 @@ both_backends!(
 
 both_backends!(
     async fn a_drill_down_pages_within_its_filter(db: TestDb) {
-        let (app, s) = setup(&db).await;
-        let mut uri = Some("/keys?outcome=new&limit=3".to_string());
-        let mut seen = Vec::new();
-        let mut pages = 0;
-        while let Some(u) = uri {
-            assert!(pages < 5, "too many pages: {u}");
-            let p = get(&app, &u).await;
-            assert_eq!(p.status, StatusCode::OK, "{u}");
-            seen.extend(linked_keys(&p.body));
-            uri = next_link(&p.body);
-            if let Some(next) = &uri {
-                assert!(
-                    next.starts_with("/keys?outcome=new&limit=3&after="),
-                    "{next}"
-                );
-            }
-            pages += 1;
-        }
-        assert_eq!(pages, 3);
+        let (app, s) = TestApp::open(&db).await;
+        let pages = app
+            .keys_page_by_page(
+                "/keys?outcome=new&limit=3",
+                "/keys?outcome=new&limit=3&after=",
+                5,
+            )
+            .await;
+        assert_eq!(pages.len(), 3);
+        let seen = pages.concat();
         // Every key was claimed once: all of them, newest activity first.
         assert_eq!(seen, s.newest_first());
         // A comma list survives the round trip through the link, encoded.
-        let p = get(&app, "/keys?attempt_kind=claimed,escalated&limit=1").await;
+        let p = app
+            .get("/keys?attempt_kind=claimed,escalated&limit=1")
+            .await;
         let next = next_link(&p.body).expect("a second page");
         assert!(
             next.starts_with("/keys?attempt_kind=claimed%2Cescalated&limit=1&after="),
@@ -141,7 +134,7 @@ both_backends!(
 
 both_backends!(
     async fn a_bad_attempt_filter_is_a_400_naming_the_field(db: TestDb) {
-        let (app, _s) = setup(&db).await;
+        let (app, _s) = TestApp::open(&db).await;
         let cases = [
             (
                 "/keys?attempt_kind=mismatch",
@@ -161,7 +154,7 @@ both_backends!(
             ),
         ];
         for (uri, text) in cases {
-            let p = get(&app, uri).await;
+            let p = app.get(uri).await;
             assert_eq!(p.status, StatusCode::BAD_REQUEST, "{uri}: {}", p.body);
             assert!(p.body.contains(text), "{uri}: want {text:?} in {}", p.body);
         }
@@ -212,7 +205,7 @@ fn alert_links() -> Vec<String> {
 
 both_backends!(
     async fn every_grafana_and_alert_link_opens_the_keys_behind_it(db: TestDb) {
-        let (app, s) = setup(&db).await;
+        let (app, s) = TestApp::open(&db).await;
         let window = |url: &str, tool: &str| {
             url.replace("${idemwatch_url}", "")
                 .replace("${__field.labels.tool:percentencode}", tool)
@@ -247,7 +240,7 @@ both_backends!(
             for outcome in idemwatch::guard::AdmissionOutcome::ALL {
                 let uri = window(url, "send%20sms")
                     .replace("${__field.labels.outcome}", outcome.as_str());
-                let p = get(&app, &uri).await;
+                let p = app.get(&uri).await;
                 assert_eq!(p.status, StatusCode::OK, "{title}: {uri}: {}", p.body);
             }
         }
@@ -261,7 +254,7 @@ both_backends!(
                 .nth(nth)
                 .unwrap_or_else(|| panic!("no link {nth} on {title}"));
             let uri = window(url, tool).replace("${__field.labels.outcome}", "replay");
-            linked_keys(&get(&app, &uri).await.body)
+            linked_keys(&app.get(&uri).await.body)
                 .into_iter()
                 .collect::<BTreeSet<_>>()
         };
@@ -315,7 +308,7 @@ both_backends!(
                 .strip_prefix("{{ $externalLabels.idemwatch_url }}")
                 .unwrap_or_else(|| panic!("{link}: not under the idemwatch_url label"))
                 .replace("{{ $labels.tool | urlquery }}", "issue_refund");
-            let p = get(&app, &path.replace("now-1h", "now-4h")).await;
+            let p = app.get(&path.replace("now-1h", "now-4h")).await;
             assert_eq!(p.status, StatusCode::OK, "{path}: {}", p.body);
             let keys: BTreeSet<String> = linked_keys(&p.body).into_iter().collect();
             if path.contains("outcome=conflict") {
@@ -324,10 +317,10 @@ both_backends!(
                 assert_eq!(keys, set(&[&s.replayed]), "{path}");
             }
         }
-        let p = get(&app, "/backlog?tool=send+sms").await;
+        let p = app.get("/backlog?tool=send+sms").await;
         assert_eq!(p.status, StatusCode::OK);
         // The alerts' runbook is served by idemwatch, one section per alert.
-        let p = get(&app, "/runbook").await;
+        let p = app.get("/runbook").await;
         assert_eq!(p.status, StatusCode::OK);
         assert!(
             p.body.contains("id=\"idempotencyreplayspike\""),

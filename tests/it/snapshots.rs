@@ -6,28 +6,19 @@
 //! under CI=true a mismatch fails and nothing is written.
 
 use crate::both_backends;
-use crate::metrics::{ids_now, scrape};
-use crate::support::TestDb;
-use crate::support::app::get;
-use crate::ui_seed::{Seeded, seed};
+use crate::metrics::{catch_up_all, ids_now, scrape};
+use crate::support::app::TestApp;
+use crate::ui_seed::seed;
 use chrono::{DateTime, Utc};
 use idemwatch::metrics::{Metrics, backlog};
 use idemwatch::tail::{TailSettings, Tailer};
-use idemwatch::web::{self, AppState};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 /// The seed ends here: every time, hash and token in the snapshots follows from it.
 fn end() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-11-29T14:02:11Z")
         .unwrap()
         .to_utc()
-}
-
-async fn seeded(db: &TestDb) -> (axum::Router, Seeded) {
-    let s = seed(&db.store, end(), 0).await;
-    let state = AppState::new(db.store.clone()).with_clock(Arc::new(s.clock.clone()));
-    (web::app(state), s)
 }
 
 /// Values the seed does not fix: provider call durations (measured on the real
@@ -86,16 +77,11 @@ both_backends!(
         let metrics = Arc::new(Metrics::default());
         let mut tailer = Tailer::new(metrics.clone(), TailSettings::default());
         tailer.poll(store).await.unwrap();
-        assert!(ids_now(store).await.is_empty());
+        let before = ids_now(store).await;
+        assert!(before.is_empty());
         let s = seed(store, end(), 0).await;
         // Every row counted once (PostgreSQL may hold the tail back for a moment).
-        let rows = ids_now(store).await.len() as u64;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while metrics.families().idemwatch_tail_events_total.get() < rows {
-            assert!(Instant::now() < deadline, "the tail did not catch up");
-            tailer.catch_up(store).await.unwrap();
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        catch_up_all(&mut tailer, store, &metrics, &before).await;
         backlog::refresh(store, &metrics, s.end).await.unwrap();
         let text = scrape(store, &metrics).await.text;
         settings().bind(|| insta::assert_snapshot!("metrics", text));
@@ -104,11 +90,11 @@ both_backends!(
 
 both_backends!(
     async fn the_csv_and_ndjson_exports_of_the_seeded_keys(db: TestDb) {
-        let (app, _s) = seeded(&db).await;
+        let (app, _s) = TestApp::open_at(&db, end()).await;
         let until = "until=2026-11-29T14:02:12Z";
-        let csv = get(&app, &format!("/export/attempts.csv?{until}")).await;
+        let csv = app.export("csv", until).await;
         assert_eq!(csv.status, 200, "{}", csv.body);
-        let ndjson = get(&app, &format!("/export/attempts.ndjson?{until}")).await;
+        let ndjson = app.export("ndjson", until).await;
         assert_eq!(ndjson.status, 200, "{}", ndjson.body);
         settings().bind(|| {
             insta::assert_snapshot!("export_csv", untimed_csv(&csv.body));
@@ -119,8 +105,8 @@ both_backends!(
 
 both_backends!(
     async fn the_timeline_of_an_escalated_key(db: TestDb) {
-        let (app, s) = seeded(&db).await;
-        let page = get(&app, &format!("/keys/{}", s.escalated)).await;
+        let (app, s) = TestApp::open_at(&db, end()).await;
+        let page = app.get(&format!("/keys/{}", s.escalated)).await;
         assert_eq!(page.status, 200, "{}", page.body);
         let start = page
             .body

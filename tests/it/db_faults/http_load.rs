@@ -135,15 +135,7 @@ impl World {
             "execute" => self.execute(&d, worker).await,
             "reconcile" => {
                 let key = d["key"].as_str().unwrap();
-                let lookup = match self.provider.lookup(key) {
-                    Some(found) => json!({"lookup": "found", "result": found}),
-                    None => json!({"lookup": "not_found"}),
-                };
-                let mut body =
-                    json!({"key": key, "fencing_token": d["fencing_token"], "worker": worker});
-                body.as_object_mut()
-                    .unwrap()
-                    .extend(lookup.as_object().unwrap().clone());
+                let body = self.provider.reconcile_request(&d, worker);
                 let answer = post(&self.addr, "reconcile", &body).await;
                 match &answer {
                     Ok((200, r)) if r["decision"] == "replay" => {

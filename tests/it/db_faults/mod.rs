@@ -15,7 +15,7 @@ mod replica;
 mod sqlite;
 
 use crate::support::pg;
-use crate::support::server::{Server, get};
+use crate::support::server::{Server, get, refund_tools_file};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -56,40 +56,32 @@ pub fn assert_verifies(url: &str) {
 /// `idemwatch serve` on `url` with a quick tailer and backlog refresher, so that the
 /// outside view (`/readyz`, `idemwatch_db_up`) follows the database closely.
 pub async fn watching_serve(url: &str) -> Server {
-    let args = [
-        "--tail-poll-interval",
-        "200ms",
-        "--backlog-refresh-interval",
-        "1s",
-        "--prune-interval",
-        "0",
-    ];
-    Server::start("serve", url, &args).await
+    Server::start("serve", url, &WATCHING).await
 }
+
+/// The flags of [`watching_serve`].
+const WATCHING: [&str; 6] = [
+    "--tail-poll-interval",
+    "200ms",
+    "--backlog-refresh-interval",
+    "1s",
+    "--prune-interval",
+    "0",
+];
 
 /// [`watching_serve`] that also guards over HTTP: `issue_refund` in a tools file (call
 /// timeout 1 s) and a lease margin of 2 s, so a lease cut off by the database runs out
 /// soon after the recovery. Keep the directory until the server is dropped.
 pub async fn watching_guard_serve(url: &str) -> (Server, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
-    let tools = dir.path().join("tools.toml");
-    std::fs::write(
-        &tools,
-        "[tools.issue_refund]\nkey_retention = \"24h\"\ncall_timeout = \"1s\"\nfree_text_fields = [\"reason\"]\n",
-    )
-    .unwrap();
-    let args = [
-        "--tail-poll-interval",
-        "200ms",
-        "--backlog-refresh-interval",
-        "1s",
-        "--prune-interval",
-        "0",
+    let tools = refund_tools_file(dir.path());
+    let guard = [
         "--tools-file",
         tools.to_str().unwrap(),
         "--lease-margin",
         "2s",
     ];
+    let args = [&WATCHING[..], &guard].concat();
     (Server::start("serve", url, &args).await, dir)
 }
 

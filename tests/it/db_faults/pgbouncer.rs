@@ -148,16 +148,25 @@ async fn the_guard_and_the_pages_work_through_pgbouncer() {
     let url = bouncer.url("idemwatch");
 
     // The guard fault suite's core scenarios, through the pooler.
-    use crate::guard_faults as s;
+    use crate::guard_faults::{concurrency, lost_answers, people};
     let started = Instant::now();
-    s::the_seed_trace_refunds_once::body(TestDb::at(&url).await).await;
-    s::a_worker_killed_after_the_effect_is_reconciled_not_repeated::body(TestDb::at(&url).await)
-        .await;
-    s::sixteen_concurrent_workers_on_one_intent_make_one_effect::body(TestDb::at(&url).await).await;
-    s::concurrent_retries_of_an_unknown_key_let_exactly_one_take_over::body(TestDb::at(&url).await)
-        .await;
-    s::a_person_resolving_while_a_worker_reconciles_cannot_race_it::body(TestDb::at(&url).await)
-        .await;
+    lost_answers::the_seed_trace_refunds_once::body(TestDb::at(&url).await).await;
+    lost_answers::a_worker_killed_after_the_effect_is_reconciled_not_repeated::body(
+        TestDb::at(&url).await,
+    )
+    .await;
+    concurrency::sixteen_concurrent_workers_on_one_intent_make_one_effect::body(
+        TestDb::at(&url).await,
+    )
+    .await;
+    concurrency::concurrent_retries_of_an_unknown_key_let_exactly_one_take_over::body(
+        TestDb::at(&url).await,
+    )
+    .await;
+    people::a_person_resolving_while_a_worker_reconciles_cannot_race_it::body(
+        TestDb::at(&url).await,
+    )
+    .await;
     let scenarios = started.elapsed();
 
     // A guard load through the pooler: every acknowledged call in the log, one effect each.

@@ -20,6 +20,12 @@ async fn idemwatch(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `idemwatch export --database-url <url> --format <format> <rest>`.
+async fn run_export(url: &str, format: &str, rest: &[&str]) -> (i32, String, String) {
+    let args = [&["export", "--database-url", url, "--format", format], rest].concat();
+    idemwatch(&args).await
+}
+
 fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -32,16 +38,7 @@ both_backends!(
         let url = db.url.as_str();
 
         let csv = dir.path().join("attempts.csv");
-        let (code, _, err) = idemwatch(&[
-            "export",
-            "--database-url",
-            url,
-            "--format",
-            "csv",
-            "--output",
-            path(&csv),
-        ])
-        .await;
+        let (code, _, err) = run_export(url, "csv", &["--output", path(&csv)]).await;
         assert_eq!(code, 0, "{err}");
         let bytes = std::fs::read(&csv).unwrap();
         let sums = std::fs::read_to_string(dir.path().join("attempts.csv.sha256")).unwrap();
@@ -63,16 +60,7 @@ both_backends!(
         assert_eq!(code, 0, "{out}{err}");
 
         let nd = dir.path().join("attempts.ndjson");
-        let (code, _, err) = idemwatch(&[
-            "export",
-            "--database-url",
-            url,
-            "--format",
-            "ndjson",
-            "-o",
-            path(&nd),
-        ])
-        .await;
+        let (code, _, err) = run_export(url, "ndjson", &["-o", path(&nd)]).await;
         assert_eq!(code, 0, "{err}");
         let (code, out, err) = idemwatch(&["verify", "--file", path(&nd)]).await;
         assert_eq!(code, 0, "{out}{err}");
@@ -109,16 +97,7 @@ both_backends!(
             idemwatch(&["verify", "--file", path(&dir.path().join("missing.ndjson"))]).await;
         assert_eq!(code, 2, "{err}");
         // A bad flag names itself.
-        let (code, _, err) = idemwatch(&[
-            "export",
-            "--database-url",
-            url,
-            "--format",
-            "csv",
-            "--since",
-            "yesterday",
-        ])
-        .await;
+        let (code, _, err) = run_export(url, "csv", &["--since", "yesterday"]).await;
         assert_eq!(code, 1);
         assert!(err.contains("invalid --since"), "{err}");
 
@@ -217,16 +196,7 @@ both_backends!(
         assert!(out.contains("signed checkpoints"), "{out}");
 
         let file = dir.path().join("all.ndjson");
-        let (code, _, err) = idemwatch(&[
-            "export",
-            "--database-url",
-            url,
-            "--format",
-            "ndjson",
-            "--output",
-            path(&file),
-        ])
-        .await;
+        let (code, _, err) = run_export(url, "ndjson", &["--output", path(&file)]).await;
         assert_eq!(code, 0, "{err}");
         let (code, out, err) = idemwatch(&[
             "verify",

@@ -23,6 +23,14 @@ fn text(headers: &axum::http::HeaderMap, name: header::HeaderName) -> String {
     headers.get(name).unwrap().to_str().unwrap().to_string()
 }
 
+/// The URL of a `Link: <url>; rel=…` header.
+fn link_target(link: &str) -> String {
+    let url = link.strip_prefix('<').and_then(|l| l.split_once('>'));
+    url.unwrap_or_else(|| panic!("not a link: {link}"))
+        .0
+        .to_string()
+}
+
 both_backends!(
     async fn downloads_stream_the_export_and_the_csv_links_its_manifest(db: TestDb) {
         let f = Fixture::new(&db);
@@ -54,12 +62,7 @@ both_backends!(
 
         // The manifest the CSV links to describes exactly these bytes.
         let link = text(&headers, header::LINK);
-        let url = link
-            .trim_start_matches('<')
-            .split('>')
-            .next()
-            .unwrap()
-            .to_string();
+        let url = link_target(&link);
         assert!(
             link.ends_with("rel=\"describedby\"; type=\"application/json\""),
             "{link}"
@@ -94,12 +97,7 @@ both_backends!(
         assert_eq!(status, StatusCode::OK);
         let link = text(&headers, header::LINK);
         assert!(link.contains("&until="), "{link}");
-        let url = link
-            .trim_start_matches('<')
-            .split('>')
-            .next()
-            .unwrap()
-            .to_string();
+        let url = link_target(&link);
         let (_, _, m) = get(&f.store, &url).await;
         let m: Value = serde_json::from_slice(&m).unwrap();
         assert_eq!(m["sha256"], sha256_hex(&body));

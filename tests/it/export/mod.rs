@@ -120,13 +120,7 @@ pub async fn seed(f: &Fixture, start: DateTime<Utc>) -> Seeded {
     let call = refund("A-6", 600, "6");
     let in_progress = call.intent.key().unwrap().to_string();
     next(&in_progress, f);
-    let dying = f.client([Fault::CrashAfterEffect]);
-    let crashed = dying.crashed.clone();
-    let (guard, c) = (f.guard.clone(), call.clone());
-    let task = tokio::spawn(async move { guard.run(&c, &dying).await });
-    crashed.notified().await;
-    task.abort();
-    let _ = task.await;
+    f.crash_after_effect(&call).await;
 
     // A replay of the first key, an hour later: its chain spans six hours.
     f.clock.advance(TimeDelta::hours(1));

@@ -10,7 +10,7 @@ mod values;
 use crate::support::fixture::Fixture;
 use crate::support::pg;
 use crate::support::provider::Fault;
-use idemwatch::guard::{GuardError, IdempotencyKey, Resolution, ResolveRequest, ToolCall};
+use idemwatch::guard::{GuardError, IdempotencyKey, Resolution, ResolveRequest};
 use idemwatch::metrics::Metrics;
 use idemwatch::store::Store;
 use idemwatch::tail::Tailer;
@@ -21,7 +21,6 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tower::ServiceExt;
 
 /// Label set of one series, sorted by label name.
 pub type Labels = BTreeMap<String, String>;
@@ -101,23 +100,7 @@ fn parse_labels(body: &str) -> Labels {
 /// GET /metrics through the real router.
 pub async fn scrape(store: &Store, metrics: &Arc<Metrics>) -> Scrape {
     let app = web::app(AppState::with_metrics(store.clone(), metrics.clone()));
-    let response = app
-        .oneshot(
-            axum::http::Request::get("/metrics")
-                .body(axum::body::Body::empty())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    assert_eq!(
-        response.headers()["content-type"],
-        "text/plain; version=0.0.4; charset=utf-8"
-    );
-    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    Scrape::parse(String::from_utf8(body.to_vec()).unwrap())
+    Scrape::parse(crate::support::app::metrics(&app).await)
 }
 
 /// Feeds `text` to `promtool check metrics` and fails on any finding. A missing
@@ -348,17 +331,6 @@ pub async fn wait_for(what: &str, metrics: &Metrics, done: impl Fn(&Metrics) -> 
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-}
-
-/// Runs `call` with a provider that performs the effect and then the worker dies.
-pub async fn crash(f: &Fixture, call: &ToolCall) {
-    let dying = f.client([Fault::CrashAfterEffect]);
-    let crashed = dying.crashed.clone();
-    let (guard, c) = (f.guard.clone(), call.clone());
-    let task = tokio::spawn(async move { guard.run(&c, &dying).await });
-    crashed.notified().await;
-    task.abort();
-    assert!(task.await.unwrap_err().is_cancelled());
 }
 
 pub async fn resolve(

@@ -18,6 +18,16 @@ const INSERT_HELD_ROW: &str = "INSERT INTO idempotency_attempts (key, tenant, to
     VALUES ($1, 'acme', 'issue_refund', $2, 'replayed', 1, 'held-writer', '{}', now(), 'x', 'x') \
     RETURNING id";
 
+/// Runs [`INSERT_HELD_ROW`] for `key` at `seq` in `conn` (an open transaction).
+async fn insert_held_row(conn: &mut PgConnection, key: &str, seq: i64) -> i64 {
+    sqlx::query_scalar(INSERT_HELD_ROW)
+        .bind(key)
+        .bind(seq)
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
 fn quick() -> TailSettings {
     TailSettings {
         batch_size: 5,
@@ -43,6 +53,19 @@ async fn exec(conn: &mut PgConnection, sql: String) {
         .unwrap();
 }
 
+/// The PostgreSQL half's database with the guard on it, or `None` where PostgreSQL is
+/// not installed (skipped loudly; a failure under CI=true, as `TestDb::postgres` says).
+async fn on_postgres() -> Option<(TestDb, Fixture)> {
+    let db = TestDb::postgres().await?;
+    let f = Fixture::new(&db);
+    Some((db, f))
+}
+
+/// A tail that counts from now: the rows already there, and fresh metrics.
+async fn tail_from_now(store: &Store) -> (HashSet<i64>, Arc<Metrics>) {
+    (ids_now(store).await, Arc::new(Metrics::default()))
+}
+
 fn events(m: &Metrics) -> u64 {
     m.families().idemwatch_tail_events_total.get()
 }
@@ -51,8 +74,7 @@ fn events(m: &Metrics) -> u64 {
 async fn sqlite_closed_and_reopened_loses_and_repeats_nothing() {
     let db = TestDb::sqlite().await;
     let f = Fixture::new(&db);
-    let before = ids_now(&db.store).await;
-    let metrics = Arc::new(Metrics::default());
+    let (before, metrics) = tail_from_now(&db.store).await;
     let mut tailer = Tailer::new(metrics.clone(), quick());
     let tail_store = Store::connect(&db.url, &StoreOptions::default())
         .await
@@ -98,13 +120,11 @@ async fn sqlite_closed_and_reopened_loses_and_repeats_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_an_open_write_transaction_holds_the_tail_back_and_loses_nothing() {
-    let Some(db) = TestDb::postgres().await else {
+    let Some((db, f)) = on_postgres().await else {
         return;
     };
-    let f = Fixture::new(&db);
     let store = &db.store;
-    let before = ids_now(store).await;
-    let metrics = Arc::new(Metrics::default());
+    let (before, metrics) = tail_from_now(store).await;
     let mut tailer = Tailer::new(metrics.clone(), quick());
     tailer.poll(store).await.unwrap();
     let a = refund("HELD-A", 100, "1");
@@ -121,12 +141,7 @@ async fn postgres_an_open_write_transaction_holds_the_tail_back_and_loses_nothin
     catch_up_all(&mut tailer, store, &metrics, &before).await;
     let mut conn = admin(&db).await;
     let mut tx = conn.begin().await.unwrap();
-    let held_id: i64 = sqlx::query_scalar(INSERT_HELD_ROW)
-        .bind(x.intent.key().unwrap().as_str())
-        .bind(1000_i64)
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
+    let held_id = insert_held_row(&mut tx, x.intent.key().unwrap().as_str(), 1000).await;
     f.guard
         .run(&refund("HELD-B", 100, "1"), &f.client([]))
         .await
@@ -175,21 +190,15 @@ async fn postgres_an_open_write_transaction_holds_the_tail_back_and_loses_nothin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_a_tail_started_behind_an_open_transaction_counts_only_what_commits_later() {
-    let Some(db) = TestDb::postgres().await else {
+    let Some((db, f)) = on_postgres().await else {
         return;
     };
-    let f = Fixture::new(&db);
     let store = &db.store;
     let x = refund("START-X", 100, "1");
     f.guard.run(&x, &f.client([])).await.unwrap();
     let mut conn = admin(&db).await;
     let mut tx = conn.begin().await.unwrap();
-    sqlx::query_scalar::<_, i64>(INSERT_HELD_ROW)
-        .bind(x.intent.key().unwrap().as_str())
-        .bind(1000_i64)
-        .fetch_one(&mut *tx)
-        .await
-        .unwrap();
+    insert_held_row(&mut tx, x.intent.key().unwrap().as_str(), 1000).await;
     // Committed before the start, but after the open transaction in tail order.
     f.guard
         .run(&refund("START-B", 100, "1"), &f.client([]))
@@ -223,10 +232,9 @@ async fn postgres_a_tail_started_behind_an_open_transaction_counts_only_what_com
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_an_outage_keeps_metrics_up_and_the_tail_resumes_without_loss() {
-    let Some(db) = TestDb::postgres().await else {
+    let Some((db, f)) = on_postgres().await else {
         return;
     };
-    let f = Fixture::new(&db);
     let store = &db.store;
     // The tailer connects as its own role, as in production (see docs/METRICS.md).
     let name = database_name(&db.url);
@@ -247,8 +255,7 @@ async fn postgres_an_outage_keeps_metrics_up_and_the_tail_resumes_without_loss()
         acquire_timeout: Duration::from_secs(1),
     };
     let tail_store = Store::connect(&tail_url, &options).await.unwrap();
-    let before = ids_now(store).await;
-    let metrics = Arc::new(Metrics::default());
+    let (before, metrics) = tail_from_now(store).await;
     let (stop, stopped) = watch::channel(false);
     let task = tokio::spawn(Tailer::new(metrics.clone(), quick()).run(tail_store.clone(), stopped));
     wait_for("the first poll", &metrics, |m| {
@@ -325,13 +332,11 @@ async fn postgres_an_outage_keeps_metrics_up_and_the_tail_resumes_without_loss()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn postgres_interleaved_writers_are_counted_exactly() {
-    let Some(db) = TestDb::postgres().await else {
+    let Some((db, f)) = on_postgres().await else {
         return;
     };
-    let f = Fixture::new(&db);
     let store = &db.store;
-    let before = ids_now(store).await;
-    let metrics = Arc::new(Metrics::default());
+    let (before, metrics) = tail_from_now(store).await;
     let settings = TailSettings {
         batch_size: 7,
         busy_interval: Duration::from_millis(5),
@@ -387,12 +392,7 @@ async fn postgres_interleaved_writers_are_counted_exactly() {
             let mut conn = PgConnection::connect(&url).await.unwrap();
             for i in 0..20_u64 {
                 let mut tx = conn.begin().await.unwrap();
-                sqlx::query(INSERT_HELD_ROW)
-                    .bind(&key)
-                    .bind(1000 + i as i64)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .unwrap();
+                insert_held_row(&mut tx, &key, 1000 + i as i64).await;
                 let pause = (i * 7919 + w * 104_729) % 40;
                 tokio::time::sleep(Duration::from_millis(pause)).await;
                 tx.commit().await.unwrap();

@@ -70,10 +70,10 @@ both_backends!(
             .unwrap_err();
         // D: the worker dies; a retry under the live lease is refused; after the lease
         // a takeover finds the refund.
-        crash(&f, &call("D")).await;
+        f.crash_after_effect(&call("D")).await;
         let in_flight = f.guard.run(&call("D"), &f.client([])).await;
         assert!(matches!(in_flight, Err(GuardError::InFlight { .. })));
-        crash(&f, &call("E")).await;
+        f.crash_after_effect(&call("E")).await;
         f.clock.advance(lease());
         assert!(
             f.guard
@@ -103,8 +103,8 @@ both_backends!(
         resolve(&f, &key("G"), Resolution::Release).await.unwrap();
         // J's and H's workers die; after the lease J is resolved failed by a person
         // and H is left as an expired lease.
-        crash(&f, &call("J")).await;
-        crash(&f, &call("H")).await;
+        f.crash_after_effect(&call("J")).await;
+        f.crash_after_effect(&call("H")).await;
         f.clock.advance(lease());
         resolve(&f, &key("J"), Resolution::Failed).await.unwrap();
         // Another tool and tenant.

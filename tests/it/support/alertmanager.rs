@@ -88,29 +88,17 @@ pub async fn start_alertmanager(
     }
 }
 
-/// POSTs a JSON body; returns the status code and the response body.
+/// POSTs a JSON body (HTTP/1.0: no chunked answer to decode); returns the status code
+/// and the response body.
 pub async fn post_json(addr: SocketAddr, path: &str, body: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let request = format!(
         "POST {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
          Content-Length: {}\r\n\r\n{body}",
         body.len()
     );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+    super::server::send_raw(&addr.to_string(), &request)
+        .await
+        .unwrap()
 }
 
 #[test]

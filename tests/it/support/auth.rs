@@ -2,11 +2,11 @@
 //! user and a token per role, a session per user stored in each test's database (as
 //! the real sign-in stores them), and the CSRF cookie and token a browser would carry.
 
+pub use crate::support::app::{Page as Answer, send};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::{HeaderMap, Method, Request, StatusCode};
-use http_body_util::BodyExt;
+use axum::http::{Method, Request};
 use idemwatch::auth::sessions::{id_hash, random_cookie};
 use idemwatch::auth::{AuthFile, Authenticator, csrf_binding, password_tag, secrets};
 use idemwatch::guard::Clock;
@@ -15,7 +15,6 @@ use idemwatch::web::{self, AppState};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
-use tower::ServiceExt;
 
 pub const SECRET: &[u8] = b"a test session secret of 32+ bytes!";
 pub const PASSWORD: &str = "correct horse battery staple";
@@ -116,29 +115,6 @@ pub enum Who<'a> {
     Token(&'a str),
 }
 
-pub struct Answer {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: String,
-}
-
-impl Answer {
-    pub fn location(&self) -> &str {
-        self.headers
-            .get("location")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-    }
-
-    pub fn set_cookies(&self) -> Vec<String> {
-        self.headers
-            .get_all("set-cookie")
-            .iter()
-            .map(|v| v.to_str().unwrap().to_string())
-            .collect()
-    }
-}
-
 /// `application/x-www-form-urlencoded`.
 pub fn form(pairs: &[(&str, &str)]) -> String {
     let enc = |s: &str| {
@@ -191,18 +167,6 @@ pub fn request(method: Method, uri: &str, who: Who<'_>, body: Option<String>) ->
             b.body(Body::from(body)).unwrap()
         }
         None => b.body(Body::empty()).unwrap(),
-    }
-}
-
-pub async fn send(app: &Router, request: Request<Body>) -> Answer {
-    let response = app.clone().oneshot(request).await.unwrap();
-    let status = response.status();
-    let headers = response.headers().clone();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    Answer {
-        status,
-        headers,
-        body: String::from_utf8_lossy(&bytes).to_string(),
     }
 }
 

@@ -28,6 +28,23 @@ impl Effects {
             .map(|id| json!({ "refund_id": id }))
     }
 
+    /// The reconcile request of `worker` for the key of `decision` (an admit's
+    /// `reconcile` decision), after looking the key up here.
+    pub fn reconcile_request(&self, decision: &Value, worker: &str) -> Value {
+        let key = decision["key"].as_str().expect("a key");
+        let mut body = json!({
+            "key": key,
+            "fencing_token": decision["fencing_token"],
+            "worker": worker,
+            "lookup": "not_found",
+        });
+        if let Some(found) = self.lookup(key) {
+            body["lookup"] = json!("found");
+            body["result"] = found;
+        }
+        body
+    }
+
     /// Every effect so far, by key.
     pub fn snapshot(&self) -> HashMap<String, Vec<String>> {
         self.by_key.lock().unwrap().clone()

@@ -5,8 +5,8 @@ use crate::support::TestDb;
 use crate::support::provider::{Client, Fault, Ledger};
 use chrono::{TimeDelta, Utc};
 use idemwatch::guard::{
-    AttemptKind, GENESIS_HASH, Guard, GuardError, GuardSettings, Intent, ManualClock, Status,
-    ToolCall, chain_hash,
+    AttemptKind, GENESIS_HASH, Guard, GuardError, GuardSettings, Intent, ManualClock, Outcome,
+    Status, ToolCall, chain_hash,
 };
 use idemwatch::store::Store;
 use serde_json::json;
@@ -80,16 +80,12 @@ impl Fixture {
         assert!(task.await.unwrap_err().is_cancelled());
     }
 
-    /// Starts a retry of `call` whose provider lookup waits for the returned gate;
-    /// returns once the retry has taken the key over.
-    pub async fn retry_with_gated_lookup(
-        &self,
-        call: &ToolCall,
-    ) -> (
-        tokio::task::JoinHandle<Result<idemwatch::guard::Outcome, GuardError>>,
-        Arc<tokio::sync::Notify>,
-    ) {
-        let worker = self.client([Fault::LookupGated]);
+    /// Starts a retry of `call` whose provider lookup waits until
+    /// [`GatedRetry::finish`]; returns once the retry has taken the key over. Its deadline is long (30 s, not
+    /// [`DEADLINE`]): what a test does while the gate is shut (HTTP steps, a person's
+    /// resolve through PgBouncer) may take more than 100 ms on a busy machine.
+    pub async fn retry_with_gated_lookup(&self, call: &ToolCall) -> GatedRetry {
+        let worker = Client::new(&self.ledger, Duration::from_secs(30), [Fault::LookupGated]);
         let gate = worker.gate.clone();
         let (guard, c) = (self.guard.clone(), call.clone());
         let task = tokio::spawn(async move { guard.run(&c, &worker).await });
@@ -97,11 +93,41 @@ impl Fixture {
         while self.status(key.as_str()).await != Status::InProgress {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        (task, gate)
+        GatedRetry { task, gate }
     }
 
     pub async fn status(&self, key: &str) -> Status {
         self.store.record(key).await.unwrap().unwrap().status
+    }
+}
+
+/// A retry waiting in its provider lookup ([`Fixture::retry_with_gated_lookup`]).
+pub struct GatedRetry {
+    task: tokio::task::JoinHandle<Result<Outcome, GuardError>>,
+    gate: Arc<tokio::sync::Notify>,
+}
+
+impl GatedRetry {
+    /// Opens the gate: the lookup answers and the retry runs to its end.
+    pub async fn finish(self) -> Result<Outcome, GuardError> {
+        self.gate.notify_one();
+        self.task.await.unwrap()
+    }
+}
+
+/// Concurrent runs of one intent: exactly one performed the effect; every other one
+/// was refused with 409 (in flight) or got the replay.
+pub fn assert_one_fresh(results: &[Result<Outcome, GuardError>]) {
+    let fresh = results
+        .iter()
+        .filter(|r| matches!(r, Ok(o) if !o.replayed))
+        .count();
+    assert_eq!(fresh, 1, "{results:?}");
+    for r in results {
+        assert!(
+            matches!(r, Ok(_) | Err(GuardError::InFlight { .. })),
+            "losers get 409 or the replay: {r:?}"
+        );
     }
 }
 

@@ -9,7 +9,9 @@ use axum::http::{HeaderMap, Method, Request, StatusCode};
 use chrono::TimeDelta;
 use http_body_util::BodyExt;
 use idemwatch::auth::Authenticator;
-use idemwatch::guard::{GuardSettings, IdempotencyKey, ToolCall, ToolPolicies, ToolPolicy};
+use idemwatch::guard::{
+    GuardSettings, IdempotencyKey, Operation, ToolCall, ToolPolicies, ToolPolicy,
+};
 use idemwatch::web::{self, AppState};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -111,30 +113,34 @@ impl GuardApi {
         }
     }
 
-    pub async fn raw(
-        &self,
-        method: Method,
-        uri: &str,
-        content_type: Option<&str>,
-        body: &str,
-    ) -> Reply {
-        self.http.raw(method, uri, content_type, body).await
+    /// A worker admits `call` (token 1) and reports the outcome unknown with `reason`
+    /// (a timeout, a 503, a crash): the key, now UNKNOWN.
+    pub async fn admit_then_unknown(&self, call: &ToolCall, reason: &str) -> IdempotencyKey {
+        let key = self.admit(call).await.key();
+        let s = self
+            .settle(&key, 1, json!({"outcome": "unknown", "reason": reason}))
+            .await;
+        assert_eq!(s.json["status"], "UNKNOWN", "{:?}", s.json);
+        key
     }
 
-    pub async fn admit(&self, call: &ToolCall) -> Reply {
-        self.http.admit(call).await
+    /// The test worker calls the provider for `key` with `args`: the provider's result.
+    pub async fn execute(&self, key: &IdempotencyKey, args: &Value) -> Value {
+        self.f.client([]).execute(key, args).await.unwrap()
     }
 
-    pub async fn settle(&self, key: &IdempotencyKey, token: i64, outcome: Value) -> Reply {
-        self.http.settle(key, token, outcome).await
+    /// The test worker looks `key` up at the provider, which has it.
+    pub async fn found(&self, key: &IdempotencyKey) -> Value {
+        self.f.client([]).find_by_key(key).await.unwrap().unwrap()
     }
+}
 
-    pub async fn reconcile(&self, key: &IdempotencyKey, token: i64, lookup: Value) -> Reply {
-        self.http.reconcile(key, token, lookup).await
-    }
+/// The guard calls ([`Http`]) as the local admin: `api.admit(…)`, `api.settle(…)`.
+impl std::ops::Deref for GuardApi {
+    type Target = Http;
 
-    pub async fn key_state(&self, key: &IdempotencyKey, query: &str) -> Reply {
-        self.http.key_state(key, query).await
+    fn deref(&self) -> &Http {
+        &self.http
     }
 }
 

@@ -77,13 +77,6 @@ pub fn pg_command(bin: &Path, args: &[&str], as_postgres: bool) -> Command {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free loopback port")
-}
-
 fn start_cluster() -> Result<String, String> {
     let bin = pg_bin_dir().ok_or(
         "PostgreSQL server binaries (pg_ctl, initdb) not found; apt-get install postgresql",
@@ -181,4 +174,13 @@ pub fn watchdog(bin: &Path, data: &str, dir: &Path, as_postgres: bool) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn();
+}
+
+/// Its own copy, not `server::free_port`: the benches include this file alone
+/// (`benches/bench`), without the rest of `support`.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
 }

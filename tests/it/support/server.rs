@@ -2,9 +2,11 @@
 //! tests, and a minimal HTTP/1.1 GET over a plain TCP stream.
 
 use std::net::TcpListener;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -60,6 +62,18 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Writes a tools file for `serve --tools-file` into `dir`: `issue_refund` with a 24 h
+/// key retention, a 1 s call timeout and `reason` as free text. Returns its path.
+pub fn refund_tools_file(dir: &Path) -> PathBuf {
+    let tools = dir.join("tools.toml");
+    std::fs::write(
+        &tools,
+        "[tools.issue_refund]\nkey_retention = \"24h\"\ncall_timeout = \"1s\"\nfree_text_fields = [\"reason\"]\n",
+    )
+    .unwrap();
+    tools
 }
 
 /// GET `path` from `addr`; returns the status code and the body.
