@@ -8,7 +8,7 @@
 //! reading, row for row).
 
 use crate::both_backends;
-use crate::metrics::{catch_up_all, crash, ids_now, resolve, scrape};
+use crate::metrics::{catch_up_all, ids_now, resolve, scrape};
 use crate::support::app::{get, linked_keys};
 use crate::support::fixture::{DEADLINE, Fixture, refund};
 use crate::support::provider::Fault;
@@ -213,8 +213,8 @@ both_backends!(
         f.clock.advance(TimeDelta::days(2));
         let taken_over = call("taken-over");
         let released_expired = call("released-expired");
-        crash(&f, &taken_over).await;
-        crash(&f, &released_expired).await;
+        f.crash_after_effect(&taken_over).await;
+        f.crash_after_effect(&released_expired).await;
         // UNKNOWN inside the provider's retention, so a person may release it.
         f.guard
             .run(&released_unknown, &f.client([Fault::Unavailable]))
