@@ -149,7 +149,9 @@ both_backends!(
         let f = Fixture::new(&db);
         let [gone, kept] = <[String; 2]>::try_from(done_keys(&f, 2).await).unwrap();
         let c = checkpoint_to(&f.store, &checkpointer(&f, None), 2).await;
-        assert_eq!(c.body.tree_size, 2);
+        // 2, or 3 when a checkpoint held back on PostgreSQL saw a key before its last
+        // row and the next one added its head (checkpoint_to).
+        assert!((2..=3).contains(&c.body.tree_size), "{c:?}");
         assert!(
             verify_database_with(&f.store, &with_key())
                 .await
@@ -291,7 +293,7 @@ both_backends!(
         f.clock.set(Utc::now() - TimeDelta::days(100));
         let keys = done_keys(&f, 3).await;
         let writer = checkpointer(&f, None);
-        checkpoint_to(&f.store, &writer, 3).await;
+        let before = checkpoint_to(&f.store, &writer, 3).await.body.tree_size;
         f.clock.set(Utc::now());
         let pruner = Pruner::new(
             f.store.clone(),
@@ -307,8 +309,8 @@ both_backends!(
         let report = verify_database_with(&f.store, &with_key()).await.unwrap();
         assert!(report.is_intact(), "{:#?}", report.breaks);
         // After it: tombstone leaves do.
-        let c = checkpoint_to(&f.store, &writer, 6).await;
-        assert_eq!(c.body.tree_size, 6, "three tombstones");
+        let c = checkpoint_to(&f.store, &writer, before + 3).await;
+        assert_eq!(c.body.tree_size, before + 3, "three tombstones");
         dba(&f.store, "DELETE FROM evidence_pruned").await;
         let report = verify_database_with(&f.store, &with_key()).await.unwrap();
         assert!(report.is_intact(), "{:#?}", report.breaks);
