@@ -2,10 +2,10 @@
 //! and hashing what it wrote. The caller owns the output buffer and drains it to a
 //! file, stdout or an HTTP body as it likes: nothing here holds more than one row.
 
-use super::filter::ExportFilter;
 use super::manifest::{CsvCells, Format, HASH_CHAIN, MANIFEST_VERSION, Manifest, ORDER, Source};
 use super::row::{COLUMNS, ExportRow};
 use crate::evidence::EvidenceSource;
+use crate::store::ExportFilter;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -201,7 +201,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::row::tests::sample;
+    use crate::export::tests::sample;
 
     #[test]
     fn csv_is_rfc4180_with_a_header_and_crlf() {
