@@ -203,15 +203,14 @@ mod tests {
     use super::*;
     use crate::export::tests::sample;
 
+    fn start(format: Format, out: &mut Vec<u8>) -> Encoder {
+        Encoder::start(format, Source::Export, ExportFilter::default(), out)
+    }
+
     #[test]
     fn csv_is_rfc4180_with_a_header_and_crlf() {
         let mut out = Vec::new();
-        let mut e = Encoder::start(
-            Format::Csv,
-            Source::Export,
-            ExportFilter::default(),
-            &mut out,
-        );
+        let mut e = start(Format::Csv, &mut out);
         e.row(&sample(), &mut out);
         let manifest = e.finish(&mut out);
         let text = String::from_utf8(out.clone()).unwrap();
@@ -233,12 +232,7 @@ mod tests {
     #[test]
     fn ndjson_ends_with_a_manifest_that_hashes_the_lines_before_it() {
         let mut out = Vec::new();
-        let mut e = Encoder::start(
-            Format::Ndjson,
-            Source::Export,
-            ExportFilter::default(),
-            &mut out,
-        );
+        let mut e = start(Format::Ndjson, &mut out);
         let mut row = sample();
         e.row(&row, &mut out);
         row.seq = 2;
@@ -260,12 +254,7 @@ mod tests {
     #[test]
     fn an_empty_export_is_a_header_or_a_lone_manifest() {
         let mut out = Vec::new();
-        let e = Encoder::start(
-            Format::Csv,
-            Source::Export,
-            ExportFilter::default(),
-            &mut out,
-        );
+        let e = start(Format::Csv, &mut out);
         let m = e.finish(&mut out);
         assert_eq!(
             out,
@@ -279,12 +268,7 @@ mod tests {
         assert_eq!((m.row_count, m.first_occurred_at), (0, None));
 
         let mut out = Vec::new();
-        let e = Encoder::start(
-            Format::Ndjson,
-            Source::Export,
-            ExportFilter::default(),
-            &mut out,
-        );
+        let e = start(Format::Ndjson, &mut out);
         let m = e.finish(&mut out);
         assert_eq!(String::from_utf8(out).unwrap().lines().count(), 1);
         assert_eq!(m.sha256, hex::encode(Sha256::digest(b"")));
