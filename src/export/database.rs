@@ -4,7 +4,7 @@
 
 use super::verify::{ChainCheck, Problem, Report};
 use crate::evidence::{Checkpoint, LeafLog, check_sequence};
-use crate::store::{ExportFilter, Store, StoreError};
+use crate::store::{Store, StoreError};
 use ed25519_dalek::VerifyingKey;
 use futures::StreamExt;
 
@@ -98,11 +98,13 @@ pub async fn verify_database_with(store: &Store, outside: &Outside) -> Result<Re
     }
 
     let mut check = ChainCheck::with_anchors(anchors).against_heads();
-    let mut rows = store.export_rows(&ExportFilter::default());
-    while let Some(row) = rows.next().await {
-        check.push(&row?, None);
+    let mut batches = store.verify_rows();
+    while let Some(batch) = batches.next().await {
+        for row in batch? {
+            check.push(&row, None);
+        }
     }
-    drop(rows);
+    drop(batches);
     for key in store.records_without_attempts().await? {
         check.record_without_attempts(&key);
     }

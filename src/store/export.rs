@@ -22,14 +22,35 @@ use sqlx::types::Json;
 /// [`COLUMNS`]); the export and the pruner's archive read them.
 macro_rules! export_select {
     () => {
-        "SELECT a.id AS attempt_id, a.key, a.seq, a.occurred_at, a.tenant, a.tool, \
-         r.workflow_id, r.step_id, r.intent_id, r.business_ref, r.status AS current_status, \
-         a.kind, a.actor, a.fencing_token, a.duration_ms, a.detail, a.prev_hash, a.hash, \
-         r.fingerprint, r.business_args, r.result, r.error, r.log_seq, r.log_hash \
-         FROM idempotency_attempts a JOIN idempotency_records r ON r.key = a.key "
+        concat!(
+            $crate::store::export::export_columns!(
+                "r.fingerprint, r.business_args, r.result, r.error, "
+            ),
+            $crate::store::export::export_from!()
+        )
     };
 }
-pub(crate) use export_select;
+
+/// Each attempt beside its record.
+macro_rules! export_from {
+    () => {
+        "FROM idempotency_attempts a JOIN idempotency_records r ON r.key = a.key "
+    };
+}
+
+/// The columns with the record's state (`fingerprint` … `error`) given in the middle.
+macro_rules! export_columns {
+    ($state:expr) => {
+        concat!(
+            "SELECT a.id AS attempt_id, a.key, a.seq, a.occurred_at, a.tenant, a.tool, \
+             r.workflow_id, r.step_id, r.intent_id, r.business_ref, r.status AS current_status, \
+             a.kind, a.actor, a.fencing_token, a.duration_ms, a.detail, a.prev_hash, a.hash, ",
+            $state,
+            "r.log_seq, r.log_hash "
+        )
+    };
+}
+pub(crate) use {export_columns, export_from, export_select};
 
 /// Optional filters as `($n IS NULL OR …)`, one text for both backends. PostgreSQL
 /// needs no casts: sqlx declares every parameter's type in the statement's Parse
@@ -48,6 +69,37 @@ pub const EXPORT: &str = concat!(
      AND ($6 IS NULL OR r.business_ref = $6) \
      ORDER BY a.key, a.seq"
 );
+
+/// The whole log for `verify`: the export's rows, except that the record's state is
+/// sent only with the row at the record's `log_seq`, the one row the check compares
+/// it with (a head row has `seq = log_seq`, [`ExportRow::is_head`]); other rows carry
+/// `''` and JSON `null`. The state is the bulk of a row (two JSON documents turned
+/// into text by the server and parsed again by us, ten times a key), so this is most
+/// of what the database and the verifier do per row, for nothing.
+pub const VERIFY: &str = concat!(
+    export_columns!(
+        "CASE WHEN a.seq = r.log_seq THEN r.fingerprint ELSE '' END AS fingerprint, \
+         CASE WHEN a.seq = r.log_seq THEN r.business_args ELSE 'null' END AS business_args, \
+         CASE WHEN a.seq = r.log_seq THEN r.result END AS result, \
+         CASE WHEN a.seq = r.log_seq THEN r.error END AS error, "
+    ),
+    export_from!(),
+    "ORDER BY a.key, a.seq"
+);
+
+/// Rows a batch of [`Store::verify_rows`] holds.
+pub const VERIFY_BATCH: usize = 512;
+
+/// For [`VERIFY`], in its own transaction: the plan that streams both primary-key
+/// indexes side by side (a merge join, already in (key, seq) order, no sort) with no
+/// parallel workers. PostgreSQL otherwise picks a parallel nested loop with an
+/// incremental sort, which took about 1.7 times the server CPU for the same rows
+/// (docs/PERFORMANCE.md, checkpoint); on a small machine its workers also compete
+/// with the verifier for the same cores. `set_config(…, true)` ends with the
+/// transaction.
+pub const SERIAL_PLAN_POSTGRES: &str = "SELECT \
+    set_config('max_parallel_workers_per_gather', '0', true), \
+    set_config('enable_nestloop', 'off', true)";
 
 /// Records whose attempt rows are all gone (the verifier reports them).
 pub const RECORDS_WITHOUT_ATTEMPTS: &str = "SELECT r.key FROM idempotency_records r \
@@ -124,6 +176,57 @@ impl Store {
             .boxed())
     }
 
+    /// Every attempt with its record, as [`Store::export_rows`] without a filter,
+    /// but with the record's state only on the row at its `log_seq` ([`VERIFY`]), in
+    /// batches of [`VERIFY_BATCH`] rows. A task of its own reads and decodes them, so
+    /// the caller checks one batch while the next is decoded (on another thread of a
+    /// multi-threaded runtime). Dropping the stream stops the reader.
+    pub fn verify_rows(&self) -> BoxStream<'static, Result<Vec<ExportRow>, StoreError>> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        let store = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.send_verify_rows(&tx).await {
+                let _ = tx.send(Err(e)).await;
+            }
+        });
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+    }
+
+    async fn send_verify_rows(
+        &self,
+        tx: &tokio::sync::mpsc::Sender<Result<Vec<ExportRow>, StoreError>>,
+    ) -> Result<(), StoreError> {
+        macro_rules! send_batches {
+            ($rows:expr) => {{
+                let mut rows = $rows;
+                let mut batch = Vec::with_capacity(VERIFY_BATCH);
+                while let Some(row) = rows.next().await {
+                    batch.push(row?);
+                    if batch.len() == VERIFY_BATCH {
+                        let full = std::mem::replace(&mut batch, Vec::with_capacity(VERIFY_BATCH));
+                        if tx.send(Ok(full)).await.is_err() {
+                            return Ok(()); // the verifier stopped
+                        }
+                    }
+                }
+                if !batch.is_empty() {
+                    let _ = tx.send(Ok(batch)).await;
+                }
+                Ok(())
+            }};
+        }
+        match self {
+            Store::Postgres(pool) => {
+                let mut t = pool.begin().await?;
+                sqlx::query(SERIAL_PLAN_POSTGRES).execute(&mut *t).await?;
+                send_batches!(sqlx::query_as::<_, ExportRow>(VERIFY).fetch(&mut *t))
+            }
+            Store::Sqlite(pools) => {
+                send_batches!(sqlx::query_as::<_, ExportRow>(VERIFY).fetch(pools))
+            }
+        }
+    }
+
     /// Up to 100 keys whose record has no attempt rows left.
     pub async fn records_without_attempts(&self) -> Result<Vec<String>, StoreError> {
         Ok(
@@ -137,23 +240,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_export_row_is_decoded_in_the_order_the_select_names_its_columns() {
-        let select = export_select!();
-        let list = select
-            .strip_prefix("SELECT ")
-            .and_then(|s| s.split(" FROM ").next())
-            .unwrap();
-        let names: Vec<&str> = list
-            .split(',')
-            .map(|c| {
-                c.split_whitespace()
-                    .last()
-                    .unwrap()
-                    .rsplit('.')
-                    .next()
-                    .unwrap()
-            })
-            .collect();
-        assert_eq!(names, COLUMNS);
+    fn the_export_row_is_decoded_in_the_order_the_selects_name_their_columns() {
+        for select in [export_select!(), VERIFY] {
+            let list = select
+                .strip_prefix("SELECT ")
+                .and_then(|s| s.split(" FROM ").next())
+                .unwrap();
+            let names: Vec<&str> = list
+                .split(", ")
+                .map(|c| {
+                    let name = c.split_whitespace().last().unwrap();
+                    name.rsplit('.').next().unwrap()
+                })
+                .collect();
+            assert_eq!(names, COLUMNS, "{select}");
+        }
     }
 }
