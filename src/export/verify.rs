@@ -52,7 +52,7 @@ impl Report {
 /// Where a key's chain ends according to its record (`log_seq`, `log_hash`): the
 /// anchor that makes a deleted or appended last row visible in the database.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChainHead {
+struct ChainHead {
     pub seq: i64,
     pub hash: String,
 }
