@@ -9,26 +9,16 @@
 
 use super::keys::key_id;
 use super::merkle::{Hash, leaf_hash};
-use crate::export::micros;
 use crate::guard::GENESIS_HASH;
 use crate::guard::canonical::canonical_json;
 use crate::guard::key::sha256_hex;
+/// The types are the store's, which reads and writes them; what they mean is here.
+pub use crate::store::{Checkpoint, CheckpointBody, Leaf};
 use chrono::{DateTime, Utc};
 use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
-use serde::{Deserialize, Serialize};
 
 pub const CHECKPOINT_VERSION: u32 = 1;
 const SIGNING_CONTEXT: &str = "idemwatch checkpoint v1\n";
-
-/// One leaf of the head log: where a key's chain stood (or that retention pruned it
-/// at that head).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Leaf {
-    pub key: String,
-    pub log_seq: i64,
-    pub log_hash: String,
-    pub pruned: bool,
-}
 
 impl Leaf {
     /// RFC 9162 leaf hash of `JCS({"key","log_hash","log_seq","pruned"})`.
@@ -37,36 +27,6 @@ impl Leaf {
         let text = canonical_json(&value).expect("a leaf is canonicalisable");
         leaf_hash(text.as_bytes())
     }
-}
-
-/// What is signed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CheckpointBody {
-    pub version: u32,
-    /// 1, 2, 3 … without gaps.
-    pub seq: u64,
-    #[serde(with = "micros")]
-    pub created_at: DateTime<Utc>,
-    /// Leaves in the head log, this checkpoint's included.
-    pub tree_size: u64,
-    /// Lowercase hex RFC 9162 Merkle tree hash of the first `tree_size` leaves.
-    pub root_hash: String,
-    /// `hash` of the checkpoint before; 64 zeros for the first.
-    pub prev_hash: String,
-    /// Leaves this checkpoint added (keys changed or pruned since the one before).
-    pub leaves_added: u64,
-    /// First 16 hex characters of the SHA-256 of the Ed25519 public key.
-    pub key_id: String,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Checkpoint {
-    #[serde(flatten)]
-    pub body: CheckpointBody,
-    /// Lowercase hex Ed25519 signature (64 bytes).
-    pub signature: String,
-    /// Lowercase hex SHA-256 of `JCS(body)`: what the next checkpoint's `prev_hash` names.
-    pub hash: String,
 }
 
 impl CheckpointBody {

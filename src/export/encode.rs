@@ -2,10 +2,10 @@
 //! and hashing what it wrote. The caller owns the output buffer and drains it to a
 //! file, stdout or an HTTP body as it likes: nothing here holds more than one row.
 
-use super::filter::ExportFilter;
 use super::manifest::{CsvCells, Format, HASH_CHAIN, MANIFEST_VERSION, Manifest, ORDER, Source};
 use super::row::{COLUMNS, ExportRow};
 use crate::evidence::EvidenceSource;
+use crate::store::ExportFilter;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -201,17 +201,16 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::row::tests::sample;
+    use crate::export::tests::sample;
+
+    fn start(format: Format, out: &mut Vec<u8>) -> Encoder {
+        Encoder::start(format, Source::Export, ExportFilter::default(), out)
+    }
 
     #[test]
     fn csv_is_rfc4180_with_a_header_and_crlf() {
         let mut out = Vec::new();
-        let mut e = Encoder::start(
-            Format::Csv,
-            Source::Export,
-            ExportFilter::default(),
-            &mut out,
-        );
+        let mut e = start(Format::Csv, &mut out);
         e.row(&sample(), &mut out);
         let manifest = e.finish(&mut out);
         let text = String::from_utf8(out.clone()).unwrap();
@@ -233,12 +232,7 @@ mod tests {
     #[test]
     fn ndjson_ends_with_a_manifest_that_hashes_the_lines_before_it() {
         let mut out = Vec::new();
-        let mut e = Encoder::start(
-            Format::Ndjson,
-            Source::Export,
-            ExportFilter::default(),
-            &mut out,
-        );
+        let mut e = start(Format::Ndjson, &mut out);
         let mut row = sample();
         e.row(&row, &mut out);
         row.seq = 2;
@@ -260,12 +254,7 @@ mod tests {
     #[test]
     fn an_empty_export_is_a_header_or_a_lone_manifest() {
         let mut out = Vec::new();
-        let e = Encoder::start(
-            Format::Csv,
-            Source::Export,
-            ExportFilter::default(),
-            &mut out,
-        );
+        let e = start(Format::Csv, &mut out);
         let m = e.finish(&mut out);
         assert_eq!(
             out,
@@ -279,12 +268,7 @@ mod tests {
         assert_eq!((m.row_count, m.first_occurred_at), (0, None));
 
         let mut out = Vec::new();
-        let e = Encoder::start(
-            Format::Ndjson,
-            Source::Export,
-            ExportFilter::default(),
-            &mut out,
-        );
+        let e = start(Format::Ndjson, &mut out);
         let m = e.finish(&mut out);
         assert_eq!(String::from_utf8(out).unwrap().lines().count(), 1);
         assert_eq!(m.sha256, hex::encode(Sha256::digest(b"")));

@@ -1,9 +1,8 @@
 //! The manifest an auditor checks a file against: what was asked for (filters), what
 //! came out (rows, keys, time range) and the SHA-256 of the content.
 
-use super::filter::ExportFilter;
-use super::row::micros;
 use crate::evidence::ExportEvidence;
+use crate::store::{ExportFilter, micros};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::fmt;

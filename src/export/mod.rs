@@ -7,69 +7,45 @@
 //! verifies in place ([`verify_database`]), with the same checks ([`ChainCheck`]).
 //! docs/EXPORT.md is the reader's guide.
 
+mod database;
 mod encode;
-mod filter;
 mod manifest;
+mod pipeline;
 mod problem;
 mod read;
 mod row;
 mod verify;
 
+pub use crate::store::{ExportFilter, FilterError, parse_time};
+pub use database::{Outside, verify_database, verify_database_with};
 pub use encode::Encoder;
-pub use filter::{ExportFilter, FilterError, parse_time};
 pub use manifest::{CsvCells, Format, Manifest, Source};
+pub use pipeline::{CHUNK, ChunkSink, Discard, ExportError, Job, Writer, encode, export_into};
 pub use read::{
     FileEvidence, ndjson_manifest, sha256_of, verify_csv, verify_csv_with, verify_ndjson,
     verify_ndjson_with,
 };
-pub(crate) use row::micros;
-pub use row::{COLUMNS, ChainHead, ExportRow, canonical_detail};
+pub use row::{COLUMNS, ExportRow, canonical_detail};
 pub use verify::{Break, ChainCheck, Problem, Report};
 
-use crate::evidence::{Checkpoint, EvidenceSource, LeafLog, check_sequence};
+use crate::evidence::{EvidenceSource, LeafLog};
 use crate::store::{Store, StoreError};
-use ed25519_dalek::VerifyingKey;
 use futures::StreamExt;
-use std::sync::Arc;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-/// Bytes gathered before a write: large enough for few syscalls, small enough that
-/// memory stays flat.
-pub const CHUNK: usize = 64 * 1024;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ExportError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("cannot write the export: {0}")]
-    Io(#[from] std::io::Error),
-}
+#[cfg(test)]
+pub(crate) use row::tests;
 
 /// Streams the export selected by `filter` into `out` and returns its manifest (for
 /// NDJSON also written as the last line).
-pub async fn export_to<W: AsyncWrite + Unpin>(
+pub async fn export_to<W: AsyncWrite + Unpin + Send>(
     store: &Store,
     filter: &ExportFilter,
     format: Format,
     cells: CsvCells,
     out: &mut W,
 ) -> Result<Manifest, ExportError> {
-    let mut buf = Vec::with_capacity(CHUNK * 2);
-    let evidence = evidence_source(store).await?.map(Arc::new);
-    let mut encoder = Encoder::start(format, Source::Export, filter.clone(), &mut buf)
-        .with_evidence(evidence)
-        .csv_cells(cells);
-    let mut rows = store.export_rows(filter);
-    while let Some(item) = rows.next().await {
-        let (row, _head) = item?;
-        encoder.row(&row, &mut buf);
-        if buf.len() >= CHUNK {
-            out.write_all(&buf).await?;
-            buf.clear();
-        }
-    }
-    let manifest = encoder.finish(&mut buf);
-    out.write_all(&buf).await?;
+    let manifest = export_into(store, filter, format, cells, &mut Writer(&mut *out)).await?;
     out.flush().await?;
     Ok(manifest)
 }
@@ -91,147 +67,4 @@ pub async fn evidence_source(store: &Store) -> Result<Option<EvidenceSource>, St
         log.push(idx, leaf).map_err(StoreError::Corrupt)?;
     }
     Ok(Some(log.into_source(latest.checkpoint)))
-}
-
-/// What the database verification is given beyond the database.
-#[derive(Debug, Default, Clone)]
-pub struct Outside {
-    /// The public key that checks checkpoint signatures.
-    pub public_key: Option<VerifyingKey>,
-    /// Checkpoints kept outside the database (`--checkpoint-dir`).
-    pub checkpoints: Option<Vec<Checkpoint>>,
-}
-
-/// Checks every key's chain in the database against its record's head and its
-/// record's state, the signed checkpoints (signatures, order, their Merkle roots
-/// over the stored leaves, the copies kept outside), and every key against where the
-/// checkpoints last saw it, streaming the attempt rows.
-pub async fn verify_database(store: &Store) -> Result<Report, StoreError> {
-    verify_database_with(store, &Outside::default()).await
-}
-
-pub async fn verify_database_with(store: &Store, outside: &Outside) -> Result<Report, StoreError> {
-    let checkpoints = store.checkpoints().await?;
-    let mut problems = check_sequence(&checkpoints, outside.public_key.as_ref(), 1);
-    let mut notes = Vec::new();
-    if let Some(files) = &outside.checkpoints {
-        problems.extend(compare_outside(&checkpoints, files));
-    }
-    // The leaves, in index order: each checkpoint's root must be theirs.
-    let covered = checkpoints.last().map_or(0, |c| c.body.tree_size);
-    let mut log = LeafLog::default();
-    let mut next = checkpoints.iter().peekable();
-    while next.next_if(|c| c.body.tree_size == 0).is_some() {}
-    let mut beyond = 0u64;
-    let mut leaves = store.checkpoint_leaves();
-    while let Some(item) = leaves.next().await {
-        let (idx, leaf) = item?;
-        if idx >= covered {
-            beyond += 1;
-            continue;
-        }
-        if let Err(why) = log.push(idx, leaf) {
-            problems.push(why);
-            break;
-        }
-        while let Some(c) = next.next_if(|c| c.body.tree_size == log.size()) {
-            if c.body.root_hash != log.root_hex() {
-                problems.push(format!(
-                    "checkpoint {}: its root is not the root of the stored leaves: leaves were altered or deleted",
-                    c.body.seq
-                ));
-            }
-        }
-    }
-    drop(leaves);
-    if let Some(c) = next.next() {
-        problems.push(format!(
-            "checkpoint {} covers {} leaves but only {} are stored: leaves were deleted",
-            c.body.seq,
-            c.body.tree_size,
-            log.size()
-        ));
-    }
-    if beyond > 0 {
-        problems.push(format!(
-            "{beyond} leaves lie beyond the newest checkpoint: they were added by hand, or a newer checkpoint was deleted"
-        ));
-    }
-    let ends: Vec<(u64, u64)> = checkpoints
-        .iter()
-        .map(|c| (c.body.tree_size, c.body.seq))
-        .collect();
-    let anchors = log.anchors(|idx| {
-        let i = ends.partition_point(|(size, _)| *size <= idx);
-        ends.get(i).map_or(0, |(_, seq)| *seq)
-    });
-    match checkpoints.last() {
-        None => notes
-            .push("no signed checkpoints yet: deletions and rollbacks cannot be detected".into()),
-        Some(c) => notes.push(format!(
-            "{} signed checkpoints, the newest {} at {} covering {} keys{}",
-            checkpoints.len(),
-            c.body.seq,
-            crate::guard::rfc3339(c.body.created_at),
-            anchors.len(),
-            if outside.public_key.is_some() {
-                ""
-            } else {
-                " (signatures not checked: no public key given)"
-            }
-        )),
-    }
-
-    let mut check = ChainCheck::with_anchors(anchors);
-    let mut rows = store.export_rows(&ExportFilter::default());
-    while let Some(item) = rows.next().await {
-        let (row, head) = item?;
-        check.push(&row, Some(&head), None);
-    }
-    drop(rows);
-    for key in store.records_without_attempts().await? {
-        check.record_without_attempts(&key);
-    }
-    for (key, anchor) in check.take_unseen_anchors() {
-        if anchor.pruned {
-            continue;
-        }
-        match store.pruning_receipt(&key).await? {
-            Some((seq, _)) if seq >= anchor.seq => {}
-            _ => check.key_problem(
-                &key,
-                Some(anchor.seq),
-                Problem::KeyGone {
-                    checkpoint: anchor.checkpoint,
-                    seq: anchor.seq,
-                },
-            ),
-        }
-    }
-    for p in problems {
-        check.file_problem(None, Problem::Checkpoint(p));
-    }
-    for n in notes {
-        check.note(n);
-    }
-    Ok(check.finish(false))
-}
-
-/// Each checkpoint kept outside must be in the database, unchanged.
-fn compare_outside(db: &[Checkpoint], files: &[Checkpoint]) -> Vec<String> {
-    let mut problems = Vec::new();
-    for f in files {
-        match db.iter().find(|c| c.body.seq == f.body.seq) {
-            None => problems.push(format!(
-                "checkpoint {} (kept outside) is not in the database: it was deleted",
-                f.body.seq
-            )),
-            Some(c) if c != f => problems.push(format!(
-                "checkpoint {} in the database differs from the copy kept outside: it was replaced",
-                f.body.seq
-            )),
-            Some(_) => {}
-        }
-    }
-    problems
 }

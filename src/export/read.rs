@@ -130,7 +130,7 @@ pub fn verify_ndjson_with<R: BufRead>(
                 digest.update(&buf);
                 rows += 1;
                 keys.see(&row.key);
-                check.push(&row, None, Some(line_no));
+                check.push(&row, Some(line_no));
             }
             Ok(Line::Manifest(m)) => manifest = Some((*m, line_no)),
             Err(e) => {
@@ -219,7 +219,7 @@ pub fn verify_csv_with<R: Read>(
                 Ok(row) => {
                     rows += 1;
                     keys.see(&row.key);
-                    check.push(&row, None, Some(line));
+                    check.push(&row, Some(line));
                 }
                 Err(why) => check.file_problem(Some(line), Problem::Unreadable(why)),
             }
@@ -310,9 +310,9 @@ pub fn sha256_of<R: Read>(mut reader: R) -> io::Result<String> {
 mod tests {
     use super::*;
     use crate::export::encode::Encoder;
-    use crate::export::filter::ExportFilter;
     use crate::export::manifest::Source;
-    use crate::export::row::tests::sample;
+    use crate::export::tests::sample;
+    use crate::store::ExportFilter;
 
     fn file(format: Format) -> (Vec<u8>, Manifest) {
         let mut out = Vec::new();

@@ -1,148 +1,18 @@
-//! One exported row: an attempt with its record's context, in the shape both formats
-//! share. The column order here is the public contract of the CSV header and of the
-//! NDJSON member order (docs/EXPORT.md).
+//! An exported row as CSV fields and back. The row itself ([`ExportRow`]) and its
+//! column order ([`COLUMNS`], the CSV header and the NDJSON member order) are the
+//! store's, which yields it; NDJSON is its serde form.
 
-use crate::guard::binding::RecordState;
 use crate::guard::canonical::canonical_json;
-use crate::guard::{AttemptKind, ChainFields, Intent, Status, chain_hash, rfc3339};
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
+use crate::guard::rfc3339;
+pub use crate::store::{COLUMNS, ExportRow};
+use chrono::DateTime;
 use serde_json::Value;
 use std::borrow::Cow;
-
-/// The CSV header, in order. NDJSON objects carry the same members in the same
-/// order, after `"type": "attempt"`.
-pub const COLUMNS: [&str; 24] = [
-    "attempt_id",
-    "key",
-    "seq",
-    "occurred_at",
-    "tenant",
-    "tool",
-    "workflow_id",
-    "step_id",
-    "intent_id",
-    "business_ref",
-    "current_status",
-    "kind",
-    "actor",
-    "fencing_token",
-    "duration_ms",
-    "detail",
-    "prev_hash",
-    "hash",
-    "fingerprint",
-    "business_args",
-    "result",
-    "error",
-    "log_seq",
-    "log_hash",
-];
 
 /// Files of earlier versions end after `hash`.
 pub const LEGACY_COLUMNS: usize = 18;
 
-/// An attempt row and the context of its key. `tenant` and `tool` are the attempt's
-/// own (hash-covered) columns; `workflow_id` … `current_status` come from the record,
-/// and `current_status` is the key's status at export time, not at `occurred_at`.
-/// So do the last six (`fingerprint` … `log_hash`): the record's state and chain head
-/// at export time, which the head row's `detail.state` binds (docs/EXPORT.md).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ExportRow {
-    pub attempt_id: i64,
-    pub key: String,
-    pub seq: i64,
-    #[serde(with = "micros")]
-    pub occurred_at: DateTime<Utc>,
-    pub tenant: String,
-    pub tool: String,
-    pub workflow_id: String,
-    pub step_id: String,
-    pub intent_id: String,
-    pub business_ref: Option<String>,
-    pub current_status: Status,
-    pub kind: AttemptKind,
-    pub actor: String,
-    pub fencing_token: i64,
-    pub duration_ms: Option<i64>,
-    pub detail: Value,
-    pub prev_hash: String,
-    pub hash: String,
-    // The record's state and head: absent from files of earlier versions, which
-    // then read as "not the head" (nothing to compare the state with).
-    #[serde(default)]
-    pub fingerprint: String,
-    #[serde(default)]
-    pub business_args: Value,
-    #[serde(default)]
-    pub result: Option<Value>,
-    #[serde(default)]
-    pub error: Option<String>,
-    #[serde(default)]
-    pub log_seq: i64,
-    #[serde(default)]
-    pub log_hash: String,
-}
-
-/// Where a key's chain ends according to its record (`log_seq`, `log_hash`): the
-/// anchor that makes a deleted or appended last row visible in the database.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChainHead {
-    pub seq: i64,
-    pub hash: String,
-}
-
 impl ExportRow {
-    pub fn chain_fields(&self) -> ChainFields<'_> {
-        ChainFields {
-            key: &self.key,
-            tenant: &self.tenant,
-            tool: &self.tool,
-            seq: self.seq,
-            kind: self.kind.as_str(),
-            fencing_token: self.fencing_token,
-            actor: &self.actor,
-            detail: &self.detail,
-            duration_ms: self.duration_ms,
-            occurred_at: self.occurred_at,
-        }
-    }
-
-    /// The key the guard derives from this row's intent; an empty or over-long field
-    /// derives nothing (and so never matches).
-    pub fn derived_key(&self) -> String {
-        let intent = Intent {
-            tenant: self.tenant.clone(),
-            tool: self.tool.clone(),
-            workflow_id: self.workflow_id.clone(),
-            step_id: self.step_id.clone(),
-            intent_id: self.intent_id.clone(),
-        };
-        intent.key().map(|k| k.to_string()).unwrap_or_default()
-    }
-
-    /// The record's state as exported beside this row.
-    pub fn record_state(&self) -> RecordState<'_> {
-        RecordState {
-            status: self.current_status,
-            fingerprint: &self.fingerprint,
-            business_args: &self.business_args,
-            business_ref: self.business_ref.as_deref(),
-            result: self.result.as_ref(),
-            error: self.error.as_deref(),
-        }
-    }
-
-    /// Whether this row is its record's head (the newest row when exported).
-    pub fn is_head(&self) -> bool {
-        self.seq == self.log_seq && self.hash == self.log_hash
-    }
-
-    /// The hash this row's content and `prev_hash` must have.
-    pub fn computed_hash(&self) -> String {
-        chain_hash(&self.prev_hash, self.chain_fields())
-    }
-
     /// The row as CSV fields, in [`COLUMNS`] order. `None` becomes an empty field;
     /// `detail` is its canonical (JCS) JSON text, the form the hash covers.
     pub fn csv_fields(&self) -> [Cow<'_, str>; 24] {
@@ -255,54 +125,10 @@ pub fn canonical_detail(detail: &Value) -> String {
     canonical_json(detail).unwrap_or_else(|_| detail.to_string())
 }
 
-/// Times in exports: RFC 3339 UTC with microseconds, the form the hash covers.
-pub(crate) mod micros {
-    use crate::guard::rfc3339;
-    use chrono::{DateTime, Utc};
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&rfc3339(*t))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
-        let text = String::deserialize(d)?;
-        DateTime::parse_from_rfc3339(&text)
-            .map(|t| t.to_utc())
-            .map_err(serde::de::Error::custom)
-    }
-
-    pub mod option {
-        use super::*;
-
-        pub fn serialize<S: Serializer>(
-            t: &Option<DateTime<Utc>>,
-            s: S,
-        ) -> Result<S::Ok, S::Error> {
-            match t {
-                Some(t) => s.serialize_str(&rfc3339(*t)),
-                None => s.serialize_none(),
-            }
-        }
-
-        pub fn deserialize<'de, D: Deserializer<'de>>(
-            d: D,
-        ) -> Result<Option<DateTime<Utc>>, D::Error> {
-            Option::<String>::deserialize(d)?
-                .map(|text| {
-                    DateTime::parse_from_rfc3339(&text)
-                        .map(|t| t.to_utc())
-                        .map_err(serde::de::Error::custom)
-                })
-                .transpose()
-        }
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::guard::GENESIS_HASH;
+    use crate::guard::{AttemptKind, GENESIS_HASH, Status};
     use serde_json::json;
 
     pub fn sample() -> ExportRow {

@@ -10,7 +10,7 @@
 //! is not a break (the manifest says the export was filtered).
 
 pub use super::problem::{Break, Problem};
-use super::row::{ChainHead, ExportRow};
+use super::row::ExportRow;
 pub use crate::evidence::Anchor;
 use crate::guard::GENESIS_HASH;
 use crate::guard::binding::{StateBinding, fingerprint_matches, value_sha256};
@@ -49,6 +49,14 @@ impl Report {
     }
 }
 
+/// Where a key's chain ends according to its record (`log_seq`, `log_hash`): the
+/// anchor that makes a deleted or appended last row visible in the database.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ChainHead {
+    pub seq: i64,
+    pub hash: String,
+}
+
 struct KeyState {
     key: String,
     last_seq: i64,
@@ -60,6 +68,10 @@ struct KeyState {
     /// Starts after seq 1.
     late: bool,
     anchor: Option<Anchor>,
+    /// The intent fields of the last row whose key was derived and matched: a row
+    /// with the same fields derives the same key, so it is not derived again (in
+    /// the database every row of a key repeats its record's fields).
+    derived: Option<[String; 5]>,
 }
 
 /// Feed rows with [`ChainCheck::push`], then [`ChainCheck::finish`].
@@ -75,6 +87,10 @@ pub struct ChainCheck {
     late_starts: u64,
     /// Checkpointed heads by key, consumed as keys arrive.
     anchors: HashMap<String, Anchor>,
+    /// Rows come from the database, where each carries its record's current head
+    /// ([`ChainCheck::against_heads`]); a file's rows carry the head at export time,
+    /// which later rows may have passed, so a file is not checked against it.
+    heads: bool,
 }
 
 impl ChainCheck {
@@ -88,6 +104,13 @@ impl ChainCheck {
             anchors,
             ..Self::default()
         }
+    }
+
+    /// Checks each key's last row against its record's head (`log_seq`, `log_hash`),
+    /// so a deleted or added last row is found: for rows read from the database.
+    pub fn against_heads(mut self) -> Self {
+        self.heads = true;
+        self
     }
 
     /// The anchored keys that never appeared in the stream (gone, or not exported).
@@ -117,8 +140,8 @@ impl ChainCheck {
         self.report.notes.push(note);
     }
 
-    /// Checks the next row. `head` is the record's head (database) or `None` (file).
-    pub fn push(&mut self, row: &ExportRow, head: Option<&ChainHead>, line: Option<u64>) {
+    /// Checks the next row; `line` is its line in a file.
+    pub fn push(&mut self, row: &ExportRow, line: Option<u64>) {
         self.ordinal += 1;
         self.report.rows += 1;
         let new_key = self.current.as_ref().is_none_or(|c| c.key != row.key);
@@ -133,11 +156,15 @@ impl ChainCheck {
                 last_seq: row.seq,
                 last_hash: row.hash.clone(),
                 broken: false,
-                head: head.cloned(),
+                head: self.heads.then(|| ChainHead {
+                    seq: row.log_seq,
+                    hash: row.log_hash.clone(),
+                }),
                 last_id: row.attempt_id,
                 last_line: line,
                 late: false,
                 anchor: self.anchors.remove(&row.key),
+                derived: None,
             };
             if let Some(prev) = previous.filter(|p| p.key > row.key) {
                 self.fail(
@@ -203,7 +230,8 @@ impl ChainCheck {
             }
         }
         state.last_seq = row.seq;
-        state.last_hash = row.hash.clone();
+        // Reuses the allocation: hashes all have one length.
+        state.last_hash.clone_from(&row.hash);
         state.last_id = row.attempt_id;
         state.last_line = line;
         self.current = Some(state);
@@ -311,10 +339,24 @@ impl ChainCheck {
         if state.broken {
             return;
         }
-        let derived = row.derived_key();
-        if derived != row.key {
-            self.fail(state, row, line, Problem::ContextMismatch { derived });
-            return;
+        let intent = [
+            &row.tenant,
+            &row.tool,
+            &row.workflow_id,
+            &row.step_id,
+            &row.intent_id,
+        ];
+        let known = state
+            .derived
+            .as_ref()
+            .is_some_and(|d| d.iter().eq(intent.iter().copied()));
+        if !known {
+            let derived = row.derived_key();
+            if derived != row.key {
+                self.fail(state, row, line, Problem::ContextMismatch { derived });
+                return;
+            }
+            state.derived = Some(intent.map(String::clone));
         }
         let computed = row.computed_hash();
         if computed != row.hash {
@@ -411,7 +453,7 @@ fn short(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::row::tests::sample;
+    use crate::export::tests::sample;
 
     /// Three chained rows of one key.
     fn chain() -> Vec<ExportRow> {
@@ -431,7 +473,7 @@ mod tests {
     fn check(rows: &[ExportRow], since: bool) -> Report {
         let mut c = ChainCheck::new();
         for (i, r) in rows.iter().enumerate() {
-            c.push(r, None, Some(i as u64 + 1));
+            c.push(r, Some(i as u64 + 1));
         }
         c.finish(since)
     }
@@ -501,13 +543,11 @@ mod tests {
     #[test]
     fn the_record_head_catches_a_deleted_last_row() {
         let rows = chain();
-        let head = ChainHead {
-            seq: 3,
-            hash: rows[2].hash.clone(),
-        };
-        let mut c = ChainCheck::new();
+        let mut c = ChainCheck::new().against_heads();
         for r in &rows[..2] {
-            c.push(r, Some(&head), None);
+            let mut r = r.clone();
+            (r.log_seq, r.log_hash) = (3, rows[2].hash.clone());
+            c.push(&r, None);
         }
         let b = c.finish(false).breaks[0].clone();
         assert!(
@@ -571,7 +611,7 @@ mod tests {
         let run = |rows: &[ExportRow], a: Anchor| {
             let mut c = ChainCheck::with_anchors([(rows[0].key.clone(), a)].into());
             for r in rows {
-                c.push(r, None, None);
+                c.push(r, None);
             }
             c.finish(false)
         };

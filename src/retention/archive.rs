@@ -3,79 +3,65 @@
 //! written as `.NAME.partial` and renamed when complete, so a visible archive file
 //! is always whole; `idemwatch verify --file` checks it like any export.
 
-use crate::export::{Encoder, ExportFilter, ExportRow, Format, Manifest, Source};
+use crate::export::{self, CsvCells, ExportError, Format, Job, Manifest, Source, Writer};
+use crate::store::{ExportFilter, ExportRow, StoreError};
 use chrono::Utc;
+use futures::Stream;
 use std::io;
 use std::path::{Path, PathBuf};
 use tokio::io::{AsyncWriteExt, BufWriter};
 
-pub struct ArchiveFile {
-    partial: PathBuf,
-    path: PathBuf,
-    file: BufWriter<tokio::fs::File>,
-    encoder: Encoder,
-    buf: Vec<u8>,
+/// Writes `rows` through the export pipeline into a new file in `dir`, named by time
+/// and a random suffix so that replicas sharing the directory never collide, and
+/// makes it durable. On any failure the partial file is removed.
+pub async fn write<R>(dir: &Path, rows: R) -> Result<(PathBuf, Manifest), ExportError>
+where
+    R: Stream<Item = Result<ExportRow, StoreError>>,
+{
+    let name = format!(
+        "pruned-{}-{:016x}.ndjson",
+        Utc::now().format("%Y%m%dT%H%M%S%.6fZ"),
+        rand::random::<u64>()
+    );
+    let path = dir.join(&name);
+    let partial = dir.join(format!(".{name}.partial"));
+    let file = tokio::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&partial)
+        .await?;
+    let mut file = BufWriter::new(file);
+    let job = Job {
+        format: Format::Ndjson,
+        source: Source::Archive,
+        filter: ExportFilter::default(),
+        cells: CsvCells::Raw,
+        evidence: None,
+    };
+    let written = match export::encode(job, rows, &mut Writer(&mut file)).await {
+        Ok(manifest) => finish(file, &partial, &path).await.map(|()| manifest),
+        Err(e) => Err(e),
+    };
+    if written.is_err() {
+        let _ = tokio::fs::remove_file(&partial).await;
+    }
+    Ok((path, written?))
 }
 
-impl ArchiveFile {
-    /// A new file in `dir`, named by time and a random suffix so that replicas
-    /// sharing the directory never collide.
-    pub async fn create(dir: &Path) -> io::Result<ArchiveFile> {
-        let name = format!(
-            "pruned-{}-{:016x}.ndjson",
-            Utc::now().format("%Y%m%dT%H%M%S%.6fZ"),
-            rand::random::<u64>()
-        );
-        let path = dir.join(&name);
-        let partial = dir.join(format!(".{name}.partial"));
-        let file = tokio::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&partial)
-            .await?;
-        let mut buf = Vec::new();
-        let encoder = Encoder::start(
-            Format::Ndjson,
-            Source::Archive,
-            ExportFilter::default(),
-            &mut buf,
-        );
-        Ok(ArchiveFile {
-            partial,
-            path,
-            file: BufWriter::new(file),
-            encoder,
-            buf,
-        })
+/// Makes the file durable and gives it its final name.
+async fn finish(
+    mut file: BufWriter<tokio::fs::File>,
+    partial: &Path,
+    path: &Path,
+) -> Result<(), ExportError> {
+    file.flush().await?;
+    file.get_ref().sync_all().await?;
+    drop(file);
+    tokio::fs::rename(partial, path).await?;
+    if let Some(dir) = path.parent() {
+        sync_dir(dir).await?;
     }
-
-    pub async fn write(&mut self, row: &ExportRow) -> io::Result<()> {
-        self.encoder.row(row, &mut self.buf);
-        if self.buf.len() >= crate::export::CHUNK {
-            self.file.write_all(&self.buf).await?;
-            self.buf.clear();
-        }
-        Ok(())
-    }
-
-    /// Writes the manifest, makes the file durable and gives it its final name.
-    pub async fn finish(mut self) -> io::Result<(PathBuf, Manifest)> {
-        let manifest = self.encoder.finish(&mut self.buf);
-        self.file.write_all(&self.buf).await?;
-        self.file.flush().await?;
-        self.file.get_ref().sync_all().await?;
-        tokio::fs::rename(&self.partial, &self.path).await?;
-        if let Some(dir) = self.path.parent() {
-            sync_dir(dir).await?;
-        }
-        Ok((self.path, manifest))
-    }
-
-    /// Removes the partial file of a batch that did not complete.
-    pub async fn abandon(self) {
-        drop(self.file);
-        let _ = tokio::fs::remove_file(&self.partial).await;
-    }
+    Ok(())
 }
 
 /// Makes a rename durable (Unix: fsync of the directory).

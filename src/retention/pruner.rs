@@ -2,11 +2,11 @@
 //! batches, archiving each batch first when asked. Never UNKNOWN or IN_PROGRESS
 //! keys: those wait for a person or a worker (their count is already a metric).
 
-use super::archive::ArchiveFile;
+use super::archive;
 use super::settings::RetentionSettings;
+use crate::export::ExportError;
 use crate::guard::Clock;
 use crate::store::{PrunedCounts, Store, StoreError};
-use futures::StreamExt;
 use prometheus::{IntCounterVec, Opts, Registry};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -129,34 +129,18 @@ impl Pruner {
         }
         let mut archived = None;
         if let Some(dir) = &self.settings.archive_dir {
-            let io = |source| PruneError::Archive {
-                path: dir.clone(),
-                source,
-            };
-            let mut file = ArchiveFile::create(dir).await.map_err(io)?;
-            let mut rows = batch.rows();
-            let mut written = Ok(());
-            while let Some(row) = rows.next().await {
-                let row = match row {
-                    Ok(row) => row,
-                    Err(e) => {
-                        written = Err(PruneError::Store(e));
-                        break;
-                    }
-                };
-                if let Err(e) = file.write(&row).await {
-                    written = Err(io(e));
-                    break;
-                }
-            }
-            drop(rows);
-            if let Err(e) = written {
-                file.abandon().await;
-                return Err(e);
-            }
             // Durable before the delete commits: a crash in between leaves the rows
             // both archived and in the database, and the next batch archives them again.
-            let (path, _manifest) = file.finish().await.map_err(io)?;
+            let (path, _manifest) =
+                archive::write(dir, batch.rows())
+                    .await
+                    .map_err(|e| match e {
+                        ExportError::Store(e) => PruneError::Store(e),
+                        ExportError::Io(source) => PruneError::Archive {
+                            path: dir.clone(),
+                            source,
+                        },
+                    })?;
             archived = Some(path);
         }
         let counts = batch.delete_and_commit().await?;

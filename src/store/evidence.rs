@@ -5,9 +5,12 @@
 //! position the previous checkpoint stored (the tailer's rule, see [`super::tail`]:
 //! on PostgreSQL only transactions older than every running one).
 
+mod checkpoint;
+
+pub use checkpoint::{Checkpoint, CheckpointBody, Leaf};
+
 use super::tail::TailPosition;
 use super::{Store, StoreError, on_pool};
-use crate::evidence::{Checkpoint, CheckpointBody, Leaf};
 use chrono::{DateTime, Utc};
 use futures::stream::{BoxStream, StreamExt};
 use sqlx::types::Json;
@@ -67,7 +70,7 @@ pub const PRUNE_RECEIPTS_SQLITE: &str = "INSERT INTO evidence_pruned \
 #[derive(Debug, Clone, PartialEq)]
 pub struct StoredCheckpoint {
     pub checkpoint: Checkpoint,
-    /// The right border of the Merkle tree (see [`crate::evidence::merkle::Frontier`]).
+    /// The right border of the Merkle tree (the evidence layer's `merkle::Frontier`).
     pub frontier: Vec<String>,
     pub tail: TailPosition,
     pub pruned_id: i64,

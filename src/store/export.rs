@@ -1,42 +1,65 @@
 //! The export query: attempts joined with their record, sorted by (key, seq), as a
-//! row stream (`fetch`, never `fetch_all`): memory stays flat however many rows.
+//! stream of [`ExportRow`]s (`fetch`, never `fetch_all`): memory stays flat however
+//! many rows. The export, the database verification and the pruner's archive all
+//! read it; the row type and its filter live here, below them, so the store never
+//! imports the layers that use it.
 //!
 //! One statement, so one snapshot on both backends: each row's record context and
 //! chain head are consistent with the attempts beside it.
 
+mod filter;
+mod row;
+
+pub use filter::{ExportFilter, FilterError, parse_time};
+pub use row::{COLUMNS, ExportRow, micros};
+
 use super::{Store, StoreError, on_pool};
-use crate::export::{ChainHead, ExportFilter, ExportRow};
-use chrono::{DateTime, Utc};
 use futures::stream::{BoxStream, StreamExt};
 use serde_json::Value;
 use sqlx::types::Json;
 
-/// The columns both the export and the pruner's archive read.
+/// The columns of [`ExportRow`], in its order (a test checks the names against
+/// [`COLUMNS`]); the export and the pruner's archive read them.
 macro_rules! export_select {
     () => {
-        "SELECT a.id, a.key, a.seq, a.occurred_at, a.tenant, a.tool, r.workflow_id, r.step_id, \
-         r.intent_id, r.business_ref, r.status, a.kind, a.actor, a.fencing_token, a.duration_ms, \
-         a.detail, a.prev_hash, a.hash, r.fingerprint, r.business_args, r.result, r.error, \
-         r.log_seq, r.log_hash \
-         FROM idempotency_attempts a JOIN idempotency_records r ON r.key = a.key "
+        concat!(
+            $crate::store::export::export_columns!(
+                "r.fingerprint, r.business_args, r.result, r.error, "
+            ),
+            $crate::store::export::export_from!()
+        )
     };
 }
-pub(crate) use export_select;
 
-/// Optional filters as `($n IS NULL OR …)`: PostgreSQL needs the parameter's type.
-/// `since` inclusive, `until` exclusive. The (key, seq) unique index gives the order.
-pub const EXPORT_POSTGRES: &str = concat!(
-    export_select!(),
-    "WHERE ($1::timestamptz IS NULL OR a.occurred_at >= $1) \
-     AND ($2::timestamptz IS NULL OR a.occurred_at < $2) \
-     AND ($3::text IS NULL OR a.tenant = $3) \
-     AND ($4::text IS NULL OR a.tool = $4) \
-     AND ($5::text IS NULL OR a.key = $5) \
-     AND ($6::text IS NULL OR r.business_ref = $6) \
-     ORDER BY a.key, a.seq"
-);
-/// SQLite compares the RFC 3339 text it stores; the bound times use the same form.
-pub const EXPORT_SQLITE: &str = concat!(
+/// Each attempt beside its record.
+macro_rules! export_from {
+    () => {
+        "FROM idempotency_attempts a JOIN idempotency_records r ON r.key = a.key "
+    };
+}
+
+/// The columns with the record's state (`fingerprint` … `error`) given in the middle.
+macro_rules! export_columns {
+    ($state:expr) => {
+        concat!(
+            "SELECT a.id AS attempt_id, a.key, a.seq, a.occurred_at, a.tenant, a.tool, \
+             r.workflow_id, r.step_id, r.intent_id, r.business_ref, r.status AS current_status, \
+             a.kind, a.actor, a.fencing_token, a.duration_ms, a.detail, a.prev_hash, a.hash, ",
+            $state,
+            "r.log_seq, r.log_hash "
+        )
+    };
+}
+pub(crate) use {export_columns, export_from, export_select};
+
+/// Optional filters as `($n IS NULL OR …)`, one text for both backends. PostgreSQL
+/// needs no casts: sqlx declares every parameter's type in the statement's Parse
+/// message (an absent `since` is still a `timestamptz`), so `$1 IS NULL` is never of
+/// unknown type (`every_filter_selects_exactly_its_rows`, tests/it/export/files.rs, runs
+/// each filter given and absent on both). SQLite compares the RFC 3339 text it
+/// stores; the bound times use the same form. `since` inclusive, `until` exclusive.
+/// The (key, seq) unique index gives the order.
+pub const EXPORT: &str = concat!(
     export_select!(),
     "WHERE ($1 IS NULL OR a.occurred_at >= $1) \
      AND ($2 IS NULL OR a.occurred_at < $2) \
@@ -47,51 +70,61 @@ pub const EXPORT_SQLITE: &str = concat!(
      ORDER BY a.key, a.seq"
 );
 
+/// The whole log for `verify`: the export's rows, except that the record's state is
+/// sent only with the row at the record's `log_seq`, the one row the check compares
+/// it with (a head row has `seq = log_seq`, [`ExportRow::is_head`]); other rows carry
+/// `''` and JSON `null`. The state is the bulk of a row (two JSON documents turned
+/// into text by the server and parsed again by us, ten times a key), so this is most
+/// of what the database and the verifier do per row, for nothing.
+pub const VERIFY: &str = concat!(
+    export_columns!(
+        "CASE WHEN a.seq = r.log_seq THEN r.fingerprint ELSE '' END AS fingerprint, \
+         CASE WHEN a.seq = r.log_seq THEN r.business_args ELSE 'null' END AS business_args, \
+         CASE WHEN a.seq = r.log_seq THEN r.result END AS result, \
+         CASE WHEN a.seq = r.log_seq THEN r.error END AS error, "
+    ),
+    export_from!(),
+    "ORDER BY a.key, a.seq"
+);
+
+/// Rows a batch of [`Store::verify_rows`] holds.
+pub const VERIFY_BATCH: usize = 512;
+
+/// For [`VERIFY`], in its own transaction: the plan that streams both primary-key
+/// indexes side by side (a merge join, already in (key, seq) order, no sort) with no
+/// parallel workers. PostgreSQL otherwise picks a parallel nested loop with an
+/// incremental sort, which took about 1.7 times the server CPU for the same rows
+/// (docs/PERFORMANCE.md, checkpoint); on a small machine its workers also compete
+/// with the verifier for the same cores. `set_config(…, true)` ends with the
+/// transaction.
+pub const SERIAL_PLAN_POSTGRES: &str = "SELECT \
+    set_config('max_parallel_workers_per_gather', '0', true), \
+    set_config('enable_nestloop', 'off', true)";
+
 /// Records whose attempt rows are all gone (the verifier reports them).
 pub const RECORDS_WITHOUT_ATTEMPTS: &str = "SELECT r.key FROM idempotency_records r \
     WHERE NOT EXISTS (SELECT 1 FROM idempotency_attempts a WHERE a.key = r.key) \
     ORDER BY r.key LIMIT 100";
 
-/// One row of [`export_select!`], decoded by position (below).
-#[derive(Debug)]
-pub(crate) struct ExportRowDb {
-    id: i64,
-    key: String,
-    seq: i64,
-    occurred_at: DateTime<Utc>,
-    tenant: String,
-    tool: String,
-    workflow_id: String,
-    step_id: String,
-    intent_id: String,
-    business_ref: Option<String>,
-    status: String,
-    kind: String,
-    actor: String,
-    fencing_token: i64,
-    duration_ms: Option<i64>,
-    detail: Json<Value>,
-    prev_hash: String,
-    hash: String,
-    fingerprint: String,
-    business_args: Json<Value>,
-    result: Option<Json<Value>>,
-    error: Option<String>,
-    log_seq: i64,
-    log_hash: String,
-}
-
 /// Decodes by column position, in [`export_select!`]'s order: `FromRow`'s derive
 /// looks every column up by name, 24 hash lookups a row, a measurable share of an
-/// export's CPU (docs/PERFORMANCE.md, export). A test checks the order against the
-/// names.
+/// export's CPU (docs/PERFORMANCE.md, export). A name that is no status or kind is a
+/// decode error, which the store reports as corrupt data.
 macro_rules! export_row_by_index {
     ($row:ty) => {
-        impl<'r> sqlx::FromRow<'r, $row> for ExportRowDb {
+        impl<'r> sqlx::FromRow<'r, $row> for ExportRow {
             fn from_row(r: &'r $row) -> Result<Self, sqlx::Error> {
                 use sqlx::Row;
-                Ok(ExportRowDb {
-                    id: r.try_get(0)?,
+                let attempt_id: i64 = r.try_get(0)?;
+                let name = |i: usize| -> Result<&str, sqlx::Error> { r.try_get(i) };
+                let corrupt = |e: crate::guard::UnknownName| {
+                    sqlx::Error::Decode(format!("attempt {attempt_id}: {e}").into())
+                };
+                let json = |i: usize| -> Result<Value, sqlx::Error> {
+                    Ok(r.try_get::<Json<Value>, _>(i)?.0)
+                };
+                Ok(ExportRow {
+                    attempt_id,
                     key: r.try_get(1)?,
                     seq: r.try_get(2)?,
                     occurred_at: r.try_get(3)?,
@@ -101,17 +134,17 @@ macro_rules! export_row_by_index {
                     step_id: r.try_get(7)?,
                     intent_id: r.try_get(8)?,
                     business_ref: r.try_get(9)?,
-                    status: r.try_get(10)?,
-                    kind: r.try_get(11)?,
+                    current_status: name(10)?.parse().map_err(corrupt)?,
+                    kind: name(11)?.parse().map_err(corrupt)?,
                     actor: r.try_get(12)?,
                     fencing_token: r.try_get(13)?,
                     duration_ms: r.try_get(14)?,
-                    detail: r.try_get(15)?,
+                    detail: json(15)?,
                     prev_hash: r.try_get(16)?,
                     hash: r.try_get(17)?,
                     fingerprint: r.try_get(18)?,
-                    business_args: r.try_get(19)?,
-                    result: r.try_get(20)?,
+                    business_args: json(19)?,
+                    result: r.try_get::<Option<Json<Value>>, _>(20)?.map(|j| j.0),
                     error: r.try_get(21)?,
                     log_seq: r.try_get(22)?,
                     log_hash: r.try_get(23)?,
@@ -123,93 +156,15 @@ macro_rules! export_row_by_index {
 export_row_by_index!(sqlx::postgres::PgRow);
 export_row_by_index!(sqlx::sqlite::SqliteRow);
 
-/// The column names of [`export_select!`] in the order [`ExportRowDb`] reads them.
-#[cfg(test)]
-const EXPORT_ROW_ORDER: [&str; 24] = [
-    "id",
-    "key",
-    "seq",
-    "occurred_at",
-    "tenant",
-    "tool",
-    "workflow_id",
-    "step_id",
-    "intent_id",
-    "business_ref",
-    "status",
-    "kind",
-    "actor",
-    "fencing_token",
-    "duration_ms",
-    "detail",
-    "prev_hash",
-    "hash",
-    "fingerprint",
-    "business_args",
-    "result",
-    "error",
-    "log_seq",
-    "log_hash",
-];
-
-impl TryFrom<ExportRowDb> for (ExportRow, ChainHead) {
-    type Error = StoreError;
-    fn try_from(r: ExportRowDb) -> Result<Self, StoreError> {
-        let corrupt =
-            |e: crate::guard::UnknownName| StoreError::Corrupt(format!("attempt {}: {e}", r.id));
-        let row = ExportRow {
-            current_status: r.status.parse().map_err(corrupt)?,
-            kind: r.kind.parse().map_err(corrupt)?,
-            attempt_id: r.id,
-            key: r.key,
-            seq: r.seq,
-            occurred_at: r.occurred_at,
-            tenant: r.tenant,
-            tool: r.tool,
-            workflow_id: r.workflow_id,
-            step_id: r.step_id,
-            intent_id: r.intent_id,
-            business_ref: r.business_ref,
-            actor: r.actor,
-            fencing_token: r.fencing_token,
-            duration_ms: r.duration_ms,
-            detail: r.detail.0,
-            prev_hash: r.prev_hash,
-            hash: r.hash,
-            fingerprint: r.fingerprint,
-            business_args: r.business_args.0,
-            result: r.result.map(|j| j.0),
-            error: r.error,
-            log_seq: r.log_seq,
-            log_hash: r.log_hash.clone(),
-        };
-        let head = ChainHead {
-            seq: r.log_seq,
-            hash: r.log_hash,
-        };
-        Ok((row, head))
-    }
-}
-
-pub(crate) fn convert(
-    row: Result<ExportRowDb, sqlx::Error>,
-) -> Result<(ExportRow, ChainHead), StoreError> {
-    row.map_err(StoreError::from).and_then(TryInto::try_into)
-}
-
 impl Store {
     /// Every attempt `filter` selects, with its record's context and chain head, in
     /// (key, seq) order, streamed from the database.
     pub fn export_rows(
         &self,
         filter: &ExportFilter,
-    ) -> BoxStream<'_, Result<(ExportRow, ChainHead), StoreError>> {
-        let sql = match self {
-            Store::Postgres(_) => EXPORT_POSTGRES,
-            Store::Sqlite(_) => EXPORT_SQLITE,
-        };
+    ) -> BoxStream<'_, Result<ExportRow, StoreError>> {
         let f = filter.clone();
-        on_pool!(self, pool => sqlx::query_as::<_, ExportRowDb>(sql)
+        on_pool!(self, pool => sqlx::query_as::<_, ExportRow>(EXPORT)
             .bind(f.since)
             .bind(f.until)
             .bind(f.tenant)
@@ -217,8 +172,59 @@ impl Store {
             .bind(f.key)
             .bind(f.business_ref)
             .fetch(pool)
-            .map(convert)
+            .map(|r| r.map_err(StoreError::from))
             .boxed())
+    }
+
+    /// Every attempt with its record, as [`Store::export_rows`] without a filter,
+    /// but with the record's state only on the row at its `log_seq` ([`VERIFY`]), in
+    /// batches of [`VERIFY_BATCH`] rows. A task of its own reads and decodes them, so
+    /// the caller checks one batch while the next is decoded (on another thread of a
+    /// multi-threaded runtime). Dropping the stream stops the reader.
+    pub fn verify_rows(&self) -> BoxStream<'static, Result<Vec<ExportRow>, StoreError>> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+        let store = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.send_verify_rows(&tx).await {
+                let _ = tx.send(Err(e)).await;
+            }
+        });
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+    }
+
+    async fn send_verify_rows(
+        &self,
+        tx: &tokio::sync::mpsc::Sender<Result<Vec<ExportRow>, StoreError>>,
+    ) -> Result<(), StoreError> {
+        macro_rules! send_batches {
+            ($rows:expr) => {{
+                let mut rows = $rows;
+                let mut batch = Vec::with_capacity(VERIFY_BATCH);
+                while let Some(row) = rows.next().await {
+                    batch.push(row?);
+                    if batch.len() == VERIFY_BATCH {
+                        let full = std::mem::replace(&mut batch, Vec::with_capacity(VERIFY_BATCH));
+                        if tx.send(Ok(full)).await.is_err() {
+                            return Ok(()); // the verifier stopped
+                        }
+                    }
+                }
+                if !batch.is_empty() {
+                    let _ = tx.send(Ok(batch)).await;
+                }
+                Ok(())
+            }};
+        }
+        match self {
+            Store::Postgres(pool) => {
+                let mut t = pool.begin().await?;
+                sqlx::query(SERIAL_PLAN_POSTGRES).execute(&mut *t).await?;
+                send_batches!(sqlx::query_as::<_, ExportRow>(VERIFY).fetch(&mut *t))
+            }
+            Store::Sqlite(pools) => {
+                send_batches!(sqlx::query_as::<_, ExportRow>(VERIFY).fetch(pools))
+            }
+        }
     }
 
     /// Up to 100 keys whose record has no attempt rows left.
@@ -234,16 +240,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_export_row_is_decoded_in_the_order_the_select_names_its_columns() {
-        let select = export_select!();
-        let list = select
-            .strip_prefix("SELECT ")
-            .and_then(|s| s.split(" FROM ").next())
-            .unwrap();
-        let names: Vec<&str> = list
-            .split(',')
-            .map(|c| c.trim().rsplit('.').next().unwrap())
-            .collect();
-        assert_eq!(names, EXPORT_ROW_ORDER);
+    fn the_export_row_is_decoded_in_the_order_the_selects_name_their_columns() {
+        for select in [export_select!(), VERIFY] {
+            let list = select
+                .strip_prefix("SELECT ")
+                .and_then(|s| s.split(" FROM ").next())
+                .unwrap();
+            let names: Vec<&str> = list
+                .split(", ")
+                .map(|c| {
+                    let name = c.split_whitespace().last().unwrap();
+                    name.rsplit('.').next().unwrap()
+                })
+                .collect();
+            assert_eq!(names, COLUMNS, "{select}");
+        }
     }
 }

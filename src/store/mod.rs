@@ -28,7 +28,8 @@ pub use browse::{
 };
 pub use duplicates::{PairReview, SuspectedPair};
 pub use error::StoreError;
-pub use evidence::StoredCheckpoint;
+pub use evidence::{Checkpoint, CheckpointBody, Leaf, StoredCheckpoint};
+pub use export::{COLUMNS, ExportFilter, ExportRow, FilterError, micros, parse_time};
 pub use pools::SqlitePools;
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use records::{Claim, ClaimChecks};

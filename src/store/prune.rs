@@ -8,9 +8,8 @@
 //! lock, so batches of different processes run one after the other. Either way the
 //! locks last one small batch.
 
-use super::export::{ExportRowDb, convert, export_select};
+use super::export::{ExportRow, export_select};
 use super::{Store, StoreError};
-use crate::export::ExportRow;
 use chrono::{DateTime, Utc};
 use futures::stream::{BoxStream, StreamExt};
 use sqlx::types::Json;
@@ -140,14 +139,14 @@ impl PruneBatch {
     pub fn rows(&mut self) -> BoxStream<'_, Result<ExportRow, StoreError>> {
         let keys = self.keys.clone();
         let rows = match &mut self.tx {
-            Tx::Postgres(tx) => sqlx::query_as::<_, ExportRowDb>(ROWS_POSTGRES)
+            Tx::Postgres(tx) => sqlx::query_as::<_, ExportRow>(ROWS_POSTGRES)
                 .bind(keys)
                 .fetch(&mut **tx),
-            Tx::Sqlite(tx) => sqlx::query_as::<_, ExportRowDb>(ROWS_SQLITE)
+            Tx::Sqlite(tx) => sqlx::query_as::<_, ExportRow>(ROWS_SQLITE)
                 .bind(Json(keys))
                 .fetch(&mut **tx),
         };
-        rows.map(|r| convert(r).map(|(row, _head)| row)).boxed()
+        rows.map(|r| r.map_err(StoreError::from)).boxed()
     }
 
     /// Deletes the batch's attempts and records and commits. If any record is not

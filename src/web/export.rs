@@ -14,7 +14,7 @@
 use super::AppState;
 use super::links::encode;
 use super::problem::Problem;
-use crate::export::{CHUNK, CsvCells, Encoder, ExportFilter, FilterError, Format, Source};
+use crate::export::{self, ChunkSink, CsvCells, Discard, ExportFilter, FilterError, Format};
 use crate::guard::{Clock, SystemClock, rfc3339};
 use crate::store::{Store, StoreError};
 use axum::Router;
@@ -260,7 +260,8 @@ async fn download(
     Ok(response)
 }
 
-/// Encodes the rows in chunks of about [`CHUNK`] bytes; stops when the client goes.
+/// Encodes the rows into the body's channel (the export pipeline, chunks of about
+/// [`export::CHUNK`] bytes); stops when the client goes.
 async fn produce(
     store: Store,
     filter: ExportFilter,
@@ -268,41 +269,27 @@ async fn produce(
     cells: CsvCells,
     tx: mpsc::Sender<Result<Bytes, StoreError>>,
 ) {
-    let mut buf = Vec::with_capacity(CHUNK * 2);
-    // The newest checkpoint and its proofs go into the manifest (docs/EXPORT.md).
-    let evidence = match crate::export::evidence_source(&store).await {
-        Ok(evidence) => evidence.map(std::sync::Arc::new),
-        Err(e) => {
-            tracing::error!(error = %e, "export evidence failed");
-            let _ = tx.send(Err(e)).await;
-            return;
-        }
-    };
-    let mut encoder = Encoder::start(format, Source::Export, filter.clone(), &mut buf)
-        .with_evidence(evidence)
-        .csv_cells(cells);
-    let mut rows = store.export_rows(&filter);
-    while let Some(item) = rows.next().await {
-        match item {
-            Ok((row, _head)) => {
-                encoder.row(&row, &mut buf);
-                if buf.len() >= CHUNK {
-                    let chunk =
-                        Bytes::from(std::mem::replace(&mut buf, Vec::with_capacity(CHUNK * 2)));
-                    if tx.send(Ok(chunk)).await.is_err() {
-                        return; // the client went away
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "export stream failed");
-                let _ = tx.send(Err(e)).await;
-                return;
-            }
+    let mut sink = BodySender(tx);
+    match export::export_into(&store, &filter, format, cells, &mut sink).await {
+        Ok(_) | Err(export::ExportError::Io(_)) => {} // done, or the client went away
+        Err(export::ExportError::Store(e)) => {
+            tracing::error!(error = %e, "export stream failed");
+            let _ = sink.0.send(Err(e)).await;
         }
     }
-    encoder.finish(&mut buf);
-    let _ = tx.send(Ok(Bytes::from(buf))).await;
+}
+
+/// The response body's side of the channel: a chunk it cannot take means the
+/// client went away.
+struct BodySender(mpsc::Sender<Result<Bytes, StoreError>>);
+
+impl ChunkSink for BodySender {
+    async fn chunk(&mut self, bytes: Vec<u8>) -> std::io::Result<()> {
+        self.0
+            .send(Ok(Bytes::from(bytes)))
+            .await
+            .map_err(|_| std::io::ErrorKind::BrokenPipe.into())
+    }
 }
 
 /// The manifest of a query: the same rows encoded the same way, hashed, discarded.
@@ -318,21 +305,13 @@ async fn manifest(
         .map_err(ExportError::BadFormat)?;
     let filter = query.filter(SystemClock.now())?;
     let cells = query.csv_cells()?;
-    let mut buf = Vec::new();
-    let evidence = crate::export::evidence_source(&state.store)
-        .await?
-        .map(std::sync::Arc::new);
-    let mut encoder = Encoder::start(format, Source::Export, filter.clone(), &mut buf)
-        .with_evidence(evidence)
-        .csv_cells(cells);
-    let mut rows = state.store.export_rows(&filter);
-    while let Some(item) = rows.next().await {
-        let (row, _head) = item?;
-        buf.clear();
-        encoder.row(&row, &mut buf);
-    }
-    buf.clear();
-    let manifest = encoder.finish(&mut buf);
+    let manifest = export::export_into(&state.store, &filter, format, cells, &mut Discard)
+        .await
+        .map_err(|e| match e {
+            export::ExportError::Store(e) => ExportError::from(e),
+            // Discarding never fails.
+            export::ExportError::Io(_) => ExportError::Internal,
+        })?;
     Ok((
         [
             (header::CONTENT_TYPE, "application/json"),

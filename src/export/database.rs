@@ -1,0 +1,153 @@
+//! Verifying the database in place: the signed checkpoints against the stored leaves
+//! and the copies kept outside, then every key's chain against its record and
+//! against where the checkpoints last saw it ([`ChainCheck`], as for files).
+
+use super::verify::{ChainCheck, Problem, Report};
+use crate::evidence::{Checkpoint, LeafLog, check_sequence};
+use crate::store::{Store, StoreError};
+use ed25519_dalek::VerifyingKey;
+use futures::StreamExt;
+
+/// What the database verification is given beyond the database.
+#[derive(Debug, Default, Clone)]
+pub struct Outside {
+    /// The public key that checks checkpoint signatures.
+    pub public_key: Option<VerifyingKey>,
+    /// Checkpoints kept outside the database (`--checkpoint-dir`).
+    pub checkpoints: Option<Vec<Checkpoint>>,
+}
+
+/// Checks every key's chain in the database against its record's head and its
+/// record's state, the signed checkpoints (signatures, order, their Merkle roots
+/// over the stored leaves, the copies kept outside), and every key against where the
+/// checkpoints last saw it, streaming the attempt rows.
+pub async fn verify_database(store: &Store) -> Result<Report, StoreError> {
+    verify_database_with(store, &Outside::default()).await
+}
+
+pub async fn verify_database_with(store: &Store, outside: &Outside) -> Result<Report, StoreError> {
+    let checkpoints = store.checkpoints().await?;
+    let mut problems = check_sequence(&checkpoints, outside.public_key.as_ref(), 1);
+    let mut notes = Vec::new();
+    if let Some(files) = &outside.checkpoints {
+        problems.extend(compare_outside(&checkpoints, files));
+    }
+    // The leaves, in index order: each checkpoint's root must be theirs.
+    let covered = checkpoints.last().map_or(0, |c| c.body.tree_size);
+    let mut log = LeafLog::default();
+    let mut next = checkpoints.iter().peekable();
+    while next.next_if(|c| c.body.tree_size == 0).is_some() {}
+    let mut beyond = 0u64;
+    let mut leaves = store.checkpoint_leaves();
+    while let Some(item) = leaves.next().await {
+        let (idx, leaf) = item?;
+        if idx >= covered {
+            beyond += 1;
+            continue;
+        }
+        if let Err(why) = log.push(idx, leaf) {
+            problems.push(why);
+            break;
+        }
+        while let Some(c) = next.next_if(|c| c.body.tree_size == log.size()) {
+            if c.body.root_hash != log.root_hex() {
+                problems.push(format!(
+                    "checkpoint {}: its root is not the root of the stored leaves: leaves were altered or deleted",
+                    c.body.seq
+                ));
+            }
+        }
+    }
+    drop(leaves);
+    if let Some(c) = next.next() {
+        problems.push(format!(
+            "checkpoint {} covers {} leaves but only {} are stored: leaves were deleted",
+            c.body.seq,
+            c.body.tree_size,
+            log.size()
+        ));
+    }
+    if beyond > 0 {
+        problems.push(format!(
+            "{beyond} leaves lie beyond the newest checkpoint: they were added by hand, or a newer checkpoint was deleted"
+        ));
+    }
+    let ends: Vec<(u64, u64)> = checkpoints
+        .iter()
+        .map(|c| (c.body.tree_size, c.body.seq))
+        .collect();
+    let anchors = log.anchors(|idx| {
+        let i = ends.partition_point(|(size, _)| *size <= idx);
+        ends.get(i).map_or(0, |(_, seq)| *seq)
+    });
+    match checkpoints.last() {
+        None => notes
+            .push("no signed checkpoints yet: deletions and rollbacks cannot be detected".into()),
+        Some(c) => notes.push(format!(
+            "{} signed checkpoints, the newest {} at {} covering {} keys{}",
+            checkpoints.len(),
+            c.body.seq,
+            crate::guard::rfc3339(c.body.created_at),
+            anchors.len(),
+            if outside.public_key.is_some() {
+                ""
+            } else {
+                " (signatures not checked: no public key given)"
+            }
+        )),
+    }
+
+    let mut check = ChainCheck::with_anchors(anchors).against_heads();
+    let mut batches = store.verify_rows();
+    while let Some(batch) = batches.next().await {
+        for row in batch? {
+            check.push(&row, None);
+        }
+    }
+    drop(batches);
+    for key in store.records_without_attempts().await? {
+        check.record_without_attempts(&key);
+    }
+    for (key, anchor) in check.take_unseen_anchors() {
+        if anchor.pruned {
+            continue;
+        }
+        match store.pruning_receipt(&key).await? {
+            Some((seq, _)) if seq >= anchor.seq => {}
+            _ => check.key_problem(
+                &key,
+                Some(anchor.seq),
+                Problem::KeyGone {
+                    checkpoint: anchor.checkpoint,
+                    seq: anchor.seq,
+                },
+            ),
+        }
+    }
+    for p in problems {
+        check.file_problem(None, Problem::Checkpoint(p));
+    }
+    for n in notes {
+        check.note(n);
+    }
+    Ok(check.finish(false))
+}
+
+/// Each checkpoint kept outside must be in the database, unchanged.
+fn compare_outside(db: &[Checkpoint], files: &[Checkpoint]) -> Vec<String> {
+    let mut problems = Vec::new();
+    for f in files {
+        match db.iter().find(|c| c.body.seq == f.body.seq) {
+            None => problems.push(format!(
+                "checkpoint {} (kept outside) is not in the database: it was deleted",
+                f.body.seq
+            )),
+            Some(c) if c != f => problems.push(format!(
+                "checkpoint {} in the database differs from the copy kept outside: it was replaced",
+                f.body.seq
+            )),
+            Some(_) => {}
+        }
+    }
+    problems
+}
