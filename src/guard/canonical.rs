@@ -7,12 +7,11 @@
 //! (`4500.0` becomes `4500`, `1e21` becomes `1e+21`, `-0` becomes `0`).
 
 use serde_json::Value;
-use std::fmt::Write as _;
 
 /// Integers above 2^53 cannot be represented exactly as IEEE 754 doubles. JCS would
 /// silently round them, so two different amounts could share a fingerprint; for a
 /// guard that protects payments we refuse them instead.
-const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
+pub(crate) const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CanonicalError {
@@ -24,18 +23,29 @@ pub enum CanonicalError {
     NonFinite { path: String },
 }
 
+impl CanonicalError {
+    /// The same error one level further out: `segment` (`.name`, `[3]`) goes in
+    /// front of the path. The path is built only on the way out of an error, so the
+    /// common case allocates nothing for it.
+    fn under(mut self, segment: &str) -> Self {
+        let (Self::UnsafeInteger { path, .. } | Self::NonFinite { path }) = &mut self;
+        path.insert_str(0, segment);
+        self
+    }
+}
+
 /// Serialises `value` in JCS form.
 pub fn canonical_json(value: &Value) -> Result<String, CanonicalError> {
     let mut out = String::new();
-    write_value(&mut out, value, &mut String::from("$"))?;
+    write_value(&mut out, value).map_err(|e| e.under("$"))?;
     Ok(out)
 }
 
-fn write_value(out: &mut String, value: &Value, path: &mut String) -> Result<(), CanonicalError> {
+fn write_value(out: &mut String, value: &Value) -> Result<(), CanonicalError> {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => write_number(out, n, path)?,
+        Value::Number(n) => write_number(out, n)?,
         Value::String(s) => write_string(out, s),
         Value::Array(items) => {
             out.push('[');
@@ -43,18 +53,13 @@ fn write_value(out: &mut String, value: &Value, path: &mut String) -> Result<(),
                 if i > 0 {
                     out.push(',');
                 }
-                let len = path.len();
-                let _ = write!(path, "[{i}]");
-                write_value(out, item, path)?;
-                path.truncate(len);
+                write_value(out, item).map_err(|e| e.under(&format!("[{i}]")))?;
             }
             out.push(']');
         }
         Value::Object(map) => {
             let mut members: Vec<(&String, &Value)> = map.iter().collect();
-            // JCS orders by UTF-16 code units, which differs from Rust's UTF-8 byte
-            // order for characters above U+FFFF against U+E000..U+FFFF.
-            members.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+            members.sort_by(|(a, _), (b, _)| jcs_order(a, b));
             out.push('{');
             for (i, (name, member)) in members.into_iter().enumerate() {
                 if i > 0 {
@@ -62,10 +67,7 @@ fn write_value(out: &mut String, value: &Value, path: &mut String) -> Result<(),
                 }
                 write_string(out, name);
                 out.push(':');
-                let len = path.len();
-                let _ = write!(path, ".{name}");
-                write_value(out, member, path)?;
-                path.truncate(len);
+                write_value(out, member).map_err(|e| e.under(&format!(".{name}")))?;
             }
             out.push('}');
         }
@@ -73,13 +75,20 @@ fn write_value(out: &mut String, value: &Value, path: &mut String) -> Result<(),
     Ok(())
 }
 
-fn write_number(
-    out: &mut String,
-    n: &serde_json::Number,
-    path: &str,
-) -> Result<(), CanonicalError> {
+/// JCS orders member names by their UTF-16 code units, which differs from Rust's
+/// UTF-8 byte order only for characters above U+FFFF against U+E000..U+FFFF; names
+/// in ASCII (nearly all) compare as bytes.
+fn jcs_order(a: &str, b: &str) -> std::cmp::Ordering {
+    if a.is_ascii() && b.is_ascii() {
+        a.cmp(b)
+    } else {
+        a.encode_utf16().cmp(b.encode_utf16())
+    }
+}
+
+fn write_number(out: &mut String, n: &serde_json::Number) -> Result<(), CanonicalError> {
     let unsafe_int = || CanonicalError::UnsafeInteger {
-        path: path.to_string(),
+        path: String::new(),
         number: n.to_string(),
     };
     if let Some(i) = n.as_i64() {
@@ -92,11 +101,11 @@ fn write_number(
         return Err(unsafe_int());
     }
     let f = n.as_f64().ok_or_else(|| CanonicalError::NonFinite {
-        path: path.to_string(),
+        path: String::new(),
     })?;
     if !f.is_finite() {
         return Err(CanonicalError::NonFinite {
-            path: path.to_string(),
+            path: String::new(),
         });
     }
     if f == 0.0 {
@@ -112,8 +121,15 @@ fn write_number(
 /// serde_json escapes exactly the characters `JSON.stringify` escapes (`"`, `\`,
 /// and controls below U+0020, with the short forms \b \f \n \r \t and lowercase
 /// `\u00xx` otherwise), and leaves everything else, including non-ASCII, as UTF-8.
-fn write_string(out: &mut String, s: &str) {
-    out.push_str(&serde_json::to_string(s).expect("serialising a str cannot fail"));
+pub(crate) fn write_string(out: &mut String, s: &str) {
+    if s.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+        out.push_str(&serde_json::to_string(s).expect("serialising a str cannot fail"));
+    } else {
+        // Nothing to escape (the common case): the text as it is, quoted.
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    }
 }
 
 #[cfg(test)]

@@ -1,13 +1,13 @@
 //! The rows the guard reads and writes, as domain values (no sqlx types here), and the
 //! hash chain that makes each key's attempt log tamper-evident.
 
-use super::canonical::canonical_json;
+use super::canonical::{MAX_SAFE_INTEGER, canonical_json, write_string};
 use super::deadline::{self, LeaseState};
-use super::key::sha256_hex;
 use super::status::{AttemptKind, Status};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
 
 /// One row of `idempotency_records`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -150,6 +150,56 @@ pub struct ChainFields<'a> {
 /// row's content (times as RFC 3339 UTC with microseconds). Documented in
 /// docs/GUARD.md so an auditor can recompute it without idemwatch.
 pub fn chain_hash(prev_hash: &str, fields: ChainFields<'_>) -> String {
+    let canonical = chain_content(&fields).unwrap_or_else(|| chain_content_via_value(&fields));
+    let mut hash = Sha256::new();
+    hash.update(prev_hash.as_bytes());
+    hash.update(b"\n");
+    hash.update(canonical.as_bytes());
+    hex::encode(hash.finalize())
+}
+
+/// The JCS form of the row's content written member by member, in JCS order (the
+/// names are fixed and ASCII): the same bytes as [`chain_content_via_value`] without
+/// building a JSON object per row. `verify` hashes every row of the database, so this
+/// is its hot loop. None when a number is outside what JCS represents exactly or the
+/// detail is not canonicalisable: the rare case goes the general way.
+fn chain_content(f: &ChainFields<'_>) -> Option<String> {
+    let exact = |n: i64| n.unsigned_abs() <= MAX_SAFE_INTEGER;
+    if !exact(f.seq) || !exact(f.fencing_token) || f.duration_ms.is_some_and(|d| !exact(d)) {
+        return None;
+    }
+    let detail = canonical_json(f.detail).ok()?;
+    let mut out = String::with_capacity(detail.len() + 160 + f.key.len() + f.actor.len());
+    out.push_str("{\"actor\":");
+    write_string(&mut out, f.actor);
+    out.push_str(",\"detail\":");
+    out.push_str(&detail);
+    out.push_str(",\"duration_ms\":");
+    match f.duration_ms {
+        Some(d) => out.push_str(&d.to_string()),
+        None => out.push_str("null"),
+    }
+    out.push_str(",\"fencing_token\":");
+    out.push_str(&f.fencing_token.to_string());
+    out.push_str(",\"key\":");
+    write_string(&mut out, f.key);
+    out.push_str(",\"kind\":");
+    write_string(&mut out, f.kind);
+    out.push_str(",\"occurred_at\":");
+    write_string(&mut out, &rfc3339(f.occurred_at));
+    out.push_str(",\"seq\":");
+    out.push_str(&f.seq.to_string());
+    out.push_str(",\"tenant\":");
+    write_string(&mut out, f.tenant);
+    out.push_str(",\"tool\":");
+    write_string(&mut out, f.tool);
+    out.push('}');
+    Some(out)
+}
+
+/// The row's content as a JSON object in JCS form: the definition [`chain_content`]
+/// must equal (tested), and the way for rows it does not take.
+fn chain_content_via_value(fields: &ChainFields<'_>) -> String {
     let content = json!({
         "key": fields.key,
         "tenant": fields.tenant,
@@ -165,8 +215,7 @@ pub fn chain_hash(prev_hash: &str, fields: ChainFields<'_>) -> String {
     // Values written by the guard were canonicalisable when written; a detail that
     // was edited into something that is not (a huge integer) must still hash, to a
     // value that then fails verification.
-    let canonical = canonical_json(&content).unwrap_or_else(|_| content.to_string());
-    sha256_hex(format!("{prev_hash}\n{canonical}").as_bytes())
+    canonical_json(&content).unwrap_or_else(|_| content.to_string())
 }
 
 impl Attempt {
@@ -236,6 +285,65 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    /// The member-by-member form is the JSON object's JCS form, byte for byte, for
+    /// text that needs escaping, non-ASCII, nested and odd details, and the numbers at
+    /// the edge of what JCS represents (where it hands over to the general way).
+    #[test]
+    fn chain_content_written_directly_equals_the_json_objects_jcs_form() {
+        let t = DateTime::parse_from_rfc3339("2026-11-29T14:02:11.000402Z")
+            .unwrap()
+            .to_utc();
+        let details = [
+            json!({}),
+            json!(null),
+            json!({"b": 1, "a": [1.5, "x"], "state": {"result_sha256": "ab"}}),
+            json!({"reason": "timeout \"after\" 10 s\n\u{1}", "ünï": "€ 😀", "\u{e000}": 1, "😀": 2}),
+            json!({"amount": 4500.0, "tiny": 1e-7, "big": 1e21, "neg": -0.0}),
+            json!({"unsafe": 9_007_199_254_740_993_u64}),
+            json!([1, {"z": null, "a": true}]),
+        ];
+        let numbers = [0, 1, -7, (1 << 53) - 1, 1 << 53, i64::MAX, i64::MIN];
+        let texts = [
+            "k",
+            "acme \"quoted\"",
+            "tab\there",
+            "ünï€😀",
+            "back\\slash",
+            "",
+        ];
+        let mut checked = 0;
+        for (i, detail) in details.iter().enumerate() {
+            for (j, n) in numbers.iter().enumerate() {
+                let text = texts[(i + j) % texts.len()];
+                let fields = ChainFields {
+                    key: text,
+                    tenant: texts[j % texts.len()],
+                    tool: "issue_refund",
+                    seq: *n,
+                    kind: "claimed",
+                    fencing_token: numbers[(j + 1) % numbers.len()],
+                    actor: text,
+                    detail,
+                    duration_ms: (j % 2 == 0).then_some(*n),
+                    occurred_at: t,
+                };
+                let general = chain_content_via_value(&fields);
+                if let Some(direct) = chain_content(&fields) {
+                    assert_eq!(direct, general, "{fields:?}");
+                    checked += 1;
+                }
+                let mut h = Sha256::new();
+                h.update(b"prev\n");
+                h.update(general.as_bytes());
+                assert_eq!(chain_hash("prev", fields), hex::encode(h.finalize()));
+            }
+        }
+        assert!(
+            checked >= 15,
+            "the direct form was taken only {checked} times"
+        );
+    }
 
     pub(crate) fn record() -> Record {
         let t = DateTime::parse_from_rfc3339("2026-11-29T14:02:11.402Z")
