@@ -5,9 +5,9 @@
 use super::engine::Guard;
 use super::error::GuardError;
 use super::key::IdempotencyKey;
+use super::port::{PairReview, Storage, StoreError};
 use super::record::AttemptDraft;
 use super::status::{AttemptKind, DuplicateVerdict};
-use crate::store::{PairReview, StoreError};
 use serde_json::json;
 
 /// The longest reason a review keeps.
@@ -46,7 +46,7 @@ impl DuplicateReview {
     }
 }
 
-impl Guard {
+impl<S: Storage> Guard<S> {
     /// Records `review` of the suspected pair of `key`. Refused when the pair is not
     /// open any more (someone reviewed it first) or names another earlier key.
     #[tracing::instrument(skip_all, fields(key = %key, verdict = %review.verdict))]

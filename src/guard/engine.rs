@@ -6,9 +6,9 @@ use super::error::GuardError;
 use super::key::{BusinessArgs, IdempotencyKey, Intent};
 use super::operation::{ErrorClass, Operation};
 use super::policy::ToolPolicy;
+use super::port::Storage;
 use super::record::Record;
 use super::steps::{Admitted, CallOutcome, Reconciled};
-use crate::store::Store;
 use chrono::TimeDelta;
 use futures::FutureExt;
 use serde_json::Value;
@@ -54,9 +54,10 @@ impl Default for GuardSettings {
     }
 }
 
+/// The guard over its storage `S` (in this crate, `crate::store::Store`).
 #[derive(Debug, Clone)]
-pub struct Guard {
-    pub(super) store: Store,
+pub struct Guard<S> {
+    pub(super) store: S,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) settings: GuardSettings,
     /// Keys whose fencing token moved (a takeover, a resolution), for waiters in this
@@ -64,8 +65,8 @@ pub struct Guard {
     changes: broadcast::Sender<IdempotencyKey>,
 }
 
-impl Guard {
-    pub fn new(store: Store, clock: Arc<dyn Clock>, settings: GuardSettings) -> Self {
+impl<S: Storage> Guard<S> {
+    pub fn new(store: S, clock: Arc<dyn Clock>, settings: GuardSettings) -> Self {
         Self {
             store,
             clock,
@@ -74,7 +75,7 @@ impl Guard {
         }
     }
 
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &S {
         &self.store
     }
 

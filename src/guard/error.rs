@@ -1,8 +1,8 @@
-use crate::store::StoreError;
 use chrono::{DateTime, Utc};
 use thiserror::Error;
 
 use super::key::KeyError;
+use super::port::StoreError;
 use super::status::Status;
 
 /// Everything the guard can answer other than a result. Each variant says what the

@@ -12,9 +12,9 @@ use super::error::GuardError;
 use super::key::{BusinessArgs, IdempotencyKey};
 use super::natural::NaturalKey;
 use super::policy::ToolPolicy;
+use super::port::{Claim, ClaimChecks, Storage, StoreError};
 use super::record::{AttemptDraft, GENESIS_HASH, Record};
 use super::status::{AttemptKind, Status};
-use crate::store::{Claim, ClaimChecks, StoreError};
 use serde_json::{Value, json};
 
 /// What admission decided, with the key and the business arguments it derived.
@@ -79,7 +79,7 @@ pub enum Reconciled {
     Unknown { reason: String },
 }
 
-impl Guard {
+impl<S: Storage> Guard<S> {
     /// Step 1: derives the key and the business arguments of `call` under `policy`,
     /// then claims the key or decides what the caller gets.
     #[tracing::instrument(skip_all, fields(tool = %call.intent.tool, key))]
@@ -283,7 +283,7 @@ impl Guard {
         key: &IdempotencyKey,
         token: i64,
         actor: &str,
-        choose: impl FnOnce(&Record, chrono::DateTime<chrono::Utc>) -> Settlement,
+        choose: impl FnOnce(&Record, chrono::DateTime<chrono::Utc>) -> Settlement + Send,
     ) -> Result<(Settlement, Record), GuardError> {
         let written = self
             .locked(key, |rec| {
@@ -304,13 +304,13 @@ impl Guard {
         })
     }
 
-    /// [`crate::store::Store::with_locked`] for the guard: a missing key is
+    /// [`Storage::with_locked`] for the guard: a missing key is
     /// [`GuardError::NotFound`], and a write that moves the fencing token (a takeover,
     /// a resolution) wakes whoever waits on the key in this process.
-    pub(super) async fn locked<T>(
+    pub(super) async fn locked<T: Send>(
         &self,
         key: &IdempotencyKey,
-        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T),
+        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
     ) -> Result<T, GuardError> {
         let mut moved = false;
         let decided = self

@@ -26,12 +26,11 @@ pub use browse::{
     AttemptBucket, BUCKET_SECONDS, BacklogPage, BacklogSummary, COUNT_CAP, Count, Cursor,
     KeyFilter, KeyIndex, KeyPage, KeySummary,
 };
-pub use duplicates::{PairReview, SuspectedPair};
+pub use duplicates::SuspectedPair;
 pub use error::StoreError;
 pub use evidence::StoredCheckpoint;
 pub use pools::SqlitePools;
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
-pub use records::{Claim, ClaimChecks};
 pub use sessions::SessionRow;
 pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};
 pub use timeline::AttemptPage;

@@ -1,32 +1,9 @@
 //! The guard's transactions: claim a key, or lock its record and apply a decision.
 
-use super::duplicates::PairReview;
 use super::rows::{AttemptRow, RecordRow};
 use super::{Store, StoreError, on_pool, sql};
-use crate::guard::{Attempt, AttemptDraft, Record, seal};
+use crate::guard::{Attempt, AttemptDraft, Claim, ClaimChecks, PairReview, Record, Storage, seal};
 use sqlx::types::Json;
-
-/// What the claim found.
-#[derive(Debug)]
-pub enum Claim {
-    /// This caller inserted the record and its `claimed` attempt.
-    Created,
-    /// The key already existed; nothing was written.
-    Exists,
-    /// Another key holds the claim's natural key; nothing was written. The guard
-    /// answers from that key.
-    NaturalKeyHeld { key: String },
-}
-
-/// What a claim checks besides its own key, inside its transaction.
-#[derive(Debug, Clone, Copy)]
-pub struct ClaimChecks<'a> {
-    /// The natural key's hash ([`crate::guard::NaturalKey`]), if the tool names one.
-    pub natural_key: Option<&'a str>,
-    /// How far back to look for a suspected duplicate (same tenant, tool, business
-    /// ref and fingerprint). Keys without a business ref are never probed.
-    pub duplicate_window: chrono::TimeDelta,
-}
 
 /// Binds a record's columns in the order of [`sql::CLAIM`].
 macro_rules! bind_claim {
@@ -246,19 +223,13 @@ macro_rules! claim_transaction {
     }};
 }
 
-impl Store {
-    /// Inserts the record that `build` makes (status IN_PROGRESS, its first fencing
-    /// token) and its first attempt in one transaction, unless the key exists or
-    /// another key holds its natural key. `build` runs once the transaction has begun
-    /// (on SQLite: once BEGIN IMMEDIATE holds the write lock), so the times it reads
-    /// are not from before a wait. A claim matching an earlier key's business ref and
-    /// fingerprint within the window is recorded as a suspected duplicate: on its
-    /// `claimed` attempt (`suspected_duplicate_of`) and in
-    /// `idempotency_suspected_duplicates`.
+impl Storage for Store {
+    /// `build` runs once the transaction has begun (on SQLite: once BEGIN IMMEDIATE
+    /// holds the write lock).
     #[tracing::instrument(skip_all, fields(key, tool))]
-    pub async fn claim(
+    async fn claim(
         &self,
-        build: impl FnOnce() -> (Record, AttemptDraft),
+        build: impl FnOnce() -> (Record, AttemptDraft) + Send,
         checks: ClaimChecks<'_>,
     ) -> Result<Claim, StoreError> {
         match self {
@@ -273,15 +244,11 @@ impl Store {
         }
     }
 
-    /// Locks the record of `key`, lets `decide` change it and name the attempts that
-    /// describe the change, then writes both and commits. `decide` is the guard's pure
-    /// decision; it runs while the row is held, so nothing can change between what it
-    /// read and what it writes (this is the compare-and-swap).
     #[tracing::instrument(skip_all, fields(key = %key))]
-    pub async fn with_locked<T>(
+    async fn with_locked<T: Send>(
         &self,
         key: &str,
-        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T),
+        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
     ) -> Result<T, StoreError> {
         match self {
             Store::Postgres(pool) => {
@@ -301,13 +268,34 @@ impl Store {
         }
     }
 
-    /// [`Store::with_locked`], and the pair review `review` names from the decided
-    /// value, in the same transaction.
-    pub(super) async fn with_locked_then<T>(
+    #[tracing::instrument(skip_all, fields(key = %key))]
+    async fn review_duplicate(
         &self,
         key: &str,
-        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T),
-        review: impl FnOnce(&T) -> &PairReview,
+        decide: impl FnOnce(&mut Record) -> (AttemptDraft, PairReview) + Send,
+    ) -> Result<(), StoreError> {
+        let decide = |rec: &mut Record| {
+            let (draft, review) = decide(rec);
+            (vec![draft], review)
+        };
+        self.with_locked_then(key, decide, |review| review)
+            .await
+            .map(drop)
+    }
+
+    async fn record(&self, key: &str) -> Result<Option<Record>, StoreError> {
+        Store::record(self, key).await
+    }
+}
+
+impl Store {
+    /// [`Storage::with_locked`], and the pair review `review` names from the decided
+    /// value, in the same transaction.
+    async fn with_locked_then<T: Send>(
+        &self,
+        key: &str,
+        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
+        review: impl FnOnce(&T) -> &PairReview + Send,
     ) -> Result<T, StoreError> {
         let review = |v: &T| Some(review(v).clone());
         match self {

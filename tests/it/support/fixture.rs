@@ -17,7 +17,7 @@ use std::time::Duration;
 pub const DEADLINE: Duration = Duration::from_millis(100);
 
 pub struct Fixture {
-    pub guard: Guard,
+    pub guard: Guard<Store>,
     pub clock: ManualClock,
     pub ledger: Ledger,
     pub store: Store,
