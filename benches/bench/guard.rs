@@ -8,7 +8,7 @@ use chrono::{TimeDelta, Utc};
 use idemwatch::guard::{
     Guard, GuardSettings, IdempotencyKey, Intent, Operation, SystemClock, ToolCall,
 };
-use idemwatch::store::Store;
+use idemwatch::store::{Store, WritePool};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,8 +89,8 @@ async fn baseline_op(store: &Store, c: &ToolCall) {
         }};
     }
     match store {
-        Store::Postgres(pool) => body!(pool, pool.begin()),
-        Store::Sqlite(pool) => body!(pool, pool.begin_with("BEGIN IMMEDIATE")),
+        Store::Postgres(pool) => body!(pool, pool.begin_write()),
+        Store::Sqlite(pool) => body!(pool, pool.begin_write()),
     }
 }
 

@@ -6,7 +6,7 @@
 //! on PostgreSQL only transactions older than every running one).
 
 use super::tail::TailPosition;
-use super::{Store, StoreError, on_pool};
+use super::{Store, StoreError, WritePool, on_pool};
 use crate::evidence::{Checkpoint, CheckpointBody, Leaf};
 use chrono::{DateTime, Utc};
 use futures::stream::{BoxStream, StreamExt};
@@ -277,12 +277,12 @@ impl Store {
     {
         match self {
             Store::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
+                let mut tx = pool.begin_write().await?;
                 sqlx::query(LOCK_POSTGRES).execute(&mut *tx).await?;
                 checkpoint_transaction!(tx, NEW_HEADS_POSTGRES, INSERT_LEAVES_POSTGRES, make)
             }
             Store::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                let mut tx = pool.begin_write().await?;
                 checkpoint_transaction!(tx, NEW_HEADS_SQLITE, INSERT_LEAVES_SQLITE, make)
             }
         }

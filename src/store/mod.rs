@@ -29,7 +29,7 @@ pub use browse::{
 pub use duplicates::SuspectedPair;
 pub use error::StoreError;
 pub use evidence::StoredCheckpoint;
-pub use pools::SqlitePools;
+pub use pools::{SqlitePools, WritePool};
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use sessions::SessionRow;
 pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};
@@ -83,6 +83,17 @@ impl Default for StoreOptions {
         Self {
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Backend {
+    /// The text of a statement that must differ between the backends; the one body
+    /// that runs it is then written once (`on_pool!`).
+    pub fn pick(self, postgres: &'static str, sqlite: &'static str) -> &'static str {
+        match self {
+            Backend::Postgres => postgres,
+            Backend::Sqlite => sqlite,
         }
     }
 }

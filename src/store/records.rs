@@ -1,7 +1,7 @@
 //! The guard's transactions: claim a key, or lock its record and apply a decision.
 
 use super::rows::{AttemptRow, RecordRow};
-use super::{Store, StoreError, on_pool, sql};
+use super::{Backend, Store, StoreError, WritePool, on_pool, sql};
 use crate::guard::{Attempt, AttemptDraft, Claim, ClaimChecks, PairReview, Record, Storage, seal};
 use sqlx::types::Json;
 
@@ -79,169 +79,88 @@ macro_rules! bind_attempt {
     };
 }
 
-/// The body of [`Store::with_locked`], expanded once per backend. `$merged`: the
-/// backend's statement writing the record change and its first attempt at once
-/// ([`sql::UPDATE_RECORD_AND_APPEND_POSTGRES`]), or `None` to run the two apart.
-macro_rules! locked_transaction {
-    ($tx:ident, $lock_sql:expr, $merged:expr, $key:expr, $decide:expr) => {
-        locked_transaction!($tx, $lock_sql, $merged, $key, $decide, |_value| None::<
-            PairReview,
-        >)
-    };
-    ($tx:ident, $lock_sql:expr, $merged:expr, $key:expr, $decide:expr, $review:expr) => {{
-        let row: Option<RecordRow> = sqlx::query_as($lock_sql)
-            .bind($key)
-            .fetch_optional(&mut *$tx)
-            .await?;
-        let Some(row) = row else {
-            return Err(StoreError::NotFound);
-        };
-        let current = Record::try_from(row)?;
-        let mut next = current.clone();
-        let (drafts, value) = $decide(&mut next);
-        let attempts: Vec<Attempt> = drafts.into_iter().map(|d| seal(&mut next, d)).collect();
-        let mut rest = attempts.as_slice();
-        if next != current {
-            let merged: Option<&str> = $merged;
-            let written = match (merged, attempts.first()) {
-                (Some(merged), Some(first)) => {
-                    rest = &attempts[1..];
-                    let q = bind_update!(sqlx::query(merged), next, current.fencing_token);
-                    bind_attempt!(q, first).execute(&mut *$tx).await?
-                }
-                _ => {
-                    bind_update!(sqlx::query(sql::UPDATE_RECORD), next, current.fencing_token)
-                        .execute(&mut *$tx)
-                        .await?
-                }
-            };
-            if written.rows_affected() != 1 {
-                return Err(StoreError::Conflict(format!(
-                    "fenced write on {} matched no row",
-                    next.key
-                )));
-            }
-        }
-        // A duplicate review changes its pair in the same transaction, or nothing.
-        if let Some(review) = $review(&value) {
-            let updated = sqlx::query(super::duplicates::REVIEW_PAIR)
-                .bind(&next.key)
-                .bind(review.verdict.as_str())
-                .bind(&review.reviewed_by)
-                .bind(review.reviewed_at)
-                .bind(&review.reason)
-                .bind(&review.other_key)
-                .execute(&mut *$tx)
-                .await?;
-            if updated.rows_affected() != 1 {
-                return Err(StoreError::Conflict(format!(
-                    "the suspected duplicate {} is no longer open",
-                    next.key
-                )));
-            }
-        }
-        for a in rest {
-            insert_attempt!($tx, a);
-        }
-        $tx.commit().await?;
-        Ok(value)
-    }};
-}
-
-/// The body of [`Store::claim`], expanded once per backend. Returning before the
-/// commit drops the transaction: it rolls back.
-macro_rules! claim_transaction {
-    ($tx:ident, $build:expr, $checks:expr) => {{
-        let (mut record, mut draft) = $build();
-        let span = tracing::Span::current();
-        span.record("key", record.key.as_str());
-        span.record("tool", record.tool.as_str());
-        // The probe reads before the insert so that its finding is part of the sealed
-        // `claimed` row; it excludes the key itself, so a retry of this intent never
-        // suspects itself.
-        let suspect: Option<String> = match &record.business_ref {
-            Some(business_ref) => {
-                sqlx::query_scalar(sql::DUPLICATE_PROBE)
-                    .bind(&record.tenant)
-                    .bind(&record.tool)
-                    .bind(business_ref)
-                    .bind(&record.fingerprint)
-                    .bind(record.created_at - $checks.duplicate_window)
-                    .bind(&record.key)
-                    .fetch_optional(&mut *$tx)
-                    .await?
-            }
-            None => None,
-        };
-        if let Some(other) = &suspect {
-            draft = draft.with("suspected_duplicate_of", serde_json::json!(other));
-        }
-        let attempt = seal(&mut record, draft);
-        let inserted: Option<String> = bind_claim!(sqlx::query_scalar(sql::CLAIM), record)
-            .fetch_optional(&mut *$tx)
-            .await?;
-        if inserted.is_none() {
-            return Ok(Claim::Exists);
-        }
-        if let Some(natural_key) = $checks.natural_key {
-            let bind = |q| {
-                sqlx::query_scalar::<_, String>(q)
-                    .bind(&record.tenant)
-                    .bind(&record.tool)
-                    .bind(natural_key)
-            };
-            let held: Option<String> = bind(sql::CLAIM_NATURAL_KEY)
-                .bind(&record.key)
-                .bind(record.created_at)
-                .fetch_optional(&mut *$tx)
-                .await?;
-            if held.is_none() {
-                let holder: Option<String> = bind(sql::NATURAL_KEY_HOLDER)
-                    .fetch_optional(&mut *$tx)
-                    .await?;
-                return Ok(match holder {
-                    Some(key) => Claim::NaturalKeyHeld { key },
-                    // The holder was pruned between the two statements: nothing was
-                    // written, and the guard's next look finds no key and claims again.
-                    None => Claim::Exists,
-                });
-            }
-        }
-        if let Some(other) = &suspect {
-            sqlx::query(sql::INSERT_SUSPECTED_DUPLICATE)
-                .bind(&record.key)
-                .bind(other)
-                .bind(&record.tenant)
-                .bind(&record.tool)
-                .bind(record.created_at)
-                .execute(&mut *$tx)
-                .await?;
-        }
-        insert_attempt!($tx, attempt);
-        $tx.commit().await?;
-        Ok(Claim::Created)
-    }};
-}
-
 impl Storage for Store {
     /// `build` runs once the transaction has begun (on SQLite: once BEGIN IMMEDIATE
-    /// holds the write lock).
+    /// holds the write lock). Returning before the commit drops the transaction: it
+    /// rolls back.
     #[tracing::instrument(skip_all, fields(key, tool))]
     async fn claim(
         &self,
         build: impl FnOnce() -> (Record, AttemptDraft) + Send,
         checks: ClaimChecks<'_>,
     ) -> Result<Claim, StoreError> {
-        match self {
-            Store::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                claim_transaction!(tx, build, checks)
+        on_pool!(self, pool => {
+            let mut tx = pool.begin_write().await?;
+            let (mut record, mut draft) = build();
+            let span = tracing::Span::current();
+            span.record("key", record.key.as_str());
+            span.record("tool", record.tool.as_str());
+            // The probe reads before the insert so that its finding is part of the
+            // sealed `claimed` row; it excludes the key itself, so a retry of this
+            // intent never suspects itself.
+            let suspect: Option<String> = match &record.business_ref {
+                Some(business_ref) => {
+                    sqlx::query_scalar(sql::DUPLICATE_PROBE)
+                        .bind(&record.tenant)
+                        .bind(&record.tool)
+                        .bind(business_ref)
+                        .bind(&record.fingerprint)
+                        .bind(record.created_at - checks.duplicate_window)
+                        .bind(&record.key)
+                        .fetch_optional(&mut *tx)
+                        .await?
+                }
+                None => None,
+            };
+            if let Some(other) = &suspect {
+                draft = draft.with("suspected_duplicate_of", serde_json::json!(other));
             }
-            Store::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                claim_transaction!(tx, build, checks)
+            let attempt = seal(&mut record, draft);
+            let inserted: Option<String> = bind_claim!(sqlx::query_scalar(sql::CLAIM), record)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if inserted.is_none() {
+                return Ok(Claim::Exists);
             }
-        }
+            if let Some(natural_key) = checks.natural_key {
+                let bind = |q| {
+                    sqlx::query_scalar::<_, String>(q)
+                        .bind(&record.tenant)
+                        .bind(&record.tool)
+                        .bind(natural_key)
+                };
+                let held: Option<String> = bind(sql::CLAIM_NATURAL_KEY)
+                    .bind(&record.key)
+                    .bind(record.created_at)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if held.is_none() {
+                    let holder: Option<String> = bind(sql::NATURAL_KEY_HOLDER)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    return Ok(match holder {
+                        Some(key) => Claim::NaturalKeyHeld { key },
+                        // The holder was pruned between the two statements: nothing
+                        // was written, and the guard's next look finds no key and
+                        // claims again.
+                        None => Claim::Exists,
+                    });
+                }
+            }
+            if let Some(other) = &suspect {
+                sqlx::query(sql::INSERT_SUSPECTED_DUPLICATE)
+                    .bind(&record.key)
+                    .bind(other)
+                    .bind(&record.tenant)
+                    .bind(&record.tool)
+                    .bind(record.created_at)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            insert_attempt!(tx, attempt);
+            tx.commit().await?;
+            Ok(Claim::Created)
+        })
     }
 
     #[tracing::instrument(skip_all, fields(key = %key))]
@@ -250,22 +169,7 @@ impl Storage for Store {
         key: &str,
         decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
     ) -> Result<T, StoreError> {
-        match self {
-            Store::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                locked_transaction!(
-                    tx,
-                    sql::LOCK_RECORD_POSTGRES,
-                    Some(sql::UPDATE_RECORD_AND_APPEND_POSTGRES),
-                    key,
-                    decide
-                )
-            }
-            Store::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                locked_transaction!(tx, sql::LOCK_RECORD_SQLITE, None, key, decide)
-            }
-        }
+        self.locked_write(key, decide, |_| None).await
     }
 
     #[tracing::instrument(skip_all, fields(key = %key))]
@@ -278,7 +182,7 @@ impl Storage for Store {
             let (draft, review) = decide(rec);
             (vec![draft], review)
         };
-        self.with_locked_then(key, decide, |review| review)
+        self.locked_write(key, decide, |review| Some(review.clone()))
             .await
             .map(drop)
     }
@@ -289,32 +193,83 @@ impl Storage for Store {
 }
 
 impl Store {
-    /// [`Storage::with_locked`], and the pair review `review` names from the decided
-    /// value, in the same transaction.
-    async fn with_locked_then<T: Send>(
+    /// The one body of [`Storage::with_locked`] and [`Storage::review_duplicate`]: the
+    /// locked read, `decide`, the fenced write of the record with its attempts, and the
+    /// pair review `review` names from the decided value, in one transaction.
+    async fn locked_write<T: Send>(
         &self,
         key: &str,
         decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
-        review: impl FnOnce(&T) -> &PairReview + Send,
+        review: impl FnOnce(&T) -> Option<PairReview> + Send,
     ) -> Result<T, StoreError> {
-        let review = |v: &T| Some(review(v).clone());
-        match self {
-            Store::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                locked_transaction!(
-                    tx,
-                    sql::LOCK_RECORD_POSTGRES,
-                    Some(sql::UPDATE_RECORD_AND_APPEND_POSTGRES),
-                    key,
-                    decide,
-                    review
-                )
+        let lock = self
+            .backend()
+            .pick(sql::LOCK_RECORD_POSTGRES, sql::LOCK_RECORD_SQLITE);
+        // The record change and its first attempt in one statement where the backend
+        // can (sql::UPDATE_RECORD_AND_APPEND_POSTGRES); SQLite runs the two apart.
+        let merged = match self.backend() {
+            Backend::Postgres => Some(sql::UPDATE_RECORD_AND_APPEND_POSTGRES),
+            Backend::Sqlite => None,
+        };
+        on_pool!(self, pool => {
+            let mut tx = pool.begin_write().await?;
+            let row: Option<RecordRow> = sqlx::query_as(lock)
+                .bind(key)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some(row) = row else {
+                return Err(StoreError::NotFound);
+            };
+            let current = Record::try_from(row)?;
+            let mut next = current.clone();
+            let (drafts, value) = decide(&mut next);
+            let attempts: Vec<Attempt> =
+                drafts.into_iter().map(|d| seal(&mut next, d)).collect();
+            let mut rest = attempts.as_slice();
+            if next != current {
+                let written = match (merged, attempts.first()) {
+                    (Some(merged), Some(first)) => {
+                        rest = &attempts[1..];
+                        let q = bind_update!(sqlx::query(merged), next, current.fencing_token);
+                        bind_attempt!(q, first).execute(&mut *tx).await?
+                    }
+                    _ => {
+                        bind_update!(sqlx::query(sql::UPDATE_RECORD), next, current.fencing_token)
+                            .execute(&mut *tx)
+                            .await?
+                    }
+                };
+                if written.rows_affected() != 1 {
+                    return Err(StoreError::Conflict(format!(
+                        "fenced write on {} matched no row",
+                        next.key
+                    )));
+                }
             }
-            Store::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                locked_transaction!(tx, sql::LOCK_RECORD_SQLITE, None, key, decide, review)
+            // A duplicate review changes its pair in the same transaction, or nothing.
+            if let Some(review) = review(&value) {
+                let updated = sqlx::query(super::duplicates::REVIEW_PAIR)
+                    .bind(&next.key)
+                    .bind(review.verdict.as_str())
+                    .bind(&review.reviewed_by)
+                    .bind(review.reviewed_at)
+                    .bind(&review.reason)
+                    .bind(&review.other_key)
+                    .execute(&mut *tx)
+                    .await?;
+                if updated.rows_affected() != 1 {
+                    return Err(StoreError::Conflict(format!(
+                        "the suspected duplicate {} is no longer open",
+                        next.key
+                    )));
+                }
             }
-        }
+            for a in rest {
+                insert_attempt!(tx, a);
+            }
+            tx.commit().await?;
+            Ok(value)
+        })
     }
 
     pub async fn record(&self, key: &str) -> Result<Option<Record>, StoreError> {

@@ -3,16 +3,19 @@
 //! statements read the primary key's `(key, seq)` order.
 
 use super::rows::AttemptRow;
+use super::sql::select_attempts;
 use super::{Store, StoreError, on_pool};
 use crate::guard::{Attempt, AttemptKind};
 use std::collections::BTreeMap;
 
-const PAGE: &str = "SELECT id, key, tenant, tool, seq, kind, fencing_token, actor, \
-    detail, duration_ms, occurred_at, prev_hash, hash FROM idempotency_attempts \
-    WHERE key = $1 AND seq > $2 ORDER BY seq LIMIT $3";
-const NEWEST: &str = "SELECT id, key, tenant, tool, seq, kind, fencing_token, actor, \
-    detail, duration_ms, occurred_at, prev_hash, hash FROM idempotency_attempts \
-    WHERE key = $1 ORDER BY seq DESC LIMIT $2";
+const PAGE: &str = concat!(
+    select_attempts!(),
+    "WHERE key = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+);
+const NEWEST: &str = concat!(
+    select_attempts!(),
+    "WHERE key = $1 ORDER BY seq DESC LIMIT $2"
+);
 const KINDS: &str =
     "SELECT kind, count(*) AS n FROM idempotency_attempts WHERE key = $1 GROUP BY kind";
 
