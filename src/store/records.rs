@@ -1,6 +1,5 @@
 //! The guard's transactions: claim a key, or lock its record and apply a decision.
 
-use super::rows::{AttemptRow, RecordRow};
 use super::{Backend, Store, StoreError, WritePool, on_pool, sql};
 use crate::guard::{Attempt, AttemptDraft, Claim, ClaimChecks, PairReview, Record, Storage, seal};
 use sqlx::types::Json;
@@ -213,14 +212,13 @@ impl Store {
         };
         on_pool!(self, pool => {
             let mut tx = pool.begin_write().await?;
-            let row: Option<RecordRow> = sqlx::query_as(lock)
+            let current: Option<Record> = sqlx::query_as(lock)
                 .bind(key)
                 .fetch_optional(&mut *tx)
                 .await?;
-            let Some(row) = row else {
+            let Some(current) = current else {
                 return Err(StoreError::NotFound);
             };
-            let current = Record::try_from(row)?;
             let mut next = current.clone();
             let (drafts, value) = decide(&mut next);
             let attempts: Vec<Attempt> =
@@ -273,13 +271,15 @@ impl Store {
     }
 
     pub async fn record(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        let row: Option<RecordRow> = on_pool!(self, pool => sqlx::query_as(sql::GET_RECORD).bind(key).fetch_optional(pool).await)?;
-        row.map(Record::try_from).transpose()
+        Ok(
+            on_pool!(self, pool => sqlx::query_as(sql::GET_RECORD).bind(key).fetch_optional(pool).await)?,
+        )
     }
 
     /// Every attempt of `key`, in `seq` order.
     pub async fn attempts(&self, key: &str) -> Result<Vec<Attempt>, StoreError> {
-        let rows: Vec<AttemptRow> = on_pool!(self, pool => sqlx::query_as(sql::ATTEMPTS_OF_KEY).bind(key).fetch_all(pool).await)?;
-        rows.into_iter().map(Attempt::try_from).collect()
+        Ok(
+            on_pool!(self, pool => sqlx::query_as(sql::ATTEMPTS_OF_KEY).bind(key).fetch_all(pool).await)?,
+        )
     }
 }

@@ -1,7 +1,7 @@
 //! SQL statements, each written once. Where PostgreSQL and SQLite must differ the two
 //! versions stand next to each other.
 
-/// A record's columns, in the order `RecordRow` names them and [`CLAIM`] binds them
+/// A record's columns, in the order [`CLAIM`] binds them
 /// (`$1`–`$22`). A macro, so that statements can `concat!` it.
 macro_rules! record_columns {
     () => {
@@ -29,7 +29,7 @@ macro_rules! select_record {
     };
 }
 
-/// Every column of an attempt row (`AttemptRow`), for a `WHERE` to follow.
+/// Every column of an attempt row, for a `WHERE` to follow.
 macro_rules! select_attempts {
     () => {
         concat!(
