@@ -29,37 +29,28 @@ where
     })
 }
 
-/// `FromRow` for one backend's row type, by column name.
+/// `Type { field: row.try_get("field")?, …, rest }`: each listed field decoded from
+/// the column of its name; `rest` are the fields that need more than that.
+macro_rules! by_name {
+    ($r:ident => $ty:ident { $($field:ident),* $(,)? } { $($rest:tt)* }) => {
+        $ty { $($field: $r.try_get(stringify!($field))?,)* $($rest)* }
+    };
+}
+
+/// `FromRow` for one backend's row type.
 macro_rules! decode_by_name {
     ($row:ty) => {
         impl<'r> FromRow<'r, $row> for Record {
             fn from_row(r: &'r $row) -> Result<Self, sqlx::Error> {
                 let key: String = r.try_get("key")?;
                 let status = parsed(r.try_get("status")?, "status", &format!("record {key}"))?;
-                Ok(Record {
-                    status,
-                    tenant: r.try_get("tenant")?,
-                    tool: r.try_get("tool")?,
-                    workflow_id: r.try_get("workflow_id")?,
-                    step_id: r.try_get("step_id")?,
-                    intent_id: r.try_get("intent_id")?,
-                    business_ref: r.try_get("business_ref")?,
-                    fingerprint: r.try_get("fingerprint")?,
-                    business_args: r.try_get::<Json<_>, _>("business_args")?.0,
-                    fencing_token: r.try_get("fencing_token")?,
-                    lease_until: r.try_get("lease_until")?,
-                    attempt_count: r.try_get("attempt_count")?,
-                    result: r.try_get::<Option<Json<_>>, _>("result")?.map(|j| j.0),
-                    error: r.try_get("error")?,
-                    provider_retention_until: r.try_get("provider_retention_until")?,
-                    resend_safe_until: r.try_get("resend_safe_until")?,
-                    release_approved: r.try_get("release_approved")?,
-                    created_at: r.try_get("created_at")?,
-                    updated_at: r.try_get("updated_at")?,
-                    log_seq: r.try_get("log_seq")?,
-                    log_hash: r.try_get("log_hash")?,
-                    key,
-                })
+                let business_args = r.try_get::<Json<_>, _>("business_args")?.0;
+                let result = r.try_get::<Option<Json<_>>, _>("result")?.map(|j| j.0);
+                Ok(by_name!(r => Record {
+                    tenant, tool, workflow_id, step_id, intent_id, business_ref, fingerprint,
+                    fencing_token, lease_until, attempt_count, error, provider_retention_until,
+                    resend_safe_until, release_approved, created_at, updated_at, log_seq, log_hash,
+                } { key, status, business_args, result }))
             }
         }
 
@@ -67,21 +58,11 @@ macro_rules! decode_by_name {
             fn from_row(r: &'r $row) -> Result<Self, sqlx::Error> {
                 let id: i64 = r.try_get("id")?;
                 let kind = parsed(r.try_get("kind")?, "kind", &format!("attempt {id}"))?;
-                Ok(Attempt {
-                    id,
-                    kind,
-                    key: r.try_get("key")?,
-                    tenant: r.try_get("tenant")?,
-                    tool: r.try_get("tool")?,
-                    seq: r.try_get("seq")?,
-                    fencing_token: r.try_get("fencing_token")?,
-                    actor: r.try_get("actor")?,
-                    detail: r.try_get::<Json<_>, _>("detail")?.0,
-                    duration_ms: r.try_get("duration_ms")?,
-                    occurred_at: r.try_get("occurred_at")?,
-                    prev_hash: r.try_get("prev_hash")?,
-                    hash: r.try_get("hash")?,
-                })
+                let detail = r.try_get::<Json<_>, _>("detail")?.0;
+                Ok(by_name!(r => Attempt {
+                    key, tenant, tool, seq, fencing_token, actor, duration_ms, occurred_at,
+                    prev_hash, hash,
+                } { id, kind, detail }))
             }
         }
     };
