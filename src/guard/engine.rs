@@ -258,7 +258,7 @@ impl<S: Storage> Guard<S> {
         let (_, outcome) = decide::resolve(&mut after, req, self.clock.now());
         outcome
             .map(|()| after)
-            .map_err(|r| refused(&record.key, r, record.status, record.fencing_token))
+            .map_err(|r| refused(record.key.as_str(), r, record.status, record.fencing_token))
     }
 }
 

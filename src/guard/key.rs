@@ -89,6 +89,13 @@ impl IdempotencyKey {
     }
 }
 
+impl std::str::FromStr for IdempotencyKey {
+    type Err = KeyError;
+    fn from_str(s: &str) -> Result<Self, KeyError> {
+        Self::parse(s)
+    }
+}
+
 impl TryFrom<String> for IdempotencyKey {
     type Error = KeyError;
     fn try_from(s: String) -> Result<Self, KeyError> {

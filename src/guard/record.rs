@@ -3,7 +3,7 @@
 
 use super::canonical::canonical_json;
 use super::deadline::{self, LeaseState};
-use super::key::sha256_hex;
+use super::key::{IdempotencyKey, sha256_hex};
 use super::status::{AttemptKind, Status};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 /// One row of `idempotency_records`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Record {
-    pub key: String,
+    pub key: IdempotencyKey,
     pub tenant: String,
     pub tool: String,
     pub workflow_id: String,
@@ -114,7 +114,7 @@ impl AttemptDraft {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Attempt {
     pub id: i64,
-    pub key: String,
+    pub key: IdempotencyKey,
     pub tenant: String,
     pub tool: String,
     pub seq: i64,
@@ -172,7 +172,7 @@ pub fn chain_hash(prev_hash: &str, fields: ChainFields<'_>) -> String {
 impl Attempt {
     pub fn chain_fields(&self) -> ChainFields<'_> {
         ChainFields {
-            key: &self.key,
+            key: self.key.as_str(),
             tenant: &self.tenant,
             tool: &self.tool,
             seq: self.seq,
@@ -197,7 +197,7 @@ pub fn seal(record: &mut Record, mut draft: AttemptDraft) -> Attempt {
     let hash = chain_hash(
         &prev_hash,
         ChainFields {
-            key: &record.key,
+            key: record.key.as_str(),
             tenant: &record.tenant,
             tool: &record.tool,
             seq,
@@ -242,7 +242,7 @@ pub(crate) mod tests {
             .unwrap()
             .to_utc();
         Record {
-            key: "k".repeat(64),
+            key: IdempotencyKey::parse(&"a".repeat(64)).unwrap(),
             tenant: "acme".into(),
             tool: "issue_refund".into(),
             workflow_id: "w".into(),

@@ -134,7 +134,7 @@ impl<S: Storage> Guard<S> {
             // The provider starts remembering the key at the first send.
             let provider_retention_until = now + policy.key_retention;
             let record = Record {
-                key: key.to_string(),
+                key: key.clone(),
                 tenant: call.intent.tenant.clone(),
                 tool: call.intent.tool.clone(),
                 workflow_id: call.intent.workflow_id.clone(),

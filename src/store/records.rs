@@ -7,7 +7,7 @@ use sqlx::types::Json;
 /// Binds a record's columns in the order of [`sql::CLAIM`].
 macro_rules! bind_claim {
     ($q:expr, $r:expr) => {
-        $q.bind(&$r.key)
+        $q.bind($r.key.as_str())
             .bind(&$r.tenant)
             .bind(&$r.tool)
             .bind(&$r.workflow_id)
@@ -44,7 +44,7 @@ macro_rules! insert_attempt {
 /// Binds a record change in the order of [`sql::UPDATE_RECORD`] (`$1`–`$12`).
 macro_rules! bind_update {
     ($q:expr, $next:expr, $current_token:expr) => {
-        $q.bind(&$next.key)
+        $q.bind($next.key.as_str())
             .bind($current_token)
             .bind($next.status.as_str())
             .bind($next.fencing_token)
@@ -63,7 +63,7 @@ macro_rules! bind_update {
 /// [`sql::UPDATE_RECORD_AND_APPEND_POSTGRES`]).
 macro_rules! bind_attempt {
     ($q:expr, $a:expr) => {
-        $q.bind(&$a.key)
+        $q.bind($a.key.as_str())
             .bind(&$a.tenant)
             .bind(&$a.tool)
             .bind($a.seq)
@@ -105,7 +105,7 @@ impl Storage for Store {
                         .bind(business_ref)
                         .bind(&record.fingerprint)
                         .bind(record.created_at - checks.duplicate_window)
-                        .bind(&record.key)
+                        .bind(record.key.as_str())
                         .fetch_optional(&mut *tx)
                         .await?
                 }
@@ -129,7 +129,7 @@ impl Storage for Store {
                         .bind(natural_key)
                 };
                 let held: Option<String> = bind(sql::CLAIM_NATURAL_KEY)
-                    .bind(&record.key)
+                    .bind(record.key.as_str())
                     .bind(record.created_at)
                     .fetch_optional(&mut *tx)
                     .await?;
@@ -148,7 +148,7 @@ impl Storage for Store {
             }
             if let Some(other) = &suspect {
                 sqlx::query(sql::INSERT_SUSPECTED_DUPLICATE)
-                    .bind(&record.key)
+                    .bind(record.key.as_str())
                     .bind(other)
                     .bind(&record.tenant)
                     .bind(&record.tool)
@@ -247,7 +247,7 @@ impl Store {
             // A duplicate review changes its pair in the same transaction, or nothing.
             if let Some(review) = review(&value) {
                 let updated = sqlx::query(super::duplicates::REVIEW_PAIR)
-                    .bind(&next.key)
+                    .bind(next.key.as_str())
                     .bind(review.verdict.as_str())
                     .bind(&review.reviewed_by)
                     .bind(review.reviewed_at)

@@ -44,6 +44,7 @@ macro_rules! decode_by_name {
             fn from_row(r: &'r $row) -> Result<Self, sqlx::Error> {
                 let key: String = r.try_get("key")?;
                 let status = parsed(r.try_get("status")?, "status", &format!("record {key}"))?;
+                let key = parsed(key, "key", "a record")?;
                 let business_args = r.try_get::<Json<_>, _>("business_args")?.0;
                 let result = r.try_get::<Option<Json<_>>, _>("result")?.map(|j| j.0);
                 Ok(by_name!(r => Record {
@@ -59,10 +60,12 @@ macro_rules! decode_by_name {
                 let id: i64 = r.try_get("id")?;
                 let kind = parsed(r.try_get("kind")?, "kind", &format!("attempt {id}"))?;
                 let detail = r.try_get::<Json<_>, _>("detail")?.0;
+                let what = format!("attempt {id}");
+                let key = parsed(r.try_get("key")?, "key", &what)?;
                 Ok(by_name!(r => Attempt {
-                    key, tenant, tool, seq, fencing_token, actor, duration_ms, occurred_at,
+                    tenant, tool, seq, fencing_token, actor, duration_ms, occurred_at,
                     prev_hash, hash,
-                } { id, kind, detail }))
+                } { id, key, kind, detail }))
             }
         }
     };

@@ -114,7 +114,7 @@ impl Answer {
     /// The state of a key, for `GET /api/v1/guard/keys/{key}`.
     pub fn state(record: &Record, changed: bool, awaiting_person: bool) -> Self {
         Self::new(
-            &record.key,
+            record.key.as_str(),
             json!({
                 "key": record.key,
                 "status": record.status,

@@ -54,7 +54,7 @@ async fn awaiting_person(state: &AppState, record: &Record) -> Result<bool, Erro
     if record.status != Status::Unknown || record.release_approved {
         return Ok(false);
     }
-    let attempts = state.store.attempts(&record.key).await?;
+    let attempts = state.store.attempts(record.key.as_str()).await?;
     Ok(attempts
         .last()
         .is_some_and(|a| a.kind == AttemptKind::Escalated))

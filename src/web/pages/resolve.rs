@@ -105,8 +105,8 @@ impl KeyState {
     pub fn new(r: &Record, now: DateTime<Utc>) -> Self {
         let retention = Retention::new(r.resend_safe_until, r.provider_retention_until, now);
         Self {
-            key: r.key.clone(),
-            short: short_key(&r.key),
+            key: r.key.to_string(),
+            short: short_key(r.key.as_str()),
             tool: r.tool.clone(),
             business_ref: r.business_ref.clone(),
             badge: status_badge(r.status, r.lease_expired(now)),
@@ -365,7 +365,10 @@ fn form_again(
         return Err(e);
     };
     let page = FormPage {
-        layout: Layout::new(format!("Resolve key {}", short_key(&record.key)), "keys"),
+        layout: Layout::new(
+            format!("Resolve key {}", short_key(record.key.as_str())),
+            "keys",
+        ),
         s: KeyState::new(record, now),
         form: FormView::new(record, now, csrf_token).with_values(form, (field, message)),
     };
