@@ -3,7 +3,7 @@
 use super::clock::Clock;
 use super::decide::{self, Admission, Lookup, Refusal, ResolveRequest};
 use super::error::GuardError;
-use super::key::{BusinessArgs, IdempotencyKey, Intent};
+use super::key::{BusinessArgs, FencingToken, IdempotencyKey, Intent};
 use super::operation::{ErrorClass, Operation};
 use super::policy::ToolPolicy;
 use super::port::Storage;
@@ -133,7 +133,7 @@ impl<S: Storage> Guard<S> {
     async fn execute<O: Operation>(
         &self,
         key: &IdempotencyKey,
-        token: i64,
+        token: FencingToken,
         args: &BusinessArgs,
         op: &O,
         actor: &str,
@@ -186,7 +186,7 @@ impl<S: Storage> Guard<S> {
     async fn reconcile<O: Operation>(
         &self,
         key: &IdempotencyKey,
-        token: i64,
+        token: FencingToken,
         args: &BusinessArgs,
         op: &O,
         actor: &str,
@@ -270,7 +270,12 @@ impl ResolveRequest {
     }
 }
 
-fn refused(key: &str, refusal: Refusal, status: super::status::Status, token: i64) -> GuardError {
+fn refused(
+    key: &str,
+    refusal: Refusal,
+    status: super::status::Status,
+    token: FencingToken,
+) -> GuardError {
     match refusal {
         Refusal::Moved => GuardError::Conflict {
             key: key.to_string(),

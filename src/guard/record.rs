@@ -3,7 +3,7 @@
 
 use super::canonical::canonical_json;
 use super::deadline::{self, LeaseState};
-use super::key::{IdempotencyKey, sha256_hex};
+use super::key::{FencingToken, IdempotencyKey, sha256_hex};
 use super::status::{AttemptKind, Status};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -22,7 +22,7 @@ pub struct Record {
     pub fingerprint: String,
     pub business_args: Value,
     pub status: Status,
-    pub fencing_token: i64,
+    pub fencing_token: FencingToken,
     pub lease_until: DateTime<Utc>,
     pub attempt_count: i64,
     pub result: Option<Value>,
@@ -67,7 +67,7 @@ impl Record {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptDraft {
     pub kind: AttemptKind,
-    pub fencing_token: i64,
+    pub fencing_token: FencingToken,
     pub actor: String,
     pub detail: Value,
     pub duration_ms: Option<i64>,
@@ -77,7 +77,7 @@ pub struct AttemptDraft {
 impl AttemptDraft {
     pub fn new(
         kind: AttemptKind,
-        fencing_token: i64,
+        fencing_token: FencingToken,
         actor: &str,
         occurred_at: DateTime<Utc>,
     ) -> Self {
@@ -119,7 +119,7 @@ pub struct Attempt {
     pub tool: String,
     pub seq: i64,
     pub kind: AttemptKind,
-    pub fencing_token: i64,
+    pub fencing_token: FencingToken,
     pub actor: String,
     pub detail: Value,
     pub duration_ms: Option<i64>,
@@ -177,7 +177,7 @@ impl Attempt {
             tool: &self.tool,
             seq: self.seq,
             kind: self.kind.as_str(),
-            fencing_token: self.fencing_token,
+            fencing_token: self.fencing_token.0,
             actor: &self.actor,
             detail: &self.detail,
             duration_ms: self.duration_ms,
@@ -202,7 +202,7 @@ pub fn seal(record: &mut Record, mut draft: AttemptDraft) -> Attempt {
             tool: &record.tool,
             seq,
             kind: draft.kind.as_str(),
-            fencing_token: draft.fencing_token,
+            fencing_token: draft.fencing_token.0,
             actor: &draft.actor,
             detail: &draft.detail,
             duration_ms: draft.duration_ms,
@@ -252,7 +252,7 @@ pub(crate) mod tests {
             fingerprint: "f".into(),
             business_args: json!({}),
             status: Status::InProgress,
-            fencing_token: 1,
+            fencing_token: FencingToken::FIRST,
             lease_until: t,
             attempt_count: 1,
             result: None,
@@ -271,10 +271,13 @@ pub(crate) mod tests {
     fn sealing_numbers_rows_without_gaps_and_links_each_to_the_last() {
         let mut r = record();
         let t = r.created_at;
-        let a = seal(&mut r, AttemptDraft::new(AttemptKind::Claimed, 1, "w1", t));
+        let a = seal(
+            &mut r,
+            AttemptDraft::new(AttemptKind::Claimed, FencingToken::FIRST, "w1", t),
+        );
         let b = seal(
             &mut r,
-            AttemptDraft::new(AttemptKind::Completed, 1, "w1", t).duration_ms(5),
+            AttemptDraft::new(AttemptKind::Completed, FencingToken::FIRST, "w1", t).duration_ms(5),
         );
         assert_eq!((a.seq, b.seq), (1, 2));
         assert_eq!(a.prev_hash, GENESIS_HASH);
@@ -287,7 +290,10 @@ pub(crate) mod tests {
     fn editing_any_field_changes_the_hash() {
         let mut r = record();
         let t = r.created_at;
-        let a = seal(&mut r, AttemptDraft::new(AttemptKind::Claimed, 1, "w1", t));
+        let a = seal(
+            &mut r,
+            AttemptDraft::new(AttemptKind::Claimed, FencingToken::FIRST, "w1", t),
+        );
         let mut edited = a.clone();
         edited.actor = "someone-else".into();
         assert_ne!(chain_hash(&a.prev_hash, edited.chain_fields()), a.hash);

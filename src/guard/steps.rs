@@ -9,7 +9,7 @@ use super::deadline::resend_safe_until;
 use super::decide::{self, Admission, Lookup, Settlement};
 use super::engine::{Guard, ToolCall};
 use super::error::GuardError;
-use super::key::{BusinessArgs, IdempotencyKey};
+use super::key::{BusinessArgs, FencingToken, IdempotencyKey};
 use super::natural::NaturalKey;
 use super::policy::ToolPolicy;
 use super::port::{Claim, ClaimChecks, Storage, StoreError};
@@ -144,7 +144,7 @@ impl<S: Storage> Guard<S> {
                 fingerprint: args.fingerprint.0.clone(),
                 business_args: args.value.clone(),
                 status: Status::InProgress,
-                fencing_token: 1,
+                fencing_token: FencingToken::FIRST,
                 lease_until: now + lease,
                 attempt_count: 1,
                 result: None,
@@ -159,10 +159,11 @@ impl<S: Storage> Guard<S> {
             };
             *claimed_lease.lock().unwrap_or_else(|e| e.into_inner()) = Some(record.lease_until);
             let mut claimed =
-                AttemptDraft::new(AttemptKind::Claimed, 1, &call.actor, now).detail(json!({
-                    "lease_until": record.lease_until,
-                    "policy": policy.to_json(&call.intent.tool),
-                }));
+                AttemptDraft::new(AttemptKind::Claimed, FencingToken::FIRST, &call.actor, now)
+                    .detail(json!({
+                        "lease_until": record.lease_until,
+                        "policy": policy.to_json(&call.intent.tool),
+                    }));
             if let Some(natural) = natural {
                 claimed = claimed.with("natural_key", natural.fields.clone());
             }
@@ -180,7 +181,7 @@ impl<S: Storage> Guard<S> {
                         .unwrap_or_else(|e| e.into_inner())
                         .expect("a created claim built its record");
                     let admission = Admission::New {
-                        token: 1,
+                        token: FencingToken::FIRST,
                         lease_until,
                     };
                     return Ok((None, admission));
@@ -224,7 +225,7 @@ impl<S: Storage> Guard<S> {
     pub async fn settle_call(
         &self,
         key: &IdempotencyKey,
-        token: i64,
+        token: FencingToken,
         outcome: CallOutcome,
         duration_ms: Option<i64>,
         actor: &str,
@@ -250,7 +251,7 @@ impl<S: Storage> Guard<S> {
     pub async fn report_lookup(
         &self,
         key: &IdempotencyKey,
-        token: i64,
+        token: FencingToken,
         lookup: Lookup,
         duration_ms: Option<i64>,
         actor: &str,
@@ -281,7 +282,7 @@ impl<S: Storage> Guard<S> {
     async fn settle(
         &self,
         key: &IdempotencyKey,
-        token: i64,
+        token: FencingToken,
         actor: &str,
         choose: impl FnOnce(&Record, chrono::DateTime<chrono::Utc>) -> Settlement + Send,
     ) -> Result<(Settlement, Record), GuardError> {
@@ -295,7 +296,7 @@ impl<S: Storage> Guard<S> {
             })
             .await?;
         written.map_err(|stale| {
-            tracing::warn!(key = %key, fencing_token = token, current = stale.current, "stale write rejected");
+            tracing::warn!(key = %key, fencing_token = token.0, current = stale.current.0, "stale write rejected");
             GuardError::LeaseLost {
                 key: key.to_string(),
                 token,

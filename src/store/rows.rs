@@ -3,7 +3,7 @@
 //! once (`store/sql.rs`), with no row struct repeating them in between.
 
 use super::StoreError;
-use crate::guard::{Attempt, Record, Status};
+use crate::guard::{Attempt, FencingToken, Record, Status};
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::types::Json;
@@ -45,13 +45,14 @@ macro_rules! decode_by_name {
                 let key: String = r.try_get("key")?;
                 let status = parsed(r.try_get("status")?, "status", &format!("record {key}"))?;
                 let key = parsed(key, "key", "a record")?;
+                let fencing_token = FencingToken(r.try_get("fencing_token")?);
                 let business_args = r.try_get::<Json<_>, _>("business_args")?.0;
                 let result = r.try_get::<Option<Json<_>>, _>("result")?.map(|j| j.0);
                 Ok(by_name!(r => Record {
                     tenant, tool, workflow_id, step_id, intent_id, business_ref, fingerprint,
-                    fencing_token, lease_until, attempt_count, error, provider_retention_until,
+                    lease_until, attempt_count, error, provider_retention_until,
                     resend_safe_until, release_approved, created_at, updated_at, log_seq, log_hash,
-                } { key, status, business_args, result }))
+                } { key, status, fencing_token, business_args, result }))
             }
         }
 
@@ -62,10 +63,11 @@ macro_rules! decode_by_name {
                 let detail = r.try_get::<Json<_>, _>("detail")?.0;
                 let what = format!("attempt {id}");
                 let key = parsed(r.try_get("key")?, "key", &what)?;
+                let fencing_token = FencingToken(r.try_get("fencing_token")?);
                 Ok(by_name!(r => Attempt {
-                    tenant, tool, seq, fencing_token, actor, duration_ms, occurred_at,
+                    tenant, tool, seq, actor, duration_ms, occurred_at,
                     prev_hash, hash,
-                } { id, key, kind, detail }))
+                } { id, key, kind, fencing_token, detail }))
             }
         }
     };

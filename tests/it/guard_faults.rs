@@ -7,7 +7,9 @@ use crate::both_backends;
 use crate::support::fixture::{DEADLINE, Fixture, refund};
 use crate::support::provider::{Client, Fault};
 use chrono::TimeDelta;
-use idemwatch::guard::{AttemptKind, GuardError, Resolution, ResolveRequest, Status, ToolCall};
+use idemwatch::guard::{
+    AttemptKind, FencingToken, GuardError, Resolution, ResolveRequest, Status, ToolCall,
+};
 use serde_json::json;
 use std::time::Duration;
 
@@ -88,7 +90,7 @@ both_backends!(
         assert_eq!(f.ledger.effects_for(key.as_str()), 1);
         let record = f.store.record(key.as_str()).await.unwrap().unwrap();
         assert_eq!(
-            (record.status, record.fencing_token, record.attempt_count),
+            (record.status, record.fencing_token.0, record.attempt_count),
             (Status::Done, 2, 3)
         );
         assert_eq!(
@@ -324,7 +326,7 @@ both_backends!(
             evidence: None,
             result: None,
             actor: "sam@support".into(),
-            expected_token: Some(2),
+            expected_token: Some(FencingToken(2)),
         };
         let refused = f.guard.resolve(&key, &release).await.unwrap_err();
         assert!(
@@ -341,7 +343,7 @@ both_backends!(
             ..release
         };
         let record = f.guard.resolve(&key, &done).await.unwrap();
-        assert_eq!((record.status, record.fencing_token), (Status::Done, 3));
+        assert_eq!((record.status, record.fencing_token.0), (Status::Done, 3));
         let replay = f.guard.run(&call, &f.client([])).await.unwrap();
         assert!(replay.replayed);
         assert_eq!(f.ledger.effects_for(key.as_str()), 1);
@@ -418,7 +420,7 @@ both_backends!(
             .unwrap_err();
         // The person opens the key page and sees UNKNOWN with token 1.
         let seen = f.store.record(key.as_str()).await.unwrap().unwrap();
-        assert_eq!((seen.status, seen.fencing_token), (Status::Unknown, 1));
+        assert_eq!((seen.status, seen.fencing_token.0), (Status::Unknown, 1));
 
         // A worker's retry takes the key over and is looking it up at the provider.
         let (task, gate) = f.retry_with_gated_lookup(&call).await;
@@ -432,7 +434,13 @@ both_backends!(
         };
         let refused = f.guard.resolve(&key, &request).await.unwrap_err();
         assert!(
-            matches!(refused, GuardError::Conflict { token: 2, .. }),
+            matches!(
+                refused,
+                GuardError::Conflict {
+                    token: FencingToken(2),
+                    ..
+                }
+            ),
             "{refused:?}"
         );
         // Without a stale view, the live lease still protects the worker.
@@ -502,8 +510,8 @@ both_backends!(
             matches!(
                 e,
                 GuardError::LeaseLost {
-                    token: 3,
-                    current: 4,
+                    token: FencingToken(3),
+                    current: FencingToken(4),
                     ..
                 }
             ),

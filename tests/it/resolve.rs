@@ -125,14 +125,14 @@ both_backends!(
         assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
         assert_eq!(done.location(), format!("/keys/{}#timeline-h", s.unknown));
         let record = db.store.record(&s.unknown).await.unwrap().unwrap();
-        assert_eq!((record.status, record.fencing_token), (Status::Done, 2));
+        assert_eq!((record.status, record.fencing_token.0), (Status::Done, 2));
         assert_eq!(
             record.result,
             Some(json!({"resolved_manually": true, "evidence": "rf_8XM1"}))
         );
         let last = attempts(&db.store, &s.unknown).await.pop().unwrap();
         assert_eq!(
-            (last.kind, last.actor.as_str(), last.fencing_token),
+            (last.kind, last.actor.as_str(), last.fencing_token.0),
             (AttemptKind::Resolved, "sam", 2)
         );
         assert_eq!(last.detail["reason"], "checked the provider dashboard");
@@ -247,7 +247,8 @@ both_backends!(
             .await
             .unwrap()
             .unwrap()
-            .fencing_token;
+            .fencing_token
+            .0;
         for confirm in [false, true] {
             let a = call(
                 &app,
@@ -716,7 +717,10 @@ both_backends!(
             b.body
         );
         let log = attempts(&db.store, &s.unknown).await;
-        let tail: Vec<_> = log[2..].iter().map(|a| (a.kind, a.fencing_token)).collect();
+        let tail: Vec<_> = log[2..]
+            .iter()
+            .map(|a| (a.kind, a.fencing_token.0))
+            .collect();
         assert_eq!(
             tail,
             [
@@ -740,7 +744,7 @@ both_backends!(
         } else {
             Status::Failed
         };
-        assert_eq!((record.status, record.fencing_token), (want, 2));
+        assert_eq!((record.status, record.fencing_token.0), (want, 2));
     }
 );
 

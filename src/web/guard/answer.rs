@@ -141,7 +141,7 @@ impl Answer {
     ) -> Self {
         match admission {
             Admission::New { token, lease_until } => {
-                Self::execute(key, token, lease_until, args, policy, tool)
+                Self::execute(key, token.0, lease_until, args, policy, tool)
             }
             Admission::Replay { result } => Self::replay(key, result),
             Admission::ReplayFailure { error } => Self::failed(key, &error),
@@ -149,7 +149,7 @@ impl Answer {
                 token,
                 lease_until,
                 before,
-            } => Self::reconcile(key, token, lease_until, &before, policy, now),
+            } => Self::reconcile(key, token.0, lease_until, &before, policy, now),
             Admission::InFlight { .. } | Admission::Mismatch { .. } => {
                 unreachable!("refused by Admitted::refuse")
             }

@@ -165,7 +165,7 @@ fn step(a: &Attempt, record: &Record, now: DateTime<Utc>) -> Step {
         class,
         blurb,
         actor: a.actor.clone(),
-        token: a.fencing_token,
+        token: a.fencing_token.0,
         token_change,
         duration: a.duration_ms.map(duration_ms),
         notes,

@@ -110,7 +110,7 @@ impl KeyState {
             tool: r.tool.clone(),
             business_ref: r.business_ref.clone(),
             badge: status_badge(r.status, r.lease_expired(now)),
-            token: r.fencing_token,
+            token: r.fencing_token.0,
             lease: when(r.lease_until, now),
             lease_note: lease_note(r.lease_state(now)),
             retention: when(r.provider_retention_until, now),
@@ -144,7 +144,7 @@ impl FormView {
         Self {
             action: format!("/keys/{}/resolve", r.key),
             csrf_token,
-            expected_token: r.fencing_token,
+            expected_token: r.fencing_token.0,
             release_allowed: !state.past_retention,
             retention_left: state.retention_left,
             resolution: String::new(),
@@ -329,7 +329,7 @@ async fn resolve(
                         .filter(|_| req.resolution == Resolution::Done)
                         .map(pretty),
                     actor: req.actor.clone(),
-                    expected_token: record.fencing_token,
+                    expected_token: record.fencing_token.0,
                     form,
                     csrf_token: csrf.token,
                 };
@@ -469,7 +469,7 @@ mod tests {
             req.result,
             Some(serde_json::json!({"refund_id": "rf_8XM1"}))
         );
-        assert_eq!(req.expected_token, Some(3));
+        assert_eq!(req.expected_token, Some(crate::guard::FencingToken(3)));
         assert_eq!(req.actor, "sam");
     }
 }

@@ -64,7 +64,7 @@ impl Fixture {
         assert_eq!(record.log_hash, prev);
         attempts
             .into_iter()
-            .map(|a| (a.kind, a.fencing_token))
+            .map(|a| (a.kind, a.fencing_token.0))
             .collect()
     }
 
