@@ -58,7 +58,7 @@ impl<S: Storage> Guard<S> {
         review.validate()?;
         let written = self
             .store
-            .review_duplicate(key.as_str(), |rec| {
+            .review_duplicate(key, |rec| {
                 let now = self.clock.now();
                 rec.updated_at = now;
                 let draft = AttemptDraft::new(
@@ -73,7 +73,7 @@ impl<S: Storage> Guard<S> {
                     "reason": review.reason.trim(),
                 }));
                 let pair = PairReview {
-                    other_key: review.other_key.to_string(),
+                    other_key: review.other_key.clone(),
                     verdict: review.verdict,
                     reviewed_by: review.actor.clone(),
                     reviewed_at: now,
@@ -86,7 +86,7 @@ impl<S: Storage> Guard<S> {
             Ok(()) => Ok(()),
             Err(StoreError::NotFound) => Err(GuardError::NotFound(key.to_string())),
             Err(StoreError::Conflict(why)) => {
-                let Some(rec) = self.store.record(key.as_str()).await? else {
+                let Some(rec) = self.store.record(key).await? else {
                     return Err(GuardError::NotFound(key.to_string()));
                 };
                 Err(GuardError::NotResolvable {

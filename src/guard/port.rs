@@ -7,6 +7,7 @@
 //! the way the guard's callers must tell them apart (retry later, a standby, a lost
 //! race…). The store produces it from sqlx's errors; nothing here knows sqlx.
 
+use super::key::IdempotencyKey;
 use super::record::{AttemptDraft, Record};
 use super::status::DuplicateVerdict;
 use chrono::{DateTime, TimeDelta, Utc};
@@ -52,7 +53,7 @@ pub enum Claim {
     Exists,
     /// Another key holds the claim's natural key; nothing was written. The guard
     /// answers from that key.
-    NaturalKeyHeld { key: String },
+    NaturalKeyHeld { key: IdempotencyKey },
 }
 
 /// What a claim checks besides its own key, inside its transaction.
@@ -68,7 +69,7 @@ pub struct ClaimChecks<'a> {
 /// A resolver's review of a suspected duplicate, as the pair row records it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PairReview {
-    pub other_key: String,
+    pub other_key: IdempotencyKey,
     pub verdict: DuplicateVerdict,
     pub reviewed_by: String,
     pub reviewed_at: DateTime<Utc>,
@@ -98,7 +99,7 @@ pub trait Storage: Clone + Send + Sync + 'static {
     /// [`StoreError::NotFound`].
     fn with_locked<T: Send>(
         &self,
-        key: &str,
+        key: &IdempotencyKey,
         decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
     ) -> impl Future<Output = Result<T, StoreError>> + Send;
 
@@ -108,10 +109,13 @@ pub trait Storage: Clone + Send + Sync + 'static {
     /// [`StoreError::Conflict`] and nothing is written).
     fn review_duplicate(
         &self,
-        key: &str,
+        key: &IdempotencyKey,
         decide: impl FnOnce(&mut Record) -> (AttemptDraft, PairReview) + Send,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// The record of `key`, if there is one.
-    fn record(&self, key: &str) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+    fn record(
+        &self,
+        key: &IdempotencyKey,
+    ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
 }

@@ -187,12 +187,7 @@ impl<S: Storage> Guard<S> {
                     return Ok((None, admission));
                 }
                 Claim::Exists => (key.clone(), None),
-                Claim::NaturalKeyHeld { key: holder } => {
-                    let holder = IdempotencyKey::parse(&holder).map_err(|e| {
-                        GuardError::Store(StoreError::Other(format!("stored key: {e}")))
-                    })?;
-                    (holder.clone(), Some(holder))
-                }
+                Claim::NaturalKeyHeld { key: holder } => (holder.clone(), Some(holder)),
             };
             let decided = self.locked(&at, |rec| {
                 let (mut drafts, admission) =
@@ -316,7 +311,7 @@ impl<S: Storage> Guard<S> {
         let mut moved = false;
         let decided = self
             .store
-            .with_locked(key.as_str(), |rec| {
+            .with_locked(key, |rec| {
                 let before = rec.fencing_token;
                 let out = decide(rec);
                 moved = rec.fencing_token != before;

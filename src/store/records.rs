@@ -1,7 +1,9 @@
 //! The guard's transactions: claim a key, or lock its record and apply a decision.
 
 use super::{Backend, Store, StoreError, WritePool, on_pool, sql};
-use crate::guard::{Attempt, AttemptDraft, Claim, ClaimChecks, PairReview, Record, Storage, seal};
+use crate::guard::{
+    Attempt, AttemptDraft, Claim, ClaimChecks, IdempotencyKey, PairReview, Record, Storage, seal,
+};
 use sqlx::types::Json;
 
 /// Binds a record's columns in the order of [`sql::CLAIM`].
@@ -138,7 +140,11 @@ impl Storage for Store {
                         .fetch_optional(&mut *tx)
                         .await?;
                     return Ok(match holder {
-                        Some(key) => Claim::NaturalKeyHeld { key },
+                        Some(key) => Claim::NaturalKeyHeld {
+                            key: key.parse().map_err(|e| {
+                                StoreError::Corrupt(format!("natural key holder: {e}"))
+                            })?,
+                        },
                         // The holder was pruned between the two statements: nothing
                         // was written, and the guard's next look finds no key and
                         // claims again.
@@ -165,7 +171,7 @@ impl Storage for Store {
     #[tracing::instrument(skip_all, fields(key = %key))]
     async fn with_locked<T: Send>(
         &self,
-        key: &str,
+        key: &IdempotencyKey,
         decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
     ) -> Result<T, StoreError> {
         self.locked_write(key, decide, |_| None).await
@@ -174,7 +180,7 @@ impl Storage for Store {
     #[tracing::instrument(skip_all, fields(key = %key))]
     async fn review_duplicate(
         &self,
-        key: &str,
+        key: &IdempotencyKey,
         decide: impl FnOnce(&mut Record) -> (AttemptDraft, PairReview) + Send,
     ) -> Result<(), StoreError> {
         let decide = |rec: &mut Record| {
@@ -186,8 +192,8 @@ impl Storage for Store {
             .map(drop)
     }
 
-    async fn record(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        Store::record(self, key).await
+    async fn record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        Store::record(self, key.as_str()).await
     }
 }
 
@@ -197,7 +203,7 @@ impl Store {
     /// pair review `review` names from the decided value, in one transaction.
     async fn locked_write<T: Send>(
         &self,
-        key: &str,
+        key: &IdempotencyKey,
         decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
         review: impl FnOnce(&T) -> Option<PairReview> + Send,
     ) -> Result<T, StoreError> {
@@ -213,7 +219,7 @@ impl Store {
         on_pool!(self, pool => {
             let mut tx = pool.begin_write().await?;
             let current: Option<Record> = sqlx::query_as(lock)
-                .bind(key)
+                .bind(key.as_str())
                 .fetch_optional(&mut *tx)
                 .await?;
             let Some(current) = current else {
@@ -252,7 +258,7 @@ impl Store {
                     .bind(&review.reviewed_by)
                     .bind(review.reviewed_at)
                     .bind(&review.reason)
-                    .bind(&review.other_key)
+                    .bind(review.other_key.as_str())
                     .execute(&mut *tx)
                     .await?;
                 if updated.rows_affected() != 1 {
