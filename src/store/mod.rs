@@ -3,8 +3,11 @@
 //!
 //! Both backends run the same SQL text wherever the SQL can be the same (runtime
 //! `query_as` + `FromRow`, `$n` placeholders, which sqlx accepts for SQLite too); the
-//! few statements that must differ live side by side in [`sql`]. The `on_pool!`
-//! macro expands one body for each pool type, so each behaviour is written once.
+//! few statements that must differ live side by side, and [`Backend::pick`] chooses
+//! one. The `on_pool!` macro expands one body for each pool type, so each behaviour
+//! is written once; a write transaction in that body opens with
+//! [`WritePool::begin_write`], the one place that knows how each backend starts one.
+//! [`Store`] implements the guard's storage port ([`crate::guard::Storage`]).
 //! `sqlx::Error` stops here: callers see [`StoreError`].
 
 mod browse;
