@@ -138,13 +138,7 @@ impl<S: Storage> Guard<S> {
         op: &O,
         actor: &str,
     ) -> Result<Outcome, GuardError> {
-        let started = Instant::now();
-        let called = tokio::time::timeout(
-            op.call_timeout(),
-            AssertUnwindSafe(op.execute(key, &args.value)).catch_unwind(),
-        )
-        .await;
-        let duration_ms = Some(elapsed_ms(started));
+        let (called, duration_ms) = provider_call(op, op.execute(key, &args.value)).await;
         let outcome = match called {
             Ok(Ok(Ok(result))) => CallOutcome::Done { result },
             Ok(Ok(Err(e))) => match op.classify(&e) {
@@ -191,13 +185,7 @@ impl<S: Storage> Guard<S> {
         op: &O,
         actor: &str,
     ) -> Result<Outcome, GuardError> {
-        let started = Instant::now();
-        let lookup = tokio::time::timeout(
-            op.call_timeout(),
-            AssertUnwindSafe(op.find_by_key(key)).catch_unwind(),
-        )
-        .await;
-        let duration_ms = Some(elapsed_ms(started));
+        let (lookup, duration_ms) = provider_call(op, op.find_by_key(key)).await;
         let lookup = match lookup {
             Ok(Ok(Ok(Some(found)))) => Lookup::Found(found),
             Ok(Ok(Ok(None))) => Lookup::NotFound,
@@ -335,6 +323,18 @@ fn validate_resolution(req: &ResolveRequest) -> Result<(), GuardError> {
     Ok(())
 }
 
-fn elapsed_ms(started: Instant) -> i64 {
-    i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX)
+/// One call to the provider under the operation's deadline, a panic caught as such
+/// (the outer `Err` is the deadline, the middle one a panic), and how long it took.
+async fn provider_call<O: Operation, T>(
+    op: &O,
+    call: impl Future<Output = Result<T, O::Error>>,
+) -> (
+    Result<std::thread::Result<Result<T, O::Error>>, tokio::time::error::Elapsed>,
+    Option<i64>,
+) {
+    let started = Instant::now();
+    let called =
+        tokio::time::timeout(op.call_timeout(), AssertUnwindSafe(call).catch_unwind()).await;
+    let elapsed = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    (called, Some(elapsed))
 }

@@ -267,18 +267,16 @@ pub(crate) mod tests {
         }
     }
 
+    /// A draft of worker `w1` under the first token, at `record()`'s creation time.
+    fn draft(kind: AttemptKind) -> AttemptDraft {
+        AttemptDraft::new(kind, FencingToken::FIRST, "w1", record().created_at)
+    }
+
     #[test]
     fn sealing_numbers_rows_without_gaps_and_links_each_to_the_last() {
         let mut r = record();
-        let t = r.created_at;
-        let a = seal(
-            &mut r,
-            AttemptDraft::new(AttemptKind::Claimed, FencingToken::FIRST, "w1", t),
-        );
-        let b = seal(
-            &mut r,
-            AttemptDraft::new(AttemptKind::Completed, FencingToken::FIRST, "w1", t).duration_ms(5),
-        );
+        let a = seal(&mut r, draft(AttemptKind::Claimed));
+        let b = seal(&mut r, draft(AttemptKind::Completed).duration_ms(5));
         assert_eq!((a.seq, b.seq), (1, 2));
         assert_eq!(a.prev_hash, GENESIS_HASH);
         assert_eq!(b.prev_hash, a.hash);
@@ -289,11 +287,7 @@ pub(crate) mod tests {
     #[test]
     fn editing_any_field_changes_the_hash() {
         let mut r = record();
-        let t = r.created_at;
-        let a = seal(
-            &mut r,
-            AttemptDraft::new(AttemptKind::Claimed, FencingToken::FIRST, "w1", t),
-        );
+        let a = seal(&mut r, draft(AttemptKind::Claimed));
         let mut edited = a.clone();
         edited.actor = "someone-else".into();
         assert_ne!(chain_hash(&a.prev_hash, edited.chain_fields()), a.hash);
