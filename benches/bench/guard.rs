@@ -8,7 +8,7 @@ use chrono::{TimeDelta, Utc};
 use idemwatch::guard::{
     Guard, GuardSettings, IdempotencyKey, Intent, Operation, SystemClock, ToolCall,
 };
-use idemwatch::store::Store;
+use idemwatch::store::{Store, WritePool};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,8 +89,8 @@ async fn baseline_op(store: &Store, c: &ToolCall) {
         }};
     }
     match store {
-        Store::Postgres(pool) => body!(pool, pool.begin()),
-        Store::Sqlite(pool) => body!(pool, pool.begin_with("BEGIN IMMEDIATE")),
+        Store::Postgres(pool) => body!(pool, pool.begin_write()),
+        Store::Sqlite(pool) => body!(pool, pool.begin_write()),
     }
 }
 
@@ -168,7 +168,7 @@ pub async fn run(store: &Store, backend: &str, plan: Plan, figures: &mut Vec<Fig
 /// The replay path (an existing DONE key). Every admission appends a `replayed` row
 /// with the next per-key seq under the record's row lock, so replays of one key
 /// serialize by design: measured on distinct DONE keys and on one hot key.
-async fn replay(guard: &Guard, backend: &str, plan: Plan, figures: &mut Vec<Figure>) {
+async fn replay(guard: &Guard<Store>, backend: &str, plan: Plan, figures: &mut Vec<Figure>) {
     let distinct: Arc<Vec<ToolCall>> = Arc::new((0..2000).map(|_| call("replay")).collect());
     for c in distinct.iter() {
         guard.run(c, &Instant0).await.unwrap();

@@ -1,7 +1,7 @@
 //! `cargo bench --bench bench [-- AREA…]`: idemwatch's benchmarks, each compared with a
 //! baseline measured in the same run. Method and results: docs/PERFORMANCE.md.
 //!
-//! Areas: guard, guard-http, probe, tailer, pages, export, footprint, exporter, checkpoint
+//! Areas: guard, guard-http, chain, probe, tailer, pages, export, footprint, exporter, checkpoint
 //! (all when none is named), and `soak` (only when named: it runs for `BENCH_SOAK_SECS`,
 //! see soak.rs).
 //!
@@ -11,6 +11,7 @@
 //! 10 × 500 ms), `TEST_DATABASE_URL` (an existing PostgreSQL; otherwise a throwaway
 //! cluster is started as in the tests).
 
+mod chain;
 mod checkpoint;
 mod export;
 mod exporter;
@@ -125,6 +126,9 @@ async fn main() {
         let (pg, url) = fresh_postgres("tailer").await;
         tailer::ingest(&pg, plan, scale.tail_rows, &mut figures).await;
         tailer::lag(&pg, &url, 2000, 10, &mut figures).await;
+    }
+    if wants("chain") {
+        chain::run(200_000, &mut figures);
     }
     if wants("checkpoint") {
         let (pg, _) = fresh_postgres("checkpoint").await;

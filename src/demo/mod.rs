@@ -73,7 +73,7 @@ impl DemoConfig {
 /// What the traffic tasks share.
 #[derive(Debug)]
 pub(crate) struct Shared {
-    guard: Guard,
+    guard: Guard<Store>,
     provider: Provider,
     counters: Counters,
     config: DemoConfig,

@@ -1,7 +1,7 @@
 //! The two deadlines of a key, each defined once, which every guard decision, page,
 //! count and gauge reads: its lease (held, expired, released) and the instant after
 //! which a resend with the same key is no longer safe. SQL states the same two
-//! conditions once each, in [`crate::store::sql`].
+//! conditions once each, in the store's SQL (`store/sql.rs`).
 
 use super::clock::truncate;
 use super::status::Status;

@@ -4,7 +4,7 @@
 
 use super::canonical::canonical_json;
 use super::deadline::LeaseState;
-use super::key::BusinessArgs;
+use super::key::{BusinessArgs, FencingToken};
 use super::record::{AttemptDraft, Record};
 use super::status::{AttemptKind, Resolution, Status};
 use chrono::{DateTime, TimeDelta, Utc};
@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 pub enum Admission {
     /// This caller claimed the key and must execute under `token` before `lease_until`.
     New {
-        token: i64,
+        token: FencingToken,
         lease_until: DateTime<Utc>,
     },
     /// DONE: the stored result, marked as a replay.
@@ -33,7 +33,7 @@ pub enum Admission {
     /// UNKNOWN, or a lease that expired: this caller won the compare-and-swap and must
     /// reconcile under `token` before `lease_until`. `before` is the record as it was found.
     TakeOver {
-        token: i64,
+        token: FencingToken,
         lease_until: DateTime<Utc>,
         before: Box<Record>,
     },
@@ -94,7 +94,7 @@ pub fn admit_existing(
         Status::InProgress | Status::Unknown => {
             let before = Box::new(rec.clone());
             let lease_expired = rec.status == Status::InProgress;
-            rec.fencing_token += 1;
+            rec.fencing_token = rec.fencing_token.next();
             rec.status = Status::InProgress;
             rec.lease_until = now + lease;
             let attempt = AttemptDraft::new(AttemptKind::TakenOver, rec.fencing_token, actor, now)
@@ -144,14 +144,14 @@ pub enum Settlement {
 /// The fenced write refused: the record has moved on to `current`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stale {
-    pub current: i64,
+    pub current: FencingToken,
 }
 
 /// Applies `settlement` if `token` is still the record's token; otherwise records a
 /// `stale_write_rejected` attempt and changes nothing else.
 pub fn settle(
     rec: &mut Record,
-    token: i64,
+    token: FencingToken,
     settlement: Settlement,
     actor: &str,
     now: DateTime<Utc>,
@@ -314,7 +314,7 @@ pub struct ResolveRequest {
     pub actor: String,
     /// The fencing token the person saw when deciding; a mismatch means someone else
     /// acted since, and the resolution is refused.
-    pub expected_token: Option<i64>,
+    pub expected_token: Option<FencingToken>,
 }
 
 /// Why a resolution was refused.
@@ -382,7 +382,7 @@ pub fn resolve(
     }
 
     let previous = (rec.status, rec.fencing_token);
-    rec.fencing_token += 1;
+    rec.fencing_token = rec.fencing_token.next();
     rec.updated_at = now;
     rec.lease_until = now;
     match req.resolution {

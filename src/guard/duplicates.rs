@@ -5,9 +5,9 @@
 use super::engine::Guard;
 use super::error::GuardError;
 use super::key::IdempotencyKey;
+use super::port::{PairReview, Storage, StoreError};
 use super::record::AttemptDraft;
 use super::status::{AttemptKind, DuplicateVerdict};
-use crate::store::{PairReview, StoreError};
 use serde_json::json;
 
 /// The longest reason a review keeps.
@@ -46,7 +46,7 @@ impl DuplicateReview {
     }
 }
 
-impl Guard {
+impl<S: Storage> Guard<S> {
     /// Records `review` of the suspected pair of `key`. Refused when the pair is not
     /// open any more (someone reviewed it first) or names another earlier key.
     #[tracing::instrument(skip_all, fields(key = %key, verdict = %review.verdict))]
@@ -58,7 +58,7 @@ impl Guard {
         review.validate()?;
         let written = self
             .store
-            .review_duplicate(key.as_str(), |rec| {
+            .review_duplicate(key, |rec| {
                 let now = self.clock.now();
                 rec.updated_at = now;
                 let draft = AttemptDraft::new(
@@ -73,7 +73,7 @@ impl Guard {
                     "reason": review.reason.trim(),
                 }));
                 let pair = PairReview {
-                    other_key: review.other_key.to_string(),
+                    other_key: review.other_key.clone(),
                     verdict: review.verdict,
                     reviewed_by: review.actor.clone(),
                     reviewed_at: now,
@@ -86,7 +86,7 @@ impl Guard {
             Ok(()) => Ok(()),
             Err(StoreError::NotFound) => Err(GuardError::NotFound(key.to_string())),
             Err(StoreError::Conflict(why)) => {
-                let Some(rec) = self.store.record(key.as_str()).await? else {
+                let Some(rec) = self.store.record(key).await? else {
                     return Err(GuardError::NotFound(key.to_string()));
                 };
                 Err(GuardError::NotResolvable {

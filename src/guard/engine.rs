@@ -3,12 +3,12 @@
 use super::clock::Clock;
 use super::decide::{self, Admission, Lookup, Refusal, ResolveRequest};
 use super::error::GuardError;
-use super::key::{BusinessArgs, IdempotencyKey, Intent};
+use super::key::{BusinessArgs, FencingToken, IdempotencyKey, Intent};
 use super::operation::{ErrorClass, Operation};
 use super::policy::ToolPolicy;
+use super::port::Storage;
 use super::record::Record;
 use super::steps::{Admitted, CallOutcome, Reconciled};
-use crate::store::Store;
 use chrono::TimeDelta;
 use futures::FutureExt;
 use serde_json::Value;
@@ -54,9 +54,10 @@ impl Default for GuardSettings {
     }
 }
 
+/// The guard over its storage `S` (in this crate, `crate::store::Store`).
 #[derive(Debug, Clone)]
-pub struct Guard {
-    pub(super) store: Store,
+pub struct Guard<S> {
+    pub(super) store: S,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) settings: GuardSettings,
     /// Keys whose fencing token moved (a takeover, a resolution), for waiters in this
@@ -64,8 +65,8 @@ pub struct Guard {
     changes: broadcast::Sender<IdempotencyKey>,
 }
 
-impl Guard {
-    pub fn new(store: Store, clock: Arc<dyn Clock>, settings: GuardSettings) -> Self {
+impl<S: Storage> Guard<S> {
+    pub fn new(store: S, clock: Arc<dyn Clock>, settings: GuardSettings) -> Self {
         Self {
             store,
             clock,
@@ -74,7 +75,7 @@ impl Guard {
         }
     }
 
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &S {
         &self.store
     }
 
@@ -132,18 +133,12 @@ impl Guard {
     async fn execute<O: Operation>(
         &self,
         key: &IdempotencyKey,
-        token: i64,
+        token: FencingToken,
         args: &BusinessArgs,
         op: &O,
         actor: &str,
     ) -> Result<Outcome, GuardError> {
-        let started = Instant::now();
-        let called = tokio::time::timeout(
-            op.call_timeout(),
-            AssertUnwindSafe(op.execute(key, &args.value)).catch_unwind(),
-        )
-        .await;
-        let duration_ms = Some(elapsed_ms(started));
+        let (called, duration_ms) = provider_call(op, op.execute(key, &args.value)).await;
         let outcome = match called {
             Ok(Ok(Ok(result))) => CallOutcome::Done { result },
             Ok(Ok(Err(e))) => match op.classify(&e) {
@@ -185,18 +180,12 @@ impl Guard {
     async fn reconcile<O: Operation>(
         &self,
         key: &IdempotencyKey,
-        token: i64,
+        token: FencingToken,
         args: &BusinessArgs,
         op: &O,
         actor: &str,
     ) -> Result<Outcome, GuardError> {
-        let started = Instant::now();
-        let lookup = tokio::time::timeout(
-            op.call_timeout(),
-            AssertUnwindSafe(op.find_by_key(key)).catch_unwind(),
-        )
-        .await;
-        let duration_ms = Some(elapsed_ms(started));
+        let (lookup, duration_ms) = provider_call(op, op.find_by_key(key)).await;
         let lookup = match lookup {
             Ok(Ok(Ok(Some(found)))) => Lookup::Found(found),
             Ok(Ok(Ok(None))) => Lookup::NotFound,
@@ -257,7 +246,7 @@ impl Guard {
         let (_, outcome) = decide::resolve(&mut after, req, self.clock.now());
         outcome
             .map(|()| after)
-            .map_err(|r| refused(&record.key, r, record.status, record.fencing_token))
+            .map_err(|r| refused(record.key.as_str(), r, record.status, record.fencing_token))
     }
 }
 
@@ -269,7 +258,12 @@ impl ResolveRequest {
     }
 }
 
-fn refused(key: &str, refusal: Refusal, status: super::status::Status, token: i64) -> GuardError {
+fn refused(
+    key: &str,
+    refusal: Refusal,
+    status: super::status::Status,
+    token: FencingToken,
+) -> GuardError {
     match refusal {
         Refusal::Moved => GuardError::Conflict {
             key: key.to_string(),
@@ -329,6 +323,18 @@ fn validate_resolution(req: &ResolveRequest) -> Result<(), GuardError> {
     Ok(())
 }
 
-fn elapsed_ms(started: Instant) -> i64 {
-    i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX)
+/// One call to the provider under the operation's deadline, a panic caught as such
+/// (the outer `Err` is the deadline, the middle one a panic), and how long it took.
+async fn provider_call<O: Operation, T>(
+    op: &O,
+    call: impl Future<Output = Result<T, O::Error>>,
+) -> (
+    Result<std::thread::Result<Result<T, O::Error>>, tokio::time::error::Elapsed>,
+    Option<i64>,
+) {
+    let started = Instant::now();
+    let called =
+        tokio::time::timeout(op.call_timeout(), AssertUnwindSafe(call).catch_unwind()).await;
+    let elapsed = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    (called, Some(elapsed))
 }

@@ -1,8 +1,8 @@
-use crate::store::StoreError;
 use chrono::{DateTime, Utc};
 use thiserror::Error;
 
-use super::key::KeyError;
+use super::key::{FencingToken, KeyError};
+use super::port::StoreError;
 use super::status::Status;
 
 /// Everything the guard can answer other than a result. Each variant says what the
@@ -69,8 +69,8 @@ pub enum GuardError {
     )]
     LeaseLost {
         key: String,
-        token: i64,
-        current: i64,
+        token: FencingToken,
+        current: FencingToken,
     },
 
     #[error("key {0} not found")]
@@ -84,7 +84,7 @@ pub enum GuardError {
     Conflict {
         key: String,
         status: Status,
-        token: i64,
+        token: FencingToken,
     },
 
     /// The key is not in a state this operation applies to. HTTP 422.

@@ -89,6 +89,13 @@ impl IdempotencyKey {
     }
 }
 
+impl std::str::FromStr for IdempotencyKey {
+    type Err = KeyError;
+    fn from_str(s: &str) -> Result<Self, KeyError> {
+        Self::parse(s)
+    }
+}
+
 impl TryFrom<String> for IdempotencyKey {
     type Error = KeyError;
     fn try_from(s: String) -> Result<Self, KeyError> {
@@ -151,7 +158,25 @@ impl fmt::Display for Fingerprint {
 /// Monotonic per key. Every write after the claim names the token it holds; a
 /// takeover increments it, so a worker that lost its lease cannot overwrite anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
 pub struct FencingToken(pub i64);
+
+impl FencingToken {
+    /// The claim's token.
+    pub const FIRST: FencingToken = FencingToken(1);
+
+    /// The token a takeover or a resolution moves the key to.
+    pub fn next(self) -> FencingToken {
+        FencingToken(self.0 + 1)
+    }
+}
+
+impl std::str::FromStr for FencingToken {
+    type Err = std::num::ParseIntError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        s.parse().map(FencingToken)
+    }
+}
 
 impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -2,8 +2,9 @@
 //! leases with fencing tokens, UNKNOWN for every ambiguous outcome, reconciliation
 //! before any resend, and a person when the provider has forgotten the key.
 //!
-//! No HTTP here, and no sqlx types in the API: the store is reached through
-//! [`crate::store::Store`], whose errors arrive as [`crate::store::StoreError`].
+//! No HTTP here, and no sqlx types in the API: the guard reaches its database
+//! through the storage port it owns ([`Storage`], errors as [`StoreError`]), which
+//! the store above implements.
 
 pub mod binding;
 pub mod canonical;
@@ -17,6 +18,7 @@ pub mod key;
 mod natural;
 mod operation;
 mod policy;
+mod port;
 mod record;
 mod status;
 mod steps;
@@ -32,6 +34,7 @@ pub use key::{BusinessArgs, FencingToken, Fingerprint, IdempotencyKey, Intent, K
 pub use natural::NaturalKey;
 pub use operation::{ErrorClass, Operation};
 pub use policy::{DEFAULT_DUPLICATE_WINDOW, ToolPolicies, ToolPolicy};
+pub use port::{Claim, ClaimChecks, PairReview, Storage, StoreError};
 pub use record::{
     Attempt, AttemptDraft, ChainFields, GENESIS_HASH, Record, chain_hash, rfc3339, seal,
 };

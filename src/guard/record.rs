@@ -3,6 +3,7 @@
 
 use super::canonical::{MAX_SAFE_INTEGER, canonical_json, write_string};
 use super::deadline::{self, LeaseState};
+use super::key::{FencingToken, IdempotencyKey};
 use super::status::{AttemptKind, Status};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -12,7 +13,7 @@ use sha2::{Digest, Sha256};
 /// One row of `idempotency_records`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Record {
-    pub key: String,
+    pub key: IdempotencyKey,
     pub tenant: String,
     pub tool: String,
     pub workflow_id: String,
@@ -22,7 +23,7 @@ pub struct Record {
     pub fingerprint: String,
     pub business_args: Value,
     pub status: Status,
-    pub fencing_token: i64,
+    pub fencing_token: FencingToken,
     pub lease_until: DateTime<Utc>,
     pub attempt_count: i64,
     pub result: Option<Value>,
@@ -67,7 +68,7 @@ impl Record {
 #[derive(Debug, Clone, PartialEq)]
 pub struct AttemptDraft {
     pub kind: AttemptKind,
-    pub fencing_token: i64,
+    pub fencing_token: FencingToken,
     pub actor: String,
     pub detail: Value,
     pub duration_ms: Option<i64>,
@@ -77,7 +78,7 @@ pub struct AttemptDraft {
 impl AttemptDraft {
     pub fn new(
         kind: AttemptKind,
-        fencing_token: i64,
+        fencing_token: FencingToken,
         actor: &str,
         occurred_at: DateTime<Utc>,
     ) -> Self {
@@ -114,12 +115,12 @@ impl AttemptDraft {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Attempt {
     pub id: i64,
-    pub key: String,
+    pub key: IdempotencyKey,
     pub tenant: String,
     pub tool: String,
     pub seq: i64,
     pub kind: AttemptKind,
-    pub fencing_token: i64,
+    pub fencing_token: FencingToken,
     pub actor: String,
     pub detail: Value,
     pub duration_ms: Option<i64>,
@@ -221,12 +222,12 @@ fn chain_content_via_value(fields: &ChainFields<'_>) -> String {
 impl Attempt {
     pub fn chain_fields(&self) -> ChainFields<'_> {
         ChainFields {
-            key: &self.key,
+            key: self.key.as_str(),
             tenant: &self.tenant,
             tool: &self.tool,
             seq: self.seq,
             kind: self.kind.as_str(),
-            fencing_token: self.fencing_token,
+            fencing_token: self.fencing_token.0,
             actor: &self.actor,
             detail: &self.detail,
             duration_ms: self.duration_ms,
@@ -246,12 +247,12 @@ pub fn seal(record: &mut Record, mut draft: AttemptDraft) -> Attempt {
     let hash = chain_hash(
         &prev_hash,
         ChainFields {
-            key: &record.key,
+            key: record.key.as_str(),
             tenant: &record.tenant,
             tool: &record.tool,
             seq,
             kind: draft.kind.as_str(),
-            fencing_token: draft.fencing_token,
+            fencing_token: draft.fencing_token.0,
             actor: &draft.actor,
             detail: &draft.detail,
             duration_ms: draft.duration_ms,
@@ -350,7 +351,7 @@ pub(crate) mod tests {
             .unwrap()
             .to_utc();
         Record {
-            key: "k".repeat(64),
+            key: IdempotencyKey::parse(&"a".repeat(64)).unwrap(),
             tenant: "acme".into(),
             tool: "issue_refund".into(),
             workflow_id: "w".into(),
@@ -360,7 +361,7 @@ pub(crate) mod tests {
             fingerprint: "f".into(),
             business_args: json!({}),
             status: Status::InProgress,
-            fencing_token: 1,
+            fencing_token: FencingToken::FIRST,
             lease_until: t,
             attempt_count: 1,
             result: None,
@@ -375,15 +376,16 @@ pub(crate) mod tests {
         }
     }
 
+    /// A draft of worker `w1` under the first token, at `record()`'s creation time.
+    fn draft(kind: AttemptKind) -> AttemptDraft {
+        AttemptDraft::new(kind, FencingToken::FIRST, "w1", record().created_at)
+    }
+
     #[test]
     fn sealing_numbers_rows_without_gaps_and_links_each_to_the_last() {
         let mut r = record();
-        let t = r.created_at;
-        let a = seal(&mut r, AttemptDraft::new(AttemptKind::Claimed, 1, "w1", t));
-        let b = seal(
-            &mut r,
-            AttemptDraft::new(AttemptKind::Completed, 1, "w1", t).duration_ms(5),
-        );
+        let a = seal(&mut r, draft(AttemptKind::Claimed));
+        let b = seal(&mut r, draft(AttemptKind::Completed).duration_ms(5));
         assert_eq!((a.seq, b.seq), (1, 2));
         assert_eq!(a.prev_hash, GENESIS_HASH);
         assert_eq!(b.prev_hash, a.hash);
@@ -394,8 +396,7 @@ pub(crate) mod tests {
     #[test]
     fn editing_any_field_changes_the_hash() {
         let mut r = record();
-        let t = r.created_at;
-        let a = seal(&mut r, AttemptDraft::new(AttemptKind::Claimed, 1, "w1", t));
+        let a = seal(&mut r, draft(AttemptKind::Claimed));
         let mut edited = a.clone();
         edited.actor = "someone-else".into();
         assert_ne!(chain_hash(&a.prev_hash, edited.chain_fields()), a.hash);

@@ -9,12 +9,12 @@ use super::deadline::resend_safe_until;
 use super::decide::{self, Admission, Lookup, Settlement};
 use super::engine::{Guard, ToolCall};
 use super::error::GuardError;
-use super::key::{BusinessArgs, IdempotencyKey};
+use super::key::{BusinessArgs, FencingToken, IdempotencyKey};
 use super::natural::NaturalKey;
 use super::policy::ToolPolicy;
+use super::port::{Claim, ClaimChecks, Storage, StoreError};
 use super::record::{AttemptDraft, GENESIS_HASH, Record};
 use super::status::{AttemptKind, Status};
-use crate::store::{Claim, ClaimChecks, StoreError};
 use serde_json::{Value, json};
 
 /// What admission decided, with the key and the business arguments it derived.
@@ -79,7 +79,7 @@ pub enum Reconciled {
     Unknown { reason: String },
 }
 
-impl Guard {
+impl<S: Storage> Guard<S> {
     /// Step 1: derives the key and the business arguments of `call` under `policy`,
     /// then claims the key or decides what the caller gets.
     #[tracing::instrument(skip_all, fields(tool = %call.intent.tool, key))]
@@ -134,7 +134,7 @@ impl Guard {
             // The provider starts remembering the key at the first send.
             let provider_retention_until = now + policy.key_retention;
             let record = Record {
-                key: key.to_string(),
+                key: key.clone(),
                 tenant: call.intent.tenant.clone(),
                 tool: call.intent.tool.clone(),
                 workflow_id: call.intent.workflow_id.clone(),
@@ -144,7 +144,7 @@ impl Guard {
                 fingerprint: args.fingerprint.0.clone(),
                 business_args: args.value.clone(),
                 status: Status::InProgress,
-                fencing_token: 1,
+                fencing_token: FencingToken::FIRST,
                 lease_until: now + lease,
                 attempt_count: 1,
                 result: None,
@@ -159,10 +159,11 @@ impl Guard {
             };
             *claimed_lease.lock().unwrap_or_else(|e| e.into_inner()) = Some(record.lease_until);
             let mut claimed =
-                AttemptDraft::new(AttemptKind::Claimed, 1, &call.actor, now).detail(json!({
-                    "lease_until": record.lease_until,
-                    "policy": policy.to_json(&call.intent.tool),
-                }));
+                AttemptDraft::new(AttemptKind::Claimed, FencingToken::FIRST, &call.actor, now)
+                    .detail(json!({
+                        "lease_until": record.lease_until,
+                        "policy": policy.to_json(&call.intent.tool),
+                    }));
             if let Some(natural) = natural {
                 claimed = claimed.with("natural_key", natural.fields.clone());
             }
@@ -180,18 +181,13 @@ impl Guard {
                         .unwrap_or_else(|e| e.into_inner())
                         .expect("a created claim built its record");
                     let admission = Admission::New {
-                        token: 1,
+                        token: FencingToken::FIRST,
                         lease_until,
                     };
                     return Ok((None, admission));
                 }
                 Claim::Exists => (key.clone(), None),
-                Claim::NaturalKeyHeld { key: holder } => {
-                    let holder = IdempotencyKey::parse(&holder).map_err(|e| {
-                        GuardError::Store(StoreError::Other(format!("stored key: {e}")))
-                    })?;
-                    (holder.clone(), Some(holder))
-                }
+                Claim::NaturalKeyHeld { key: holder } => (holder.clone(), Some(holder)),
             };
             let decided = self.locked(&at, |rec| {
                 let (mut drafts, admission) =
@@ -224,7 +220,7 @@ impl Guard {
     pub async fn settle_call(
         &self,
         key: &IdempotencyKey,
-        token: i64,
+        token: FencingToken,
         outcome: CallOutcome,
         duration_ms: Option<i64>,
         actor: &str,
@@ -250,7 +246,7 @@ impl Guard {
     pub async fn report_lookup(
         &self,
         key: &IdempotencyKey,
-        token: i64,
+        token: FencingToken,
         lookup: Lookup,
         duration_ms: Option<i64>,
         actor: &str,
@@ -281,9 +277,9 @@ impl Guard {
     async fn settle(
         &self,
         key: &IdempotencyKey,
-        token: i64,
+        token: FencingToken,
         actor: &str,
-        choose: impl FnOnce(&Record, chrono::DateTime<chrono::Utc>) -> Settlement,
+        choose: impl FnOnce(&Record, chrono::DateTime<chrono::Utc>) -> Settlement + Send,
     ) -> Result<(Settlement, Record), GuardError> {
         let written = self
             .locked(key, |rec| {
@@ -295,7 +291,7 @@ impl Guard {
             })
             .await?;
         written.map_err(|stale| {
-            tracing::warn!(key = %key, fencing_token = token, current = stale.current, "stale write rejected");
+            tracing::warn!(key = %key, fencing_token = token.0, current = stale.current.0, "stale write rejected");
             GuardError::LeaseLost {
                 key: key.to_string(),
                 token,
@@ -304,18 +300,18 @@ impl Guard {
         })
     }
 
-    /// [`crate::store::Store::with_locked`] for the guard: a missing key is
+    /// [`Storage::with_locked`] for the guard: a missing key is
     /// [`GuardError::NotFound`], and a write that moves the fencing token (a takeover,
     /// a resolution) wakes whoever waits on the key in this process.
-    pub(super) async fn locked<T>(
+    pub(super) async fn locked<T: Send>(
         &self,
         key: &IdempotencyKey,
-        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T),
+        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
     ) -> Result<T, GuardError> {
         let mut moved = false;
         let decided = self
             .store
-            .with_locked(key.as_str(), |rec| {
+            .with_locked(key, |rec| {
                 let before = rec.fencing_token;
                 let out = decide(rec);
                 moved = rec.fencing_token != before;

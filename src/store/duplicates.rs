@@ -2,7 +2,7 @@
 //! resolver's review of one, written with its attempt row under the key's lock.
 
 use super::{Store, StoreError, on_pool};
-use crate::guard::{AttemptDraft, DuplicateVerdict, Record};
+
 use chrono::{DateTime, Utc};
 
 /// One suspected pair: `key` was claimed while `other_key` (same tenant, tool,
@@ -26,16 +26,6 @@ impl SuspectedPair {
     pub fn is_open(&self) -> bool {
         self.state == "open"
     }
-}
-
-/// A resolver's review, as the pair row records it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PairReview {
-    pub other_key: String,
-    pub verdict: DuplicateVerdict,
-    pub reviewed_by: String,
-    pub reviewed_at: DateTime<Utc>,
-    pub reason: String,
 }
 
 macro_rules! pair_select {
@@ -84,24 +74,5 @@ impl Store {
 
     pub async fn suspected_pair(&self, key: &str) -> Result<Option<SuspectedPair>, StoreError> {
         Ok(on_pool!(self, pool => sqlx::query_as(PAIR).bind(key).fetch_optional(pool).await)?)
-    }
-
-    /// Locks the record of `key`, lets `decide` name the review and its attempt row,
-    /// and writes both: the pair's state (only if it is still open: otherwise
-    /// [`StoreError::Conflict`] and nothing is written) and the attempt, chained onto
-    /// the key's log.
-    #[tracing::instrument(skip_all, fields(key = %key))]
-    pub async fn review_duplicate(
-        &self,
-        key: &str,
-        decide: impl FnOnce(&mut Record) -> (AttemptDraft, PairReview),
-    ) -> Result<(), StoreError> {
-        let decide = |rec: &mut Record| {
-            let (draft, review) = decide(rec);
-            (vec![draft], review)
-        };
-        self.with_locked_then(key, decide, |review| review)
-            .await
-            .map(drop)
     }
 }

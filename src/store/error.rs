@@ -1,28 +1,7 @@
-use thiserror::Error;
+//! sqlx's errors, classified into the guard's [`StoreError`] (the storage port's error
+//! type, defined with the port in `guard/port.rs`): sqlx stops here.
 
-/// What the storage layer reports. The guard and the web layer never see sqlx.
-#[derive(Debug, Error)]
-pub enum StoreError {
-    #[error("not found")]
-    NotFound,
-    /// A write lost to a concurrent one (unique or fencing condition).
-    #[error("conflict: {0}")]
-    Conflict(String),
-    /// The database cannot be reached now; retrying later may work.
-    #[error("database unavailable: {0}")]
-    Unavailable(String),
-    /// A write reached a read-only database: a PostgreSQL hot standby (SQLSTATE 25006,
-    /// `read_only_sql_transaction`). Retrying here never helps; writes go to the primary.
-    #[error("the database is a read-only standby: {0}")]
-    ReadOnly(String),
-    /// A stored value that this version cannot read (a status it does not know…).
-    #[error("corrupt row: {0}")]
-    Corrupt(String),
-    #[error("database configuration: {0}")]
-    Config(String),
-    #[error("database error: {0}")]
-    Other(String),
-}
+pub use crate::guard::StoreError;
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
@@ -66,11 +45,5 @@ impl From<sqlx::migrate::MigrateError> for StoreError {
             sqlx::migrate::MigrateError::Execute(inner) => inner.into(),
             other => StoreError::Other(format!("migration failed: {other}")),
         }
-    }
-}
-
-impl StoreError {
-    pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
     }
 }

@@ -10,7 +10,7 @@ mod checkpoint;
 pub use checkpoint::{Checkpoint, CheckpointBody, Leaf};
 
 use super::tail::TailPosition;
-use super::{Store, StoreError, on_pool};
+use super::{Store, StoreError, WritePool, on_pool};
 use chrono::{DateTime, Utc};
 use futures::stream::{BoxStream, StreamExt};
 use sqlx::types::Json;
@@ -280,12 +280,12 @@ impl Store {
     {
         match self {
             Store::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
+                let mut tx = pool.begin_write().await?;
                 sqlx::query(LOCK_POSTGRES).execute(&mut *tx).await?;
                 checkpoint_transaction!(tx, NEW_HEADS_POSTGRES, INSERT_LEAVES_POSTGRES, make)
             }
             Store::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+                let mut tx = pool.begin_write().await?;
                 checkpoint_transaction!(tx, NEW_HEADS_SQLITE, INSERT_LEAVES_SQLITE, make)
             }
         }

@@ -3,8 +3,11 @@
 //!
 //! Both backends run the same SQL text wherever the SQL can be the same (runtime
 //! `query_as` + `FromRow`, `$n` placeholders, which sqlx accepts for SQLite too); the
-//! few statements that must differ live side by side in [`sql`]. The `on_pool!`
-//! macro expands one body for each pool type, so each behaviour is written once.
+//! few statements that must differ live side by side, and [`Backend::pick`] chooses
+//! one. The `on_pool!` macro expands one body for each pool type, so each behaviour
+//! is written once; a write transaction in that body opens with
+//! [`WritePool::begin_write`], the one place that knows how each backend starts one.
+//! [`Store`] implements the guard's storage port ([`crate::guard::Storage`]).
 //! `sqlx::Error` stops here: callers see [`StoreError`].
 
 mod browse;
@@ -26,13 +29,12 @@ pub use browse::{
     AttemptBucket, BUCKET_SECONDS, BacklogPage, BacklogSummary, COUNT_CAP, Count, Cursor,
     KeyFilter, KeyIndex, KeyPage, KeySummary, ResolvedAs,
 };
-pub use duplicates::{PairReview, SuspectedPair};
+pub use duplicates::SuspectedPair;
 pub use error::StoreError;
 pub use evidence::{Checkpoint, CheckpointBody, Leaf, StoredCheckpoint};
 pub use export::{COLUMNS, ExportFilter, ExportRow, FilterError, micros, parse_time};
-pub use pools::SqlitePools;
+pub use pools::{SqlitePools, WritePool};
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
-pub use records::{Claim, ClaimChecks};
 pub use sessions::SessionRow;
 pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};
 pub use timeline::AttemptPage;
@@ -85,6 +87,17 @@ impl Default for StoreOptions {
         Self {
             max_connections: 16,
             acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl Backend {
+    /// The text of a statement that must differ between the backends; the one body
+    /// that runs it is then written once (`on_pool!`).
+    pub fn pick(self, postgres: &'static str, sqlite: &'static str) -> &'static str {
+        match self {
+            Backend::Postgres => postgres,
+            Backend::Sqlite => sqlite,
         }
     }
 }

@@ -6,8 +6,8 @@
 //! calls the p99 was 100–130 ms and at 32 up to 1 s of sleeping
 //! (docs/PERFORMANCE.md). So a store on a SQLite file holds two pools:
 //!
-//! - `write`: **one** connection. Every write transaction of this crate starts with
-//!   `begin_with("BEGIN IMMEDIATE")` (or `begin()`), and both go here: writers queue
+//! - `write`: **one** connection. Every write transaction of this crate is opened by
+//!   [`WritePool::begin_write`] (`BEGIN IMMEDIATE`) and goes here: writers queue
 //!   in sqlx's pool (a FIFO of async waiters, woken when the connection comes back)
 //!   instead of sleeping in the busy handler, and the write lock is never contended
 //!   from inside this process.
@@ -25,10 +25,47 @@
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use sqlx::postgres::{PgPool, Postgres};
 use sqlx::sqlite::{
     Sqlite, SqlitePool, SqliteQueryResult, SqliteRow, SqliteStatement, SqliteTypeInfo,
 };
-use sqlx::{Describe, Either, Error, Execute, Executor, SqlSafeStr, SqlStr, Transaction};
+use sqlx::{Describe, Either, Error, Execute, Executor, SqlStr, Transaction};
+use std::future::Future;
+
+/// Opens a write transaction: the one place that says how each backend starts one.
+/// Every write transaction of the crate begins here, inside an `on_pool!` body that
+/// is written once for both backends.
+pub trait WritePool {
+    type Database: sqlx::Database;
+    fn begin_write(
+        &self,
+    ) -> impl Future<Output = Result<Transaction<'static, Self::Database>, Error>> + Send;
+}
+
+/// PostgreSQL: a plain READ COMMITTED transaction. A statement that must hold what it
+/// read takes its own row lock (`FOR UPDATE`, `FOR UPDATE SKIP LOCKED`).
+impl WritePool for PgPool {
+    type Database = Postgres;
+    fn begin_write(
+        &self,
+    ) -> impl Future<Output = Result<Transaction<'static, Postgres>, Error>> + Send {
+        self.begin()
+    }
+}
+
+/// SQLite: `BEGIN IMMEDIATE` on the one writer, so the write lock is held from the
+/// first statement. A deferred transaction that reads and then writes would take the
+/// lock at its first write, and fail with SQLITE_BUSY (no busy-handler wait) if
+/// another connection wrote since its read; holding the lock from the start also makes
+/// the locked read of the guard (no `FOR UPDATE` in SQLite) a real lock.
+impl WritePool for SqlitePools {
+    type Database = Sqlite;
+    fn begin_write(
+        &self,
+    ) -> impl Future<Output = Result<Transaction<'static, Sqlite>, Error>> + Send {
+        self.write.begin_with("BEGIN IMMEDIATE")
+    }
+}
 
 #[derive(Debug, Clone)]
 pub struct SqlitePools {
@@ -50,19 +87,6 @@ impl SqlitePools {
     /// The single write connection's pool.
     pub fn writer(&self) -> &SqlitePool {
         &self.write
-    }
-
-    /// A write transaction (`BEGIN IMMEDIATE`) on the one writer.
-    pub async fn begin_with(
-        &self,
-        statement: impl SqlSafeStr,
-    ) -> Result<Transaction<'static, Sqlite>, Error> {
-        self.write.begin_with(statement).await
-    }
-
-    /// A deferred transaction, also on the writer: it may write.
-    pub async fn begin(&self) -> Result<Transaction<'static, Sqlite>, Error> {
-        self.write.begin().await
     }
 
     pub async fn close(&self) {

@@ -9,7 +9,7 @@
 //! locks last one small batch.
 
 use super::export::{ExportRow, export_select};
-use super::{Store, StoreError};
+use super::{Backend, Store, StoreError, WritePool, on_pool};
 use chrono::{DateTime, Utc};
 use futures::stream::{BoxStream, StreamExt};
 use sqlx::types::Json;
@@ -80,10 +80,29 @@ enum Tx {
     Sqlite(sqlx::Transaction<'static, sqlx::Sqlite>),
 }
 
+/// Runs `$body` once per backend with `$tx` bound to the batch's transaction and
+/// `$keys` to its keys as that backend reads a list: an array on PostgreSQL
+/// (`= ANY($1)`), JSON text on SQLite (`IN (SELECT value FROM json_each($1))`).
+macro_rules! on_batch {
+    ($batch:expr, $keys:expr, |$tx:ident, $k:ident| $body:expr) => {
+        match $batch {
+            Tx::Postgres($tx) => {
+                let $k = $keys;
+                $body
+            }
+            Tx::Sqlite($tx) => {
+                let $k = Json($keys);
+                $body
+            }
+        }
+    };
+}
+
 /// An open transaction holding a batch of keys. Dropping it rolls back: nothing is
 /// deleted unless [`PruneBatch::delete_and_commit`] is reached.
 pub struct PruneBatch {
     tx: Tx,
+    backend: Backend,
     keys: Vec<String>,
 }
 
@@ -94,38 +113,35 @@ impl Store {
         cutoffs: &PruneCutoffs,
         limit: u32,
     ) -> Result<PruneBatch, StoreError> {
-        let limit = i64::from(limit);
-        match self {
-            Store::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
+        let backend = self.backend();
+        let pick = backend.pick(PICK_POSTGRES, PICK_SQLITE);
+        let (tx, keys) = on_pool!(self, pool => {
+            let mut tx = pool.begin_write().await?;
+            if backend == Backend::Postgres {
                 sqlx::query(LOCK_TIMEOUT_POSTGRES).execute(&mut *tx).await?;
-                let keys: Vec<String> = sqlx::query_scalar(PICK_POSTGRES)
-                    .bind(cutoffs.done_before)
-                    .bind(cutoffs.failed_before)
-                    .bind(cutoffs.now)
-                    .bind(limit)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                Ok(PruneBatch {
-                    tx: Tx::Postgres(tx),
-                    keys,
-                })
             }
-            Store::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                let keys: Vec<String> = sqlx::query_scalar(PICK_SQLITE)
-                    .bind(cutoffs.done_before)
-                    .bind(cutoffs.failed_before)
-                    .bind(cutoffs.now)
-                    .bind(limit)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                Ok(PruneBatch {
-                    tx: Tx::Sqlite(tx),
-                    keys,
-                })
-            }
-        }
+            let keys: Vec<String> = sqlx::query_scalar(pick)
+                .bind(cutoffs.done_before)
+                .bind(cutoffs.failed_before)
+                .bind(cutoffs.now)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *tx)
+                .await?;
+            (Tx::from(tx), keys)
+        });
+        Ok(PruneBatch { tx, backend, keys })
+    }
+}
+
+impl From<sqlx::Transaction<'static, sqlx::Postgres>> for Tx {
+    fn from(tx: sqlx::Transaction<'static, sqlx::Postgres>) -> Self {
+        Tx::Postgres(tx)
+    }
+}
+
+impl From<sqlx::Transaction<'static, sqlx::Sqlite>> for Tx {
+    fn from(tx: sqlx::Transaction<'static, sqlx::Sqlite>) -> Self {
+        Tx::Sqlite(tx)
     }
 }
 
@@ -137,15 +153,12 @@ impl PruneBatch {
     /// The batch's attempt rows with their context, in (key, seq) order: what the
     /// archive receives.
     pub fn rows(&mut self) -> BoxStream<'_, Result<ExportRow, StoreError>> {
-        let keys = self.keys.clone();
-        let rows = match &mut self.tx {
-            Tx::Postgres(tx) => sqlx::query_as::<_, ExportRow>(ROWS_POSTGRES)
+        let sql = self.backend.pick(ROWS_POSTGRES, ROWS_SQLITE);
+        let rows = on_batch!(&mut self.tx, self.keys.clone(), |tx, keys| {
+            sqlx::query_as::<_, ExportRow>(sql)
                 .bind(keys)
-                .fetch(&mut **tx),
-            Tx::Sqlite(tx) => sqlx::query_as::<_, ExportRow>(ROWS_SQLITE)
-                .bind(Json(keys))
-                .fetch(&mut **tx),
-        };
+                .fetch(&mut **tx)
+        });
         rows.map(|r| r.map_err(StoreError::from)).boxed()
     }
 
@@ -153,48 +166,35 @@ impl PruneBatch {
     /// deleted (it is no longer DONE or FAILED, which the locks rule out), nothing is.
     pub async fn delete_and_commit(self) -> Result<PrunedCounts, StoreError> {
         let wanted = self.keys.len();
-        let (attempts, statuses) = match self.tx {
-            Tx::Postgres(mut tx) => {
-                // The receipt first, in the same transaction: a pruned key is never
-                // taken for a deleted one (docs/EXPORT.md, retention).
-                sqlx::query(super::evidence::PRUNE_RECEIPTS_POSTGRES)
-                    .bind(&self.keys)
-                    .bind(Utc::now())
-                    .execute(&mut *tx)
-                    .await?;
-                let attempts = sqlx::query(DELETE_ATTEMPTS_POSTGRES)
-                    .bind(&self.keys)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                let statuses: Vec<String> = sqlx::query_scalar(DELETE_RECORDS_POSTGRES)
-                    .bind(&self.keys)
-                    .fetch_all(&mut *tx)
-                    .await?;
-                check_all_deleted(wanted, statuses.len())?;
-                tx.commit().await?;
-                (attempts, statuses)
-            }
-            Tx::Sqlite(mut tx) => {
-                sqlx::query(super::evidence::PRUNE_RECEIPTS_SQLITE)
-                    .bind(Json(&self.keys))
-                    .bind(Utc::now())
-                    .execute(&mut *tx)
-                    .await?;
-                let attempts = sqlx::query(DELETE_ATTEMPTS_SQLITE)
-                    .bind(Json(&self.keys))
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                let statuses: Vec<String> = sqlx::query_scalar(DELETE_RECORDS_SQLITE)
-                    .bind(Json(&self.keys))
-                    .fetch_all(&mut *tx)
-                    .await?;
-                check_all_deleted(wanted, statuses.len())?;
-                tx.commit().await?;
-                (attempts, statuses)
-            }
-        };
+        let pick = |postgres, sqlite| self.backend.pick(postgres, sqlite);
+        let receipts = pick(
+            super::evidence::PRUNE_RECEIPTS_POSTGRES,
+            super::evidence::PRUNE_RECEIPTS_SQLITE,
+        );
+        let delete_attempts = pick(DELETE_ATTEMPTS_POSTGRES, DELETE_ATTEMPTS_SQLITE);
+        let delete_records = pick(DELETE_RECORDS_POSTGRES, DELETE_RECORDS_SQLITE);
+        let (attempts, statuses) = on_batch!(self.tx, &self.keys, |tx, keys| {
+            let mut tx = tx;
+            // The receipt first, in the same transaction: a pruned key is never
+            // taken for a deleted one (docs/EXPORT.md, retention).
+            sqlx::query(receipts)
+                .bind(keys)
+                .bind(Utc::now())
+                .execute(&mut *tx)
+                .await?;
+            let attempts = sqlx::query(delete_attempts)
+                .bind(keys)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            let statuses: Vec<String> = sqlx::query_scalar(delete_records)
+                .bind(keys)
+                .fetch_all(&mut *tx)
+                .await?;
+            check_all_deleted(wanted, statuses.len())?;
+            tx.commit().await?;
+            (attempts, statuses)
+        });
         let done = statuses.iter().filter(|s| *s == "DONE").count() as u64;
         Ok(PrunedCounts {
             done,

@@ -1,37 +1,15 @@
 //! The guard's transactions: claim a key, or lock its record and apply a decision.
 
-use super::duplicates::PairReview;
-use super::rows::{AttemptRow, RecordRow};
-use super::{Store, StoreError, on_pool, sql};
-use crate::guard::{Attempt, AttemptDraft, Record, seal};
+use super::{Backend, Store, StoreError, WritePool, on_pool, sql};
+use crate::guard::{
+    Attempt, AttemptDraft, Claim, ClaimChecks, IdempotencyKey, PairReview, Record, Storage, seal,
+};
 use sqlx::types::Json;
-
-/// What the claim found.
-#[derive(Debug)]
-pub enum Claim {
-    /// This caller inserted the record and its `claimed` attempt.
-    Created,
-    /// The key already existed; nothing was written.
-    Exists,
-    /// Another key holds the claim's natural key; nothing was written. The guard
-    /// answers from that key.
-    NaturalKeyHeld { key: String },
-}
-
-/// What a claim checks besides its own key, inside its transaction.
-#[derive(Debug, Clone, Copy)]
-pub struct ClaimChecks<'a> {
-    /// The natural key's hash ([`crate::guard::NaturalKey`]), if the tool names one.
-    pub natural_key: Option<&'a str>,
-    /// How far back to look for a suspected duplicate (same tenant, tool, business
-    /// ref and fingerprint). Keys without a business ref are never probed.
-    pub duplicate_window: chrono::TimeDelta,
-}
 
 /// Binds a record's columns in the order of [`sql::CLAIM`].
 macro_rules! bind_claim {
     ($q:expr, $r:expr) => {
-        $q.bind(&$r.key)
+        $q.bind($r.key.as_str())
             .bind(&$r.tenant)
             .bind(&$r.tool)
             .bind(&$r.workflow_id)
@@ -41,7 +19,7 @@ macro_rules! bind_claim {
             .bind(&$r.fingerprint)
             .bind(Json(&$r.business_args))
             .bind($r.status.as_str())
-            .bind($r.fencing_token)
+            .bind($r.fencing_token.0)
             .bind($r.lease_until)
             .bind($r.attempt_count)
             .bind($r.result.as_ref().map(Json))
@@ -68,10 +46,10 @@ macro_rules! insert_attempt {
 /// Binds a record change in the order of [`sql::UPDATE_RECORD`] (`$1`–`$12`).
 macro_rules! bind_update {
     ($q:expr, $next:expr, $current_token:expr) => {
-        $q.bind(&$next.key)
-            .bind($current_token)
+        $q.bind($next.key.as_str())
+            .bind($current_token.0)
             .bind($next.status.as_str())
-            .bind($next.fencing_token)
+            .bind($next.fencing_token.0)
             .bind($next.lease_until)
             .bind($next.attempt_count)
             .bind($next.result.as_ref().map(Json))
@@ -87,12 +65,12 @@ macro_rules! bind_update {
 /// [`sql::UPDATE_RECORD_AND_APPEND_POSTGRES`]).
 macro_rules! bind_attempt {
     ($q:expr, $a:expr) => {
-        $q.bind(&$a.key)
+        $q.bind($a.key.as_str())
             .bind(&$a.tenant)
             .bind(&$a.tool)
             .bind($a.seq)
             .bind($a.kind.as_str())
-            .bind($a.fencing_token)
+            .bind($a.fencing_token.0)
             .bind(&$a.actor)
             .bind(Json(&$a.detail))
             .bind($a.duration_ms)
@@ -102,241 +80,212 @@ macro_rules! bind_attempt {
     };
 }
 
-/// The body of [`Store::with_locked`], expanded once per backend. `$merged`: the
-/// backend's statement writing the record change and its first attempt at once
-/// ([`sql::UPDATE_RECORD_AND_APPEND_POSTGRES`]), or `None` to run the two apart.
-macro_rules! locked_transaction {
-    ($tx:ident, $lock_sql:expr, $merged:expr, $key:expr, $decide:expr) => {
-        locked_transaction!($tx, $lock_sql, $merged, $key, $decide, |_value| None::<
-            PairReview,
-        >)
-    };
-    ($tx:ident, $lock_sql:expr, $merged:expr, $key:expr, $decide:expr, $review:expr) => {{
-        let row: Option<RecordRow> = sqlx::query_as($lock_sql)
-            .bind($key)
-            .fetch_optional(&mut *$tx)
-            .await?;
-        let Some(row) = row else {
-            return Err(StoreError::NotFound);
-        };
-        let current = Record::try_from(row)?;
-        let mut next = current.clone();
-        let (drafts, value) = $decide(&mut next);
-        let attempts: Vec<Attempt> = drafts.into_iter().map(|d| seal(&mut next, d)).collect();
-        let mut rest = attempts.as_slice();
-        if next != current {
-            let merged: Option<&str> = $merged;
-            let written = match (merged, attempts.first()) {
-                (Some(merged), Some(first)) => {
-                    rest = &attempts[1..];
-                    let q = bind_update!(sqlx::query(merged), next, current.fencing_token);
-                    bind_attempt!(q, first).execute(&mut *$tx).await?
-                }
-                _ => {
-                    bind_update!(sqlx::query(sql::UPDATE_RECORD), next, current.fencing_token)
-                        .execute(&mut *$tx)
+impl Storage for Store {
+    /// `build` runs once the transaction has begun (on SQLite: once BEGIN IMMEDIATE
+    /// holds the write lock). Returning before the commit drops the transaction: it
+    /// rolls back.
+    #[tracing::instrument(skip_all, fields(key, tool))]
+    async fn claim(
+        &self,
+        build: impl FnOnce() -> (Record, AttemptDraft) + Send,
+        checks: ClaimChecks<'_>,
+    ) -> Result<Claim, StoreError> {
+        on_pool!(self, pool => {
+            let mut tx = pool.begin_write().await?;
+            let (mut record, mut draft) = build();
+            let span = tracing::Span::current();
+            span.record("key", record.key.as_str());
+            span.record("tool", record.tool.as_str());
+            // The probe reads before the insert so that its finding is part of the
+            // sealed `claimed` row; it excludes the key itself, so a retry of this
+            // intent never suspects itself.
+            let suspect: Option<String> = match &record.business_ref {
+                Some(business_ref) => {
+                    sqlx::query_scalar(sql::DUPLICATE_PROBE)
+                        .bind(&record.tenant)
+                        .bind(&record.tool)
+                        .bind(business_ref)
+                        .bind(&record.fingerprint)
+                        .bind(record.created_at - checks.duplicate_window)
+                        .bind(record.key.as_str())
+                        .fetch_optional(&mut *tx)
                         .await?
                 }
+                None => None,
             };
-            if written.rows_affected() != 1 {
-                return Err(StoreError::Conflict(format!(
-                    "fenced write on {} matched no row",
-                    next.key
-                )));
+            if let Some(other) = &suspect {
+                draft = draft.with("suspected_duplicate_of", serde_json::json!(other));
             }
-        }
-        // A duplicate review changes its pair in the same transaction, or nothing.
-        if let Some(review) = $review(&value) {
-            let updated = sqlx::query(super::duplicates::REVIEW_PAIR)
-                .bind(&next.key)
-                .bind(review.verdict.as_str())
-                .bind(&review.reviewed_by)
-                .bind(review.reviewed_at)
-                .bind(&review.reason)
-                .bind(&review.other_key)
-                .execute(&mut *$tx)
+            let attempt = seal(&mut record, draft);
+            let inserted: Option<String> = bind_claim!(sqlx::query_scalar(sql::CLAIM), record)
+                .fetch_optional(&mut *tx)
                 .await?;
-            if updated.rows_affected() != 1 {
-                return Err(StoreError::Conflict(format!(
-                    "the suspected duplicate {} is no longer open",
-                    next.key
-                )));
+            if inserted.is_none() {
+                return Ok(Claim::Exists);
             }
-        }
-        for a in rest {
-            insert_attempt!($tx, a);
-        }
-        $tx.commit().await?;
-        Ok(value)
-    }};
-}
-
-/// The body of [`Store::claim`], expanded once per backend. Returning before the
-/// commit drops the transaction: it rolls back.
-macro_rules! claim_transaction {
-    ($tx:ident, $build:expr, $checks:expr) => {{
-        let (mut record, mut draft) = $build();
-        let span = tracing::Span::current();
-        span.record("key", record.key.as_str());
-        span.record("tool", record.tool.as_str());
-        // The probe reads before the insert so that its finding is part of the sealed
-        // `claimed` row; it excludes the key itself, so a retry of this intent never
-        // suspects itself.
-        let suspect: Option<String> = match &record.business_ref {
-            Some(business_ref) => {
-                sqlx::query_scalar(sql::DUPLICATE_PROBE)
-                    .bind(&record.tenant)
-                    .bind(&record.tool)
-                    .bind(business_ref)
-                    .bind(&record.fingerprint)
-                    .bind(record.created_at - $checks.duplicate_window)
-                    .bind(&record.key)
-                    .fetch_optional(&mut *$tx)
-                    .await?
-            }
-            None => None,
-        };
-        if let Some(other) = &suspect {
-            draft = draft.with("suspected_duplicate_of", serde_json::json!(other));
-        }
-        let attempt = seal(&mut record, draft);
-        let inserted: Option<String> = bind_claim!(sqlx::query_scalar(sql::CLAIM), record)
-            .fetch_optional(&mut *$tx)
-            .await?;
-        if inserted.is_none() {
-            return Ok(Claim::Exists);
-        }
-        if let Some(natural_key) = $checks.natural_key {
-            let bind = |q| {
-                sqlx::query_scalar::<_, String>(q)
-                    .bind(&record.tenant)
-                    .bind(&record.tool)
-                    .bind(natural_key)
-            };
-            let held: Option<String> = bind(sql::CLAIM_NATURAL_KEY)
-                .bind(&record.key)
-                .bind(record.created_at)
-                .fetch_optional(&mut *$tx)
-                .await?;
-            if held.is_none() {
-                let holder: Option<String> = bind(sql::NATURAL_KEY_HOLDER)
-                    .fetch_optional(&mut *$tx)
+            if let Some(natural_key) = checks.natural_key {
+                let bind = |q| {
+                    sqlx::query_scalar::<_, String>(q)
+                        .bind(&record.tenant)
+                        .bind(&record.tool)
+                        .bind(natural_key)
+                };
+                let held: Option<String> = bind(sql::CLAIM_NATURAL_KEY)
+                    .bind(record.key.as_str())
+                    .bind(record.created_at)
+                    .fetch_optional(&mut *tx)
                     .await?;
-                return Ok(match holder {
-                    Some(key) => Claim::NaturalKeyHeld { key },
-                    // The holder was pruned between the two statements: nothing was
-                    // written, and the guard's next look finds no key and claims again.
-                    None => Claim::Exists,
-                });
+                if held.is_none() {
+                    let holder: Option<String> = bind(sql::NATURAL_KEY_HOLDER)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    return Ok(match holder {
+                        Some(key) => Claim::NaturalKeyHeld {
+                            key: key.parse().map_err(|e| {
+                                StoreError::Corrupt(format!("natural key holder: {e}"))
+                            })?,
+                        },
+                        // The holder was pruned between the two statements: nothing
+                        // was written, and the guard's next look finds no key and
+                        // claims again.
+                        None => Claim::Exists,
+                    });
+                }
             }
-        }
-        if let Some(other) = &suspect {
-            sqlx::query(sql::INSERT_SUSPECTED_DUPLICATE)
-                .bind(&record.key)
-                .bind(other)
-                .bind(&record.tenant)
-                .bind(&record.tool)
-                .bind(record.created_at)
-                .execute(&mut *$tx)
-                .await?;
-        }
-        insert_attempt!($tx, attempt);
-        $tx.commit().await?;
-        Ok(Claim::Created)
-    }};
+            if let Some(other) = &suspect {
+                sqlx::query(sql::INSERT_SUSPECTED_DUPLICATE)
+                    .bind(record.key.as_str())
+                    .bind(other)
+                    .bind(&record.tenant)
+                    .bind(&record.tool)
+                    .bind(record.created_at)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            insert_attempt!(tx, attempt);
+            tx.commit().await?;
+            Ok(Claim::Created)
+        })
+    }
+
+    #[tracing::instrument(skip_all, fields(key = %key))]
+    async fn with_locked<T: Send>(
+        &self,
+        key: &IdempotencyKey,
+        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
+    ) -> Result<T, StoreError> {
+        self.locked_write(key, decide, |_| None).await
+    }
+
+    #[tracing::instrument(skip_all, fields(key = %key))]
+    async fn review_duplicate(
+        &self,
+        key: &IdempotencyKey,
+        decide: impl FnOnce(&mut Record) -> (AttemptDraft, PairReview) + Send,
+    ) -> Result<(), StoreError> {
+        let decide = |rec: &mut Record| {
+            let (draft, review) = decide(rec);
+            (vec![draft], review)
+        };
+        self.locked_write(key, decide, |review| Some(review.clone()))
+            .await
+            .map(drop)
+    }
+
+    async fn record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        Store::record(self, key.as_str()).await
+    }
 }
 
 impl Store {
-    /// Inserts the record that `build` makes (status IN_PROGRESS, its first fencing
-    /// token) and its first attempt in one transaction, unless the key exists or
-    /// another key holds its natural key. `build` runs once the transaction has begun
-    /// (on SQLite: once BEGIN IMMEDIATE holds the write lock), so the times it reads
-    /// are not from before a wait. A claim matching an earlier key's business ref and
-    /// fingerprint within the window is recorded as a suspected duplicate: on its
-    /// `claimed` attempt (`suspected_duplicate_of`) and in
-    /// `idempotency_suspected_duplicates`.
-    #[tracing::instrument(skip_all, fields(key, tool))]
-    pub async fn claim(
+    /// The one body of [`Storage::with_locked`] and [`Storage::review_duplicate`]: the
+    /// locked read, `decide`, the fenced write of the record with its attempts, and the
+    /// pair review `review` names from the decided value, in one transaction.
+    async fn locked_write<T: Send>(
         &self,
-        build: impl FnOnce() -> (Record, AttemptDraft),
-        checks: ClaimChecks<'_>,
-    ) -> Result<Claim, StoreError> {
-        match self {
-            Store::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                claim_transaction!(tx, build, checks)
-            }
-            Store::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                claim_transaction!(tx, build, checks)
-            }
-        }
-    }
-
-    /// Locks the record of `key`, lets `decide` change it and name the attempts that
-    /// describe the change, then writes both and commits. `decide` is the guard's pure
-    /// decision; it runs while the row is held, so nothing can change between what it
-    /// read and what it writes (this is the compare-and-swap).
-    #[tracing::instrument(skip_all, fields(key = %key))]
-    pub async fn with_locked<T>(
-        &self,
-        key: &str,
-        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T),
+        key: &IdempotencyKey,
+        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
+        review: impl FnOnce(&T) -> Option<PairReview> + Send,
     ) -> Result<T, StoreError> {
-        match self {
-            Store::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                locked_transaction!(
-                    tx,
-                    sql::LOCK_RECORD_POSTGRES,
-                    Some(sql::UPDATE_RECORD_AND_APPEND_POSTGRES),
-                    key,
-                    decide
-                )
+        let lock = self
+            .backend()
+            .pick(sql::LOCK_RECORD_POSTGRES, sql::LOCK_RECORD_SQLITE);
+        // The record change and its first attempt in one statement where the backend
+        // can (sql::UPDATE_RECORD_AND_APPEND_POSTGRES); SQLite runs the two apart.
+        let merged = match self.backend() {
+            Backend::Postgres => Some(sql::UPDATE_RECORD_AND_APPEND_POSTGRES),
+            Backend::Sqlite => None,
+        };
+        on_pool!(self, pool => {
+            let mut tx = pool.begin_write().await?;
+            let current: Option<Record> = sqlx::query_as(lock)
+                .bind(key.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+            let Some(current) = current else {
+                return Err(StoreError::NotFound);
+            };
+            let mut next = current.clone();
+            let (drafts, value) = decide(&mut next);
+            let attempts: Vec<Attempt> =
+                drafts.into_iter().map(|d| seal(&mut next, d)).collect();
+            let mut rest = attempts.as_slice();
+            if next != current {
+                let written = match (merged, attempts.first()) {
+                    (Some(merged), Some(first)) => {
+                        rest = &attempts[1..];
+                        let q = bind_update!(sqlx::query(merged), next, current.fencing_token);
+                        bind_attempt!(q, first).execute(&mut *tx).await?
+                    }
+                    _ => {
+                        bind_update!(sqlx::query(sql::UPDATE_RECORD), next, current.fencing_token)
+                            .execute(&mut *tx)
+                            .await?
+                    }
+                };
+                if written.rows_affected() != 1 {
+                    return Err(StoreError::Conflict(format!(
+                        "fenced write on {} matched no row",
+                        next.key
+                    )));
+                }
             }
-            Store::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                locked_transaction!(tx, sql::LOCK_RECORD_SQLITE, None, key, decide)
+            // A duplicate review changes its pair in the same transaction, or nothing.
+            if let Some(review) = review(&value) {
+                let updated = sqlx::query(super::duplicates::REVIEW_PAIR)
+                    .bind(next.key.as_str())
+                    .bind(review.verdict.as_str())
+                    .bind(&review.reviewed_by)
+                    .bind(review.reviewed_at)
+                    .bind(&review.reason)
+                    .bind(review.other_key.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                if updated.rows_affected() != 1 {
+                    return Err(StoreError::Conflict(format!(
+                        "the suspected duplicate {} is no longer open",
+                        next.key
+                    )));
+                }
             }
-        }
-    }
-
-    /// [`Store::with_locked`], and the pair review `review` names from the decided
-    /// value, in the same transaction.
-    pub(super) async fn with_locked_then<T>(
-        &self,
-        key: &str,
-        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T),
-        review: impl FnOnce(&T) -> &PairReview,
-    ) -> Result<T, StoreError> {
-        let review = |v: &T| Some(review(v).clone());
-        match self {
-            Store::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
-                locked_transaction!(
-                    tx,
-                    sql::LOCK_RECORD_POSTGRES,
-                    Some(sql::UPDATE_RECORD_AND_APPEND_POSTGRES),
-                    key,
-                    decide,
-                    review
-                )
+            for a in rest {
+                insert_attempt!(tx, a);
             }
-            Store::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-                locked_transaction!(tx, sql::LOCK_RECORD_SQLITE, None, key, decide, review)
-            }
-        }
+            tx.commit().await?;
+            Ok(value)
+        })
     }
 
     pub async fn record(&self, key: &str) -> Result<Option<Record>, StoreError> {
-        let row: Option<RecordRow> = on_pool!(self, pool => sqlx::query_as(sql::GET_RECORD).bind(key).fetch_optional(pool).await)?;
-        row.map(Record::try_from).transpose()
+        Ok(
+            on_pool!(self, pool => sqlx::query_as(sql::GET_RECORD).bind(key).fetch_optional(pool).await)?,
+        )
     }
 
     /// Every attempt of `key`, in `seq` order.
     pub async fn attempts(&self, key: &str) -> Result<Vec<Attempt>, StoreError> {
-        let rows: Vec<AttemptRow> = on_pool!(self, pool => sqlx::query_as(sql::ATTEMPTS_OF_KEY).bind(key).fetch_all(pool).await)?;
-        rows.into_iter().map(Attempt::try_from).collect()
+        Ok(
+            on_pool!(self, pool => sqlx::query_as(sql::ATTEMPTS_OF_KEY).bind(key).fetch_all(pool).await)?,
+        )
     }
 }

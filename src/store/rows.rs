@@ -1,110 +1,70 @@
-//! Row shapes as sqlx decodes them, and their conversion into domain values.
+//! Rows into domain values: [`Record`] and [`Attempt`] decode straight from a row of
+//! either backend, so their columns are declared once (the domain struct) and listed
+//! once (`store/sql.rs`), with no row struct repeating them in between.
 
-use super::StoreError;
-use crate::guard::{Attempt, Record, Status};
-use chrono::{DateTime, Utc};
-use serde_json::Value;
+use crate::guard::{Attempt, FencingToken, Record};
+use sqlx::postgres::PgRow;
+use sqlx::sqlite::SqliteRow;
 use sqlx::types::Json;
+use sqlx::{FromRow, Row};
+use std::str::FromStr;
 
-/// A stored status this version cannot read is a corrupt row, named by its key.
-pub(crate) fn status_of(key: &str, text: &str) -> Result<Status, StoreError> {
-    text.parse()
-        .map_err(|e| StoreError::Corrupt(format!("record {key}: {e}")))
+/// Parses the text column `column` of the row named `what`; a value this version
+/// does not know is a decode error (the store reports it as a corrupt row).
+fn parsed<T>(text: String, column: &str, what: &str) -> Result<T, sqlx::Error>
+where
+    T: FromStr,
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    text.parse().map_err(|e| sqlx::Error::ColumnDecode {
+        index: format!("{column} of {what}"),
+        source: Box::new(e),
+    })
 }
 
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct RecordRow {
-    key: String,
-    tenant: String,
-    tool: String,
-    workflow_id: String,
-    step_id: String,
-    intent_id: String,
-    business_ref: Option<String>,
-    fingerprint: String,
-    business_args: Json<Value>,
-    status: String,
-    fencing_token: i64,
-    lease_until: DateTime<Utc>,
-    attempt_count: i64,
-    result: Option<Json<Value>>,
-    error: Option<String>,
-    provider_retention_until: DateTime<Utc>,
-    resend_safe_until: DateTime<Utc>,
-    release_approved: bool,
-    created_at: DateTime<Utc>,
-    updated_at: DateTime<Utc>,
-    log_seq: i64,
-    log_hash: String,
+/// `Type { field: row.try_get("field")?, …, rest }`: each listed field decoded from
+/// the column of its name; `rest` are the fields that need more than that.
+macro_rules! by_name {
+    ($r:ident => $ty:ident { $($field:ident),* $(,)? } { $($rest:tt)* }) => {
+        $ty { $($field: $r.try_get(stringify!($field))?,)* $($rest)* }
+    };
 }
 
-impl TryFrom<RecordRow> for Record {
-    type Error = StoreError;
-    fn try_from(r: RecordRow) -> Result<Record, StoreError> {
-        Ok(Record {
-            status: status_of(&r.key, &r.status)?,
-            key: r.key,
-            tenant: r.tenant,
-            tool: r.tool,
-            workflow_id: r.workflow_id,
-            step_id: r.step_id,
-            intent_id: r.intent_id,
-            business_ref: r.business_ref,
-            fingerprint: r.fingerprint,
-            business_args: r.business_args.0,
-            fencing_token: r.fencing_token,
-            lease_until: r.lease_until,
-            attempt_count: r.attempt_count,
-            result: r.result.map(|j| j.0),
-            error: r.error,
-            provider_retention_until: r.provider_retention_until,
-            resend_safe_until: r.resend_safe_until,
-            release_approved: r.release_approved,
-            created_at: r.created_at,
-            updated_at: r.updated_at,
-            log_seq: r.log_seq,
-            log_hash: r.log_hash,
-        })
-    }
+/// `FromRow` for one backend's row type.
+macro_rules! decode_by_name {
+    ($row:ty) => {
+        impl<'r> FromRow<'r, $row> for Record {
+            fn from_row(r: &'r $row) -> Result<Self, sqlx::Error> {
+                let key: String = r.try_get("key")?;
+                let status = parsed(r.try_get("status")?, "status", &format!("record {key}"))?;
+                let key = parsed(key, "key", "a record")?;
+                let fencing_token = FencingToken(r.try_get("fencing_token")?);
+                let business_args = r.try_get::<Json<_>, _>("business_args")?.0;
+                let result = r.try_get::<Option<Json<_>>, _>("result")?.map(|j| j.0);
+                Ok(by_name!(r => Record {
+                    tenant, tool, workflow_id, step_id, intent_id, business_ref, fingerprint,
+                    lease_until, attempt_count, error, provider_retention_until,
+                    resend_safe_until, release_approved, created_at, updated_at, log_seq, log_hash,
+                } { key, status, fencing_token, business_args, result }))
+            }
+        }
+
+        impl<'r> FromRow<'r, $row> for Attempt {
+            fn from_row(r: &'r $row) -> Result<Self, sqlx::Error> {
+                let id: i64 = r.try_get("id")?;
+                let kind = parsed(r.try_get("kind")?, "kind", &format!("attempt {id}"))?;
+                let detail = r.try_get::<Json<_>, _>("detail")?.0;
+                let what = format!("attempt {id}");
+                let key = parsed(r.try_get("key")?, "key", &what)?;
+                let fencing_token = FencingToken(r.try_get("fencing_token")?);
+                Ok(by_name!(r => Attempt {
+                    tenant, tool, seq, actor, duration_ms, occurred_at,
+                    prev_hash, hash,
+                } { id, key, kind, fencing_token, detail }))
+            }
+        }
+    };
 }
 
-#[derive(Debug, sqlx::FromRow)]
-pub(crate) struct AttemptRow {
-    id: i64,
-    key: String,
-    tenant: String,
-    tool: String,
-    seq: i64,
-    kind: String,
-    fencing_token: i64,
-    actor: String,
-    detail: Json<Value>,
-    duration_ms: Option<i64>,
-    occurred_at: DateTime<Utc>,
-    prev_hash: String,
-    hash: String,
-}
-
-impl TryFrom<AttemptRow> for Attempt {
-    type Error = StoreError;
-    fn try_from(r: AttemptRow) -> Result<Attempt, StoreError> {
-        Ok(Attempt {
-            kind: r
-                .kind
-                .parse()
-                .map_err(|e| StoreError::Corrupt(format!("attempt {}: {e}", r.id)))?,
-            id: r.id,
-            key: r.key,
-            tenant: r.tenant,
-            tool: r.tool,
-            seq: r.seq,
-            fencing_token: r.fencing_token,
-            actor: r.actor,
-            detail: r.detail.0,
-            duration_ms: r.duration_ms,
-            occurred_at: r.occurred_at,
-            prev_hash: r.prev_hash,
-            hash: r.hash,
-        })
-    }
-}
+decode_by_name!(PgRow);
+decode_by_name!(SqliteRow);

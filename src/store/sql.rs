@@ -1,22 +1,66 @@
 //! SQL statements, each written once. Where PostgreSQL and SQLite must differ the two
 //! versions stand next to each other.
 
-pub const RECORD_COLUMNS: &str = "key, tenant, tool, workflow_id, step_id, intent_id, business_ref, \
-    fingerprint, business_args, status, fencing_token, lease_until, attempt_count, result, error, \
-    provider_retention_until, resend_safe_until, release_approved, created_at, updated_at, log_seq, \
-    log_hash";
+/// A record's columns, in the order [`CLAIM`] binds them
+/// (`$1`–`$22`). A macro, so that statements can `concat!` it.
+macro_rules! record_columns {
+    () => {
+        "key, tenant, tool, workflow_id, step_id, intent_id, business_ref, fingerprint, \
+         business_args, status, fencing_token, lease_until, attempt_count, result, error, \
+         provider_retention_until, resend_safe_until, release_approved, created_at, updated_at, \
+         log_seq, log_hash"
+    };
+}
 
-pub const ATTEMPT_COLUMNS: &str = "id, key, tenant, tool, seq, kind, fencing_token, actor, detail, \
-    duration_ms, occurred_at, prev_hash, hash";
+/// An attempt's columns as the writer binds them (`$1`–`$12`); the id is the
+/// database's.
+macro_rules! attempt_columns {
+    () => {
+        "key, tenant, tool, seq, kind, fencing_token, actor, detail, duration_ms, occurred_at, \
+         prev_hash, hash"
+    };
+}
+pub(crate) use attempt_columns;
+
+/// Every column of a record, for a `WHERE` to follow.
+macro_rules! select_record {
+    () => {
+        concat!("SELECT ", record_columns!(), " FROM idempotency_records ")
+    };
+}
+
+/// Every column of an attempt row, for a `WHERE` to follow.
+macro_rules! select_attempts {
+    () => {
+        concat!(
+            "SELECT id, ",
+            $crate::store::sql::attempt_columns!(),
+            " FROM idempotency_attempts "
+        )
+    };
+}
+pub(crate) use select_attempts;
+
+/// The fenced write: it names the token the writer holds (`$2`). Inside a locked
+/// transaction the condition always holds; it is kept so that no code path can write
+/// a record without naming its token.
+macro_rules! fenced_update {
+    () => {
+        "UPDATE idempotency_records SET status = $3, fencing_token = $4, \
+         lease_until = $5, attempt_count = $6, result = $7, error = $8, release_approved = $9, \
+         updated_at = $10, log_seq = $11, log_hash = $12 \
+         WHERE key = $1 AND fencing_token = $2"
+    };
+}
 
 /// The claim: one atomic statement. A concurrent claimer of the same key waits for
 /// ours to commit and then inserts nothing, so exactly one caller gets a row back.
-pub const CLAIM: &str = "INSERT INTO idempotency_records (key, tenant, tool, workflow_id, step_id, \
-    intent_id, business_ref, fingerprint, business_args, status, fencing_token, lease_until, \
-    attempt_count, result, error, provider_retention_until, resend_safe_until, release_approved, \
-    created_at, updated_at, log_seq, log_hash) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22) \
-    ON CONFLICT (key) DO NOTHING RETURNING key";
+pub const CLAIM: &str = concat!(
+    "INSERT INTO idempotency_records (",
+    record_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+     $18, $19, $20, $21, $22) ON CONFLICT (key) DO NOTHING RETURNING key"
+);
 
 /// The natural key of a claim, in the claim's transaction after its record. The
 /// primary key (tenant, tool, natural_key) is the lock: on PostgreSQL a concurrent
@@ -44,29 +88,15 @@ pub const DUPLICATE_PROBE: &str = "SELECT key FROM idempotency_records \
 pub const INSERT_SUSPECTED_DUPLICATE: &str = "INSERT INTO idempotency_suspected_duplicates \
     (key, other_key, tenant, tool, detected_at) VALUES ($1, $2, $3, $4, $5)";
 
-/// Reads a record and holds it until commit. PostgreSQL locks the row; SQLite's
-/// transactions start with BEGIN IMMEDIATE, which already holds the one write lock.
-pub const LOCK_RECORD_POSTGRES: &str = "SELECT key, tenant, tool, workflow_id, step_id, intent_id, \
-    business_ref, fingerprint, business_args, status, fencing_token, lease_until, attempt_count, \
-    result, error, provider_retention_until, resend_safe_until, release_approved, created_at, updated_at, log_seq, \
-    log_hash FROM idempotency_records WHERE key = $1 FOR UPDATE";
-pub const LOCK_RECORD_SQLITE: &str = "SELECT key, tenant, tool, workflow_id, step_id, intent_id, \
-    business_ref, fingerprint, business_args, status, fencing_token, lease_until, attempt_count, \
-    result, error, provider_retention_until, resend_safe_until, release_approved, created_at, updated_at, log_seq, \
-    log_hash FROM idempotency_records WHERE key = $1";
+/// Reads a record and holds it until commit. PostgreSQL locks the row; on SQLite the
+/// write transaction (`WritePool::begin_write`, BEGIN IMMEDIATE) already holds the one
+/// write lock, so the plain read is the locked read.
+pub const LOCK_RECORD_POSTGRES: &str = concat!(select_record!(), "WHERE key = $1 FOR UPDATE");
+pub const LOCK_RECORD_SQLITE: &str = GET_RECORD;
 
-pub const GET_RECORD: &str = "SELECT key, tenant, tool, workflow_id, step_id, intent_id, \
-    business_ref, fingerprint, business_args, status, fencing_token, lease_until, attempt_count, \
-    result, error, provider_retention_until, resend_safe_until, release_approved, created_at, updated_at, log_seq, \
-    log_hash FROM idempotency_records WHERE key = $1";
+pub const GET_RECORD: &str = concat!(select_record!(), "WHERE key = $1");
 
-/// The fenced write: it names the token the writer holds. Inside a locked
-/// transaction the condition always holds; it is kept so that no code path can write
-/// a record without naming its token.
-pub const UPDATE_RECORD: &str = "UPDATE idempotency_records SET status = $3, fencing_token = $4, \
-    lease_until = $5, attempt_count = $6, result = $7, error = $8, release_approved = $9, \
-    updated_at = $10, log_seq = $11, log_hash = $12 \
-    WHERE key = $1 AND fencing_token = $2";
+pub const UPDATE_RECORD: &str = fenced_update!();
 
 /// PostgreSQL: [`UPDATE_RECORD`] and the first attempt row in **one statement**, sent
 /// after the record's row lock is taken (`LOCK_RECORD_POSTGRES`, same transaction).
@@ -87,22 +117,21 @@ pub const UPDATE_RECORD: &str = "UPDATE idempotency_records SET status = $3, fen
 ///
 /// SQLite has no data-modifying CTEs; it runs the two statements, in its one write
 /// transaction.
-pub const UPDATE_RECORD_AND_APPEND_POSTGRES: &str = "WITH updated AS (\
-    UPDATE idempotency_records SET status = $3, fencing_token = $4, \
-    lease_until = $5, attempt_count = $6, result = $7, error = $8, release_approved = $9, \
-    updated_at = $10, log_seq = $11, log_hash = $12 \
-    WHERE key = $1 AND fencing_token = $2 RETURNING key) \
-    INSERT INTO idempotency_attempts (key, tenant, tool, seq, kind, \
-    fencing_token, actor, detail, duration_ms, occurred_at, prev_hash, hash) \
-    SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 FROM updated";
+pub const UPDATE_RECORD_AND_APPEND_POSTGRES: &str = concat!(
+    "WITH updated AS (",
+    fenced_update!(),
+    " RETURNING key) INSERT INTO idempotency_attempts (",
+    attempt_columns!(),
+    ") SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 FROM updated"
+);
 
-pub const INSERT_ATTEMPT: &str = "INSERT INTO idempotency_attempts (key, tenant, tool, seq, kind, \
-    fencing_token, actor, detail, duration_ms, occurred_at, prev_hash, hash) \
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+pub const INSERT_ATTEMPT: &str = concat!(
+    "INSERT INTO idempotency_attempts (",
+    attempt_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
+);
 
-pub const ATTEMPTS_OF_KEY: &str = "SELECT id, key, tenant, tool, seq, kind, fencing_token, actor, \
-    detail, duration_ms, occurred_at, prev_hash, hash FROM idempotency_attempts \
-    WHERE key = $1 ORDER BY seq";
+pub const ATTEMPTS_OF_KEY: &str = concat!(select_attempts!(), "WHERE key = $1 ORDER BY seq");
 
 /// The SQL of [`crate::guard::LeaseState::Expired`] at `$1`: the one spelling of an
 /// expired lease in every count, page and gauge.
@@ -126,18 +155,30 @@ pub(crate) use past_retention;
 mod tests {
     use super::*;
 
+    /// `$1` … `$n` in order, each once, as many as the statement's column list names.
+    fn placeholders_match_columns(sql: &str, columns: &str) {
+        let n = columns.split(',').count();
+        let values = sql.rsplit_once("VALUES (").unwrap().1;
+        let want: Vec<String> = (1..=n).map(|i| format!("${i}")).collect();
+        let got: Vec<&str> = values
+            .split(')')
+            .next()
+            .unwrap()
+            .split(',')
+            .map(str::trim)
+            .collect();
+        assert_eq!(got, want, "{sql}");
+    }
+
     #[test]
-    fn the_statements_name_every_column_in_the_shared_lists() {
-        for sql in [LOCK_RECORD_POSTGRES, LOCK_RECORD_SQLITE, GET_RECORD] {
-            assert!(sql.contains(RECORD_COLUMNS), "{sql}");
-        }
-        assert!(ATTEMPTS_OF_KEY.contains(ATTEMPT_COLUMNS));
+    fn every_insert_binds_each_column_of_its_list_once() {
+        placeholders_match_columns(CLAIM, record_columns!());
+        placeholders_match_columns(INSERT_ATTEMPT, attempt_columns!());
     }
 
     #[test]
     fn the_merged_write_is_the_fenced_update_and_the_attempt_insert() {
-        let set = UPDATE_RECORD.split(" SET ").nth(1).unwrap();
-        assert!(UPDATE_RECORD_AND_APPEND_POSTGRES.contains(set.trim_end_matches(" ")));
+        assert!(UPDATE_RECORD_AND_APPEND_POSTGRES.contains(UPDATE_RECORD));
         let columns = INSERT_ATTEMPT.split(" VALUES").next().unwrap();
         assert!(UPDATE_RECORD_AND_APPEND_POSTGRES.contains(columns));
     }

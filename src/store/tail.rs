@@ -10,7 +10,7 @@
 //! write transaction in the cluster holds the tail back until it ends (docs/METRICS.md).
 
 use super::sql::{lease_expired, past_retention};
-use super::{Store, StoreError};
+use super::{Store, StoreError, on_pool};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
@@ -104,10 +104,11 @@ pub const TAIL_BATCH_POSTGRES: &str = "SELECT id, txid::text::bigint AS txid, to
       AND a.txid < pg_snapshot_xmin(pg_current_snapshot()) \
     ORDER BY a.txid, a.id LIMIT $3";
 /// SQLite: one writer at a time, so id order is commit order; a primary-key range.
+/// The same parameters as PostgreSQL's; `$1`, the txid, is always 0 here and unused.
 pub const TAIL_BATCH_SQLITE: &str = "SELECT id, 0 AS txid, tool, tenant, kind, \
     detail->>'resolution' AS resolution, detail->>'previous_status' AS previous_status, \
     detail->>'suspected_duplicate_of' AS suspected_duplicate_of, duration_ms, occurred_at \
-    FROM idempotency_attempts WHERE id > $1 ORDER BY id LIMIT $2";
+    FROM idempotency_attempts WHERE id > $2 ORDER BY id LIMIT $3";
 
 /// PostgreSQL: committed rows the tail may not read yet (an index range on txid, a
 /// handful of rows unless something holds the tail back), and the age of the oldest
@@ -222,24 +223,13 @@ impl Store {
         after: TailPosition,
         limit: u32,
     ) -> Result<Vec<TailEvent>, StoreError> {
-        let limit = i64::from(limit);
-        let rows = match self {
-            Store::Postgres(pool) => {
-                sqlx::query_as(TAIL_BATCH_POSTGRES)
-                    .bind(after.txid)
-                    .bind(after.id)
-                    .bind(limit)
-                    .fetch_all(pool)
-                    .await?
-            }
-            Store::Sqlite(pool) => {
-                sqlx::query_as(TAIL_BATCH_SQLITE)
-                    .bind(after.id)
-                    .bind(limit)
-                    .fetch_all(pool)
-                    .await?
-            }
-        };
+        let sql = self.backend().pick(TAIL_BATCH_POSTGRES, TAIL_BATCH_SQLITE);
+        let rows = on_pool!(self, pool => sqlx::query_as(sql)
+            .bind(after.txid)
+            .bind(after.id)
+            .bind(i64::from(limit))
+            .fetch_all(pool)
+            .await)?;
         Ok(rows)
     }
 
@@ -277,14 +267,15 @@ impl Store {
 
     /// Every tool that has a record, by name.
     pub async fn distinct_tools(&self) -> Result<Vec<String>, StoreError> {
-        let tools = super::on_pool!(self, pool => sqlx::query_scalar(DISTINCT_TOOLS).fetch_all(pool).await)?;
+        let tools =
+            on_pool!(self, pool => sqlx::query_scalar(DISTINCT_TOOLS).fetch_all(pool).await)?;
         Ok(tools)
     }
 
     /// The first `limit` tenants that have a record, by name.
     pub async fn first_tenants(&self, limit: u32) -> Result<Vec<String>, StoreError> {
         let limit = i64::from(limit);
-        let tenants = super::on_pool!(self, pool => sqlx::query_scalar(FIRST_TENANTS).bind(limit).fetch_all(pool).await)?;
+        let tenants = on_pool!(self, pool => sqlx::query_scalar(FIRST_TENANTS).bind(limit).fetch_all(pool).await)?;
         Ok(tenants)
     }
 
@@ -296,7 +287,7 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<Vec<BacklogGroup>, StoreError> {
         let groups =
-            super::on_pool!(self, pool => sqlx::query_as(BACKLOG).bind(now).fetch_all(pool).await)?;
+            on_pool!(self, pool => sqlx::query_as(BACKLOG).bind(now).fetch_all(pool).await)?;
         Ok(groups)
     }
 }

@@ -2,17 +2,19 @@
 //! key retried thousands of times must not load them all into one response. Both
 //! statements read the primary key's `(key, seq)` order.
 
-use super::rows::AttemptRow;
+use super::sql::select_attempts;
 use super::{Store, StoreError, on_pool};
 use crate::guard::{Attempt, AttemptKind};
 use std::collections::BTreeMap;
 
-const PAGE: &str = "SELECT id, key, tenant, tool, seq, kind, fencing_token, actor, \
-    detail, duration_ms, occurred_at, prev_hash, hash FROM idempotency_attempts \
-    WHERE key = $1 AND seq > $2 ORDER BY seq LIMIT $3";
-const NEWEST: &str = "SELECT id, key, tenant, tool, seq, kind, fencing_token, actor, \
-    detail, duration_ms, occurred_at, prev_hash, hash FROM idempotency_attempts \
-    WHERE key = $1 ORDER BY seq DESC LIMIT $2";
+const PAGE: &str = concat!(
+    select_attempts!(),
+    "WHERE key = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+);
+const NEWEST: &str = concat!(
+    select_attempts!(),
+    "WHERE key = $1 ORDER BY seq DESC LIMIT $2"
+);
 const KINDS: &str =
     "SELECT kind, count(*) AS n FROM idempotency_attempts WHERE key = $1 GROUP BY kind";
 
@@ -31,29 +33,26 @@ impl Store {
         after_seq: i64,
         limit: u32,
     ) -> Result<AttemptPage, StoreError> {
-        let rows: Vec<AttemptRow> = on_pool!(self, pool => sqlx::query_as(PAGE)
+        let mut attempts: Vec<Attempt> = on_pool!(self, pool => sqlx::query_as(PAGE)
             .bind(key)
             .bind(after_seq)
             .bind(i64::from(limit) + 1)
             .fetch_all(pool)
             .await)?;
-        let more = rows.len() > limit as usize;
-        let attempts = rows
-            .into_iter()
-            .take(limit as usize)
-            .map(Attempt::try_from)
-            .collect::<Result<_, _>>()?;
+        let more = attempts.len() > limit as usize;
+        attempts.truncate(limit as usize);
         Ok(AttemptPage { attempts, more })
     }
 
     /// The newest `limit` attempts of a key, oldest first.
     pub async fn attempts_newest(&self, key: &str, limit: u32) -> Result<Vec<Attempt>, StoreError> {
-        let rows: Vec<AttemptRow> = on_pool!(self, pool => sqlx::query_as(NEWEST)
+        let mut attempts: Vec<Attempt> = on_pool!(self, pool => sqlx::query_as(NEWEST)
             .bind(key)
             .bind(i64::from(limit))
             .fetch_all(pool)
             .await)?;
-        rows.into_iter().rev().map(Attempt::try_from).collect()
+        attempts.reverse();
+        Ok(attempts)
     }
 
     /// How many attempts of each kind a key has (the whole timeline, counted in SQL).

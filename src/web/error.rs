@@ -328,7 +328,7 @@ mod tests {
                 GuardError::Conflict {
                     key: "k".into(),
                     status: Status::Done,
-                    token: 3,
+                    token: crate::guard::FencingToken(3),
                 },
                 409,
             ),

@@ -60,7 +60,7 @@ pub struct AppState {
     pub hsts: Option<axum::http::HeaderValue>,
     /// The one guard of this process, on `clock`: resolves and the guard routes go
     /// through it, and it wakes the long polls of `/api/v1/guard/keys/{key}`.
-    pub guard: Guard,
+    pub guard: Guard<Store>,
     /// The tools file (`--tools-file`): each guarded tool's policy. Empty: every tool
     /// is refused over HTTP.
     pub tools: Arc<ToolPolicies>,

@@ -71,7 +71,7 @@ impl Error {
                 detail,
                 &key,
             )
-            .member("current_token", current),
+            .member("current_token", current.0),
             GuardError::Conflict { key, status, token } => problem(
                 StatusCode::CONFLICT,
                 "conflict",
@@ -80,7 +80,7 @@ impl Error {
                 &key,
             )
             .member("current_status", status.as_str())
-            .member("current_token", token),
+            .member("current_token", token.0),
             GuardError::PayloadMismatch {
                 key,
                 stored_fingerprint,

@@ -25,6 +25,7 @@ mod guard_http_input;
 mod guard_natural;
 mod guard_random;
 mod guard_replicas;
+mod guard_rust_api;
 mod hardening;
 mod key_timeline;
 mod metrics;

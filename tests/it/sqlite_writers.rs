@@ -37,7 +37,7 @@ impl Operation for Provider {
     }
 }
 
-fn guard(store: &Store) -> Guard {
+fn guard(store: &Store) -> Guard<Store> {
     Guard::new(
         store.clone(),
         Arc::new(SystemClock),

@@ -114,7 +114,7 @@ impl Answer {
     /// The state of a key, for `GET /api/v1/guard/keys/{key}`.
     pub fn state(record: &Record, changed: bool, awaiting_person: bool) -> Self {
         Self::new(
-            &record.key,
+            record.key.as_str(),
             json!({
                 "key": record.key,
                 "status": record.status,
@@ -141,7 +141,7 @@ impl Answer {
     ) -> Self {
         match admission {
             Admission::New { token, lease_until } => {
-                Self::execute(key, token, lease_until, args, policy, tool)
+                Self::execute(key, token.0, lease_until, args, policy, tool)
             }
             Admission::Replay { result } => Self::replay(key, result),
             Admission::ReplayFailure { error } => Self::failed(key, &error),
@@ -149,7 +149,7 @@ impl Answer {
                 token,
                 lease_until,
                 before,
-            } => Self::reconcile(key, token, lease_until, &before, policy, now),
+            } => Self::reconcile(key, token.0, lease_until, &before, policy, now),
             Admission::InFlight { .. } | Admission::Mismatch { .. } => {
                 unreachable!("refused by Admitted::refuse")
             }

@@ -82,7 +82,7 @@ async fn settle(
         .guard
         .settle_call(
             &req.key,
-            req.fencing_token,
+            crate::guard::FencingToken(req.fencing_token),
             req.outcome,
             req.duration_ms,
             &caller.actor,
@@ -107,7 +107,7 @@ async fn reconcile(
         .guard
         .report_lookup(
             &req.key,
-            req.fencing_token,
+            crate::guard::FencingToken(req.fencing_token),
             req.lookup,
             req.duration_ms,
             &caller.actor,
@@ -122,7 +122,7 @@ async fn reconcile(
             let policy = access::policy(&state, &record.tool)?;
             Answer::execute(
                 key,
-                record.fencing_token,
+                record.fencing_token.0,
                 record.lease_until,
                 &record.business_args,
                 policy,

@@ -27,7 +27,9 @@ pub async fn key_state(
     let deadline = Instant::now() + query.wait;
     loop {
         let record = read(state, key).await?;
-        let changed = query.after_token.is_some_and(|t| t != record.fencing_token);
+        let changed = query
+            .after_token
+            .is_some_and(|t| t != record.fencing_token.0);
         if changed || query.after_token.is_none() || Instant::now() >= deadline {
             let awaiting = awaiting_person(state, &record).await?;
             return Ok(Answer::state(&record, changed, awaiting));
@@ -54,7 +56,7 @@ async fn awaiting_person(state: &AppState, record: &Record) -> Result<bool, Erro
     if record.status != Status::Unknown || record.release_approved {
         return Ok(false);
     }
-    let attempts = state.store.attempts(&record.key).await?;
+    let attempts = state.store.attempts(record.key.as_str()).await?;
     Ok(attempts
         .last()
         .is_some_and(|a| a.kind == AttemptKind::Escalated))

@@ -13,7 +13,7 @@
 use super::key_detail::{TIMELINE_PAGE, parse_after};
 use super::params::{parse_key, parse_resolution};
 use crate::auth::Principal;
-use crate::guard::{Attempt, Record, ResolveRequest};
+use crate::guard::{Attempt, FencingToken, Record, ResolveRequest};
 use crate::web::auth::{Csrf, check_api_csrf, require_resolve};
 use crate::web::links::link;
 use crate::web::{AppState, Error};
@@ -125,7 +125,7 @@ fn parse_body(body: &[u8], actor: String) -> Result<ResolveRequest, Error> {
     };
     let expected_token = match o.get("expected_token") {
         None | Some(Value::Null) => None,
-        Some(v) => Some(v.as_i64().ok_or_else(|| {
+        Some(v) => Some(v.as_i64().map(FencingToken).ok_or_else(|| {
             Error::bad_request(
                 "expected_token",
                 "expected a whole number (a fencing token)",
@@ -208,7 +208,7 @@ mod tests {
         .unwrap();
         assert_eq!(req.resolution, Resolution::Done);
         assert_eq!(req.actor, "token:ops");
-        assert_eq!(req.expected_token, Some(3));
+        assert_eq!(req.expected_token, Some(FencingToken(3)));
         assert_eq!(req.result, Some(json!({"id": "rf_8XM1"})));
     }
 }

@@ -165,7 +165,7 @@ fn step(a: &Attempt, record: &Record, now: DateTime<Utc>) -> Step {
         class,
         blurb,
         actor: a.actor.clone(),
-        token: a.fencing_token,
+        token: a.fencing_token.0,
         token_change,
         duration: a.duration_ms.map(duration_ms),
         notes,
@@ -447,9 +447,9 @@ async fn key_page(
         now,
     );
     let view = KeyPage {
-        layout: Layout::new(format!("Key {}", short_key(&record.key)), "keys")
+        layout: Layout::new(format!("Key {}", short_key(record.key.as_str())), "keys")
             .with_query(record.business_ref.clone().unwrap_or_default()),
-        short: short_key(&record.key),
+        short: short_key(record.key.as_str()),
         badge: status_badge(record.status, lease_expired),
         verdict: verdict(&record, &retention, &tally, now),
         undecided: record.is_undecided(now),

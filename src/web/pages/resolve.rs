@@ -105,12 +105,12 @@ impl KeyState {
     pub fn new(r: &Record, now: DateTime<Utc>) -> Self {
         let retention = Retention::new(r.resend_safe_until, r.provider_retention_until, now);
         Self {
-            key: r.key.clone(),
-            short: short_key(&r.key),
+            key: r.key.to_string(),
+            short: short_key(r.key.as_str()),
             tool: r.tool.clone(),
             business_ref: r.business_ref.clone(),
             badge: status_badge(r.status, r.lease_expired(now)),
-            token: r.fencing_token,
+            token: r.fencing_token.0,
             lease: when(r.lease_until, now),
             lease_note: lease_note(r.lease_state(now)),
             retention: when(r.provider_retention_until, now),
@@ -144,7 +144,7 @@ impl FormView {
         Self {
             action: format!("/keys/{}/resolve", r.key),
             csrf_token,
-            expected_token: r.fencing_token,
+            expected_token: r.fencing_token.0,
             release_allowed: !state.past_retention,
             retention_left: state.retention_left,
             resolution: String::new(),
@@ -329,7 +329,7 @@ async fn resolve(
                         .filter(|_| req.resolution == Resolution::Done)
                         .map(pretty),
                     actor: req.actor.clone(),
-                    expected_token: record.fencing_token,
+                    expected_token: record.fencing_token.0,
                     form,
                     csrf_token: csrf.token,
                 };
@@ -365,7 +365,10 @@ fn form_again(
         return Err(e);
     };
     let page = FormPage {
-        layout: Layout::new(format!("Resolve key {}", short_key(&record.key)), "keys"),
+        layout: Layout::new(
+            format!("Resolve key {}", short_key(record.key.as_str())),
+            "keys",
+        ),
         s: KeyState::new(record, now),
         form: FormView::new(record, now, csrf_token).with_values(form, (field, message)),
     };
@@ -466,7 +469,7 @@ mod tests {
             req.result,
             Some(serde_json::json!({"refund_id": "rf_8XM1"}))
         );
-        assert_eq!(req.expected_token, Some(3));
+        assert_eq!(req.expected_token, Some(crate::guard::FencingToken(3)));
         assert_eq!(req.actor, "sam");
     }
 }

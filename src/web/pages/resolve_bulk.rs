@@ -12,7 +12,7 @@ use super::params::Params;
 use super::params::{parse_key, parse_resolution};
 use super::resolve::{KeyState, label, meaning};
 use crate::auth::Principal;
-use crate::guard::{Resolution, ResolveRequest};
+use crate::guard::{FencingToken, Resolution, ResolveRequest};
 use crate::web::auth::{Csrf, check_form_csrf, require_resolve};
 use crate::web::{AppState, Error};
 use askama::Template;
@@ -148,7 +148,9 @@ async fn bulk(
         let mut outcomes = Vec::with_capacity(selected.len());
         for item in &selected {
             let key = parse_key(&item.key)?;
-            let done = guard.resolve(&key, &request(Some(item.token))).await;
+            let done = guard
+                .resolve(&key, &request(Some(FencingToken(item.token))))
+                .await;
             let short = crate::web::filters::short_key(&item.key);
             outcomes.push(match done {
                 Ok(_) => Outcome {

@@ -42,7 +42,7 @@ impl Tally {
 
 pub struct Load {
     pub store: Store,
-    guard: Guard,
+    guard: Guard<Store>,
     clock: ManualClock,
     pub ledger: Ledger,
     tally: Arc<Mutex<Tally>>,
@@ -117,7 +117,7 @@ fn client(ledger: &Ledger) -> Client {
 
 async fn worker(
     w: usize,
-    guard: Guard,
+    guard: Guard<Store>,
     ledger: Ledger,
     tally: Arc<Mutex<Tally>>,
     stopped: watch::Receiver<bool>,
@@ -170,7 +170,7 @@ async fn worker(
 /// Finishes the load's unfinished intents once the database is back.
 pub struct Finisher {
     pub store: Store,
-    guard: Guard,
+    guard: Guard<Store>,
     clock: ManualClock,
     pub ledger: Ledger,
 }

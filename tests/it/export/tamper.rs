@@ -52,7 +52,7 @@ async fn insert_forged_row(store: &Store, key: &str) {
                 .bind(&last.tenant)
                 .bind(&last.tool)
                 .bind(seq)
-                .bind(last.fencing_token)
+                .bind(last.fencing_token.0)
                 .bind(&last.actor)
                 .bind(sqlx::types::Json(&detail))
                 .bind(last.occurred_at)

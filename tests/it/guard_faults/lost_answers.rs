@@ -6,7 +6,7 @@ use crate::support::fixture::{DEADLINE, Fixture, refund};
 use crate::support::provider::{Client, Fault};
 use AttemptKind::*;
 use chrono::TimeDelta;
-use idemwatch::guard::{AttemptKind, GuardError, Resolution, ResolveRequest, Status};
+use idemwatch::guard::{AttemptKind, FencingToken, GuardError, Resolution, ResolveRequest, Status};
 use std::time::Duration;
 
 both_backends!(
@@ -84,7 +84,7 @@ both_backends!(
         assert_eq!(f.ledger.effects_for(key.as_str()), 1);
         let record = f.store.record(key.as_str()).await.unwrap().unwrap();
         assert_eq!(
-            (record.status, record.fencing_token, record.attempt_count),
+            (record.status, record.fencing_token.0, record.attempt_count),
             (Status::Done, 2, 3)
         );
         assert_eq!(
@@ -148,7 +148,7 @@ both_backends!(
             evidence: None,
             result: None,
             actor: "sam@support".into(),
-            expected_token: Some(2),
+            expected_token: Some(FencingToken(2)),
         };
         let refused = f.guard.resolve(&key, &release).await.unwrap_err();
         assert!(
@@ -165,7 +165,7 @@ both_backends!(
             ..release
         };
         let record = f.guard.resolve(&key, &done).await.unwrap();
-        assert_eq!((record.status, record.fencing_token), (Status::Done, 3));
+        assert_eq!((record.status, record.fencing_token.0), (Status::Done, 3));
         let replay = f.guard.run(&call, &f.client([])).await.unwrap();
         assert!(replay.replayed);
         assert_eq!(f.ledger.effects_for(key.as_str()), 1);

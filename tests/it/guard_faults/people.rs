@@ -6,7 +6,7 @@ use crate::support::fixture::{Fixture, refund};
 use crate::support::provider::Fault;
 use AttemptKind::*;
 use chrono::TimeDelta;
-use idemwatch::guard::{AttemptKind, GuardError, Resolution, ResolveRequest, Status};
+use idemwatch::guard::{AttemptKind, FencingToken, GuardError, Resolution, ResolveRequest, Status};
 
 both_backends!(
     async fn a_person_resolving_while_a_worker_reconciles_cannot_race_it(db: TestDb) {
@@ -19,7 +19,7 @@ both_backends!(
             .unwrap_err();
         // The person opens the key page and sees UNKNOWN with token 1.
         let seen = f.store.record(key.as_str()).await.unwrap().unwrap();
-        assert_eq!((seen.status, seen.fencing_token), (Status::Unknown, 1));
+        assert_eq!((seen.status, seen.fencing_token.0), (Status::Unknown, 1));
 
         // A worker's retry takes the key over and is looking it up at the provider.
         let retry = f.retry_with_gated_lookup(&call).await;
@@ -33,7 +33,13 @@ both_backends!(
         };
         let refused = f.guard.resolve(&key, &request).await.unwrap_err();
         assert!(
-            matches!(refused, GuardError::Conflict { token: 2, .. }),
+            matches!(
+                refused,
+                GuardError::Conflict {
+                    token: FencingToken(2),
+                    ..
+                }
+            ),
             "{refused:?}"
         );
         // Without a stale view, the live lease still protects the worker.
@@ -101,8 +107,8 @@ both_backends!(
             matches!(
                 e,
                 GuardError::LeaseLost {
-                    token: 3,
-                    current: 4,
+                    token: FencingToken(3),
+                    current: FencingToken(4),
                     ..
                 }
             ),

@@ -20,5 +20,5 @@ pub(super) async fn kinds(store: &Store, key: &str) -> Vec<AttemptKind> {
 
 /// The key's fencing token now: what a person's view of it carries.
 pub(super) async fn token_of(store: &Store, key: &str) -> i64 {
-    store.record(key).await.unwrap().unwrap().fencing_token
+    store.record(key).await.unwrap().unwrap().fencing_token.0
 }

@@ -57,14 +57,14 @@ both_backends!(
         assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
         assert_eq!(done.location(), format!("/keys/{}#timeline-h", s.unknown));
         let record = db.store.record(&s.unknown).await.unwrap().unwrap();
-        assert_eq!((record.status, record.fencing_token), (Status::Done, 2));
+        assert_eq!((record.status, record.fencing_token.0), (Status::Done, 2));
         assert_eq!(
             record.result,
             Some(json!({"resolved_manually": true, "evidence": "rf_8XM1"}))
         );
         let last = attempts(&db.store, &s.unknown).await.pop().unwrap();
         assert_eq!(
-            (last.kind, last.actor.as_str(), last.fencing_token),
+            (last.kind, last.actor.as_str(), last.fencing_token.0),
             (AttemptKind::Resolved, "sam", 2)
         );
         assert_eq!(last.detail["reason"], "checked the provider dashboard");

@@ -29,7 +29,10 @@ both_backends!(
             b.body
         );
         let log = attempts(&db.store, &s.unknown).await;
-        let tail: Vec<_> = log[2..].iter().map(|a| (a.kind, a.fencing_token)).collect();
+        let tail: Vec<_> = log[2..]
+            .iter()
+            .map(|a| (a.kind, a.fencing_token.0))
+            .collect();
         assert_eq!(
             tail,
             [
@@ -53,7 +56,7 @@ both_backends!(
         } else {
             Status::Failed
         };
-        assert_eq!((record.status, record.fencing_token), (want, 2));
+        assert_eq!((record.status, record.fencing_token.0), (want, 2));
     }
 );
 

@@ -17,7 +17,7 @@ use std::time::Duration;
 pub const DEADLINE: Duration = Duration::from_millis(100);
 
 pub struct Fixture {
-    pub guard: Guard,
+    pub guard: Guard<Store>,
     pub clock: ManualClock,
     pub ledger: Ledger,
     pub store: Store,
@@ -64,7 +64,7 @@ impl Fixture {
         assert_eq!(record.log_hash, prev);
         attempts
             .into_iter()
-            .map(|a| (a.kind, a.fencing_token))
+            .map(|a| (a.kind, a.fencing_token.0))
             .collect()
     }
 
