@@ -170,30 +170,36 @@ fn chain_content(f: &ChainFields<'_>) -> Option<String> {
         return None;
     }
     let detail = canonical_json(f.detail).ok()?;
-    let mut out = String::with_capacity(detail.len() + 160 + f.key.len() + f.actor.len());
-    out.push_str("{\"actor\":");
-    write_string(&mut out, f.actor);
-    out.push_str(",\"detail\":");
-    out.push_str(&detail);
-    out.push_str(",\"duration_ms\":");
-    match f.duration_ms {
-        Some(d) => out.push_str(&d.to_string()),
-        None => out.push_str("null"),
+    /// A member's value: JSON text as it is, an integer, or a string to quote.
+    enum V<'a> {
+        Raw(&'a str),
+        Int(i64),
+        Text(&'a str),
     }
-    out.push_str(",\"fencing_token\":");
-    out.push_str(&f.fencing_token.to_string());
-    out.push_str(",\"key\":");
-    write_string(&mut out, f.key);
-    out.push_str(",\"kind\":");
-    write_string(&mut out, f.kind);
-    out.push_str(",\"occurred_at\":");
-    write_string(&mut out, &rfc3339(f.occurred_at));
-    out.push_str(",\"seq\":");
-    out.push_str(&f.seq.to_string());
-    out.push_str(",\"tenant\":");
-    write_string(&mut out, f.tenant);
-    out.push_str(",\"tool\":");
-    write_string(&mut out, f.tool);
+    let occurred_at = rfc3339(f.occurred_at);
+    let members = [
+        ("actor", V::Text(f.actor)),
+        ("detail", V::Raw(&detail)),
+        ("duration_ms", f.duration_ms.map_or(V::Raw("null"), V::Int)),
+        ("fencing_token", V::Int(f.fencing_token)),
+        ("key", V::Text(f.key)),
+        ("kind", V::Text(f.kind)),
+        ("occurred_at", V::Text(&occurred_at)),
+        ("seq", V::Int(f.seq)),
+        ("tenant", V::Text(f.tenant)),
+        ("tool", V::Text(f.tool)),
+    ];
+    let mut out = String::with_capacity(detail.len() + 160 + f.key.len() + f.actor.len());
+    for (i, (name, value)) in members.into_iter().enumerate() {
+        out.push_str(if i == 0 { "{\"" } else { ",\"" });
+        out.push_str(name);
+        out.push_str("\":");
+        match value {
+            V::Raw(text) => out.push_str(text),
+            V::Int(n) => out.push_str(&n.to_string()),
+            V::Text(text) => write_string(&mut out, text),
+        }
+    }
     out.push('}');
     Some(out)
 }

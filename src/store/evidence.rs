@@ -10,7 +10,7 @@ mod checkpoint;
 pub use checkpoint::{Checkpoint, CheckpointBody, Leaf};
 
 use super::tail::TailPosition;
-use super::{Store, StoreError, WritePool, on_pool};
+use super::{Backend, Store, StoreError, WritePool, on_pool};
 use chrono::{DateTime, Utc};
 use futures::stream::{BoxStream, StreamExt};
 use sqlx::types::Json;
@@ -278,17 +278,17 @@ impl Store {
             &[Leaf],
         ) -> Result<(Checkpoint, Vec<String>), StoreError>,
     {
-        match self {
-            Store::Postgres(pool) => {
-                let mut tx = pool.begin_write().await?;
+        let backend = self.backend();
+        let heads = backend.pick(NEW_HEADS_POSTGRES, NEW_HEADS_SQLITE);
+        let leaves = backend.pick(INSERT_LEAVES_POSTGRES, INSERT_LEAVES_SQLITE);
+        on_pool!(self, pool => {
+            let mut tx = pool.begin_write().await?;
+            // SQLite's write transaction already excludes every other writer.
+            if backend == Backend::Postgres {
                 sqlx::query(LOCK_POSTGRES).execute(&mut *tx).await?;
-                checkpoint_transaction!(tx, NEW_HEADS_POSTGRES, INSERT_LEAVES_POSTGRES, make)
             }
-            Store::Sqlite(pool) => {
-                let mut tx = pool.begin_write().await?;
-                checkpoint_transaction!(tx, NEW_HEADS_SQLITE, INSERT_LEAVES_SQLITE, make)
-            }
-        }
+            checkpoint_transaction!(tx, heads, leaves, make)
+        })
     }
 
     pub async fn latest_checkpoint(&self) -> Result<Option<StoredCheckpoint>, StoreError> {
