@@ -63,12 +63,11 @@ impl CheckpointArgs {
         ))
     }
 
-    /// The public-key route ([`web::checkpoints`]) when `serve` signs checkpoints.
+    /// The public-key route ([`web::checkpoints`]): the key, or a 404 saying that
+    /// this server signs no checkpoints.
     pub fn router(&self) -> anyhow::Result<Router> {
-        Ok(match self.signing_key()? {
-            Some(key) => web::checkpoints::router(&key.verifying_key()),
-            None => Router::new(),
-        })
+        let key = self.signing_key()?.map(|k| k.verifying_key());
+        Ok(web::checkpoints::router(key.as_ref()))
     }
 }
 

@@ -172,7 +172,9 @@ pub async fn run_server(
     }
     let mut server_stopped = stopped.clone();
     let timeouts = args.timeouts.timeouts();
-    let app = web::app_with(state, extra).merge(args.checkpoints.router()?);
+    // Inside the app's layers: the key is public (no sign-in), but it gets the Host
+    // check, the security headers and a problem document for its 404 like every route.
+    let app = web::app_with(state, extra.merge(args.checkpoints.router()?));
     tasks.spawn(async move {
         // The peer address: proxy headers are believed only from trusted proxies.
         let shutdown = async move {

@@ -109,7 +109,12 @@ pub struct Csrf {
 fn is_public(path: &str) -> bool {
     matches!(
         path,
-        "/healthz" | "/readyz" | "/metrics" | "/login" | "/api/v1/openapi.json"
+        "/healthz"
+            | "/readyz"
+            | "/metrics"
+            | "/login"
+            | "/api/v1/openapi.json"
+            | "/api/v1/checkpoints/public-key"
     ) || path.starts_with("/static/")
 }
 

@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::both_backends;
-use crate::support::server::{Server, get};
+use crate::support::server::{Server, get, send_raw};
 use idemwatch::evidence::{Checkpoint, keys};
 use std::time::{Duration, Instant};
 
@@ -66,3 +66,36 @@ both_backends!(
         );
     }
 );
+
+/// Without `--signing-key` the route still exists: an auditor who asks gets a 404 that
+/// says why (no checkpoints are signed here), as a problem document, and an undeclared
+/// method on it is a 405, not a "no such page".
+#[tokio::test]
+async fn a_server_without_a_signing_key_says_it_signs_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "sqlite://{}?mode=rwc",
+        dir.path().join("db.sqlite").display()
+    );
+    let server = Server::start("serve", &url, &[]).await;
+    let (status, body) = get(&server.addr, "/api/v1/checkpoints/public-key")
+        .await
+        .unwrap();
+    assert_eq!(status, 404, "{body}");
+    // The body may arrive chunked: the JSON is between the first and last brace.
+    let json = &body[body.find('{').unwrap_or(0)..body.rfind('}').map_or(0, |i| i + 1)];
+    let problem: serde_json::Value = serde_json::from_str(json).expect("a problem document");
+    assert_eq!(problem["status"], 404, "{body}");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("--signing-key")),
+        "{body}"
+    );
+    let trace = format!(
+        "TRACE /api/v1/checkpoints/public-key HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        server.addr
+    );
+    let (status, body) = send_raw(&server.addr, &trace).await.unwrap();
+    assert_eq!(status, 405, "{body}");
+}
