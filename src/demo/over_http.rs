@@ -91,20 +91,27 @@ impl Shared {
         }
     }
 
-    /// Calls the provider with the arguments admit sent back and settles the outcome.
-    async fn execute_and_settle(&self, addr: SocketAddr, call: &ToolCall, answer: &Value) {
-        let Some(key) = answer["key"]
-            .as_str()
-            .and_then(|k| IdempotencyKey::parse(k).ok())
-        else {
-            return;
-        };
+    /// The key an answer names (None: nothing to do) and a provider client for the call.
+    fn key_and_client(
+        &self,
+        call: &ToolCall,
+        answer: &Value,
+    ) -> Option<(IdempotencyKey, ProviderClient)> {
+        let key = IdempotencyKey::parse(answer["key"].as_str()?).ok()?;
         let client = ProviderClient::new(
             &self.provider,
             &call.intent.tool,
             self.config.provider_timeout(),
             Fault::None,
         );
+        Some((key, client))
+    }
+
+    /// Calls the provider with the arguments admit sent back and settles the outcome.
+    async fn execute_and_settle(&self, addr: SocketAddr, call: &ToolCall, answer: &Value) {
+        let Some((key, client)) = self.key_and_client(call, answer) else {
+            return;
+        };
         let outcome = match tokio::time::timeout(
             self.config.provider_timeout(),
             client.execute(&key, &answer["args"]),
@@ -116,11 +123,7 @@ impl Shared {
             Ok(Err(e)) => json!({"outcome": "unknown", "reason": e.message}),
             Err(_) => json!({"outcome": "unknown", "reason": "timeout"}),
         };
-        let mut settle = json!({
-            "key": key.as_str(),
-            "fencing_token": answer["fencing_token"],
-            "worker": call.actor,
-        });
+        let mut settle = fenced(&key, call, answer);
         merge(&mut settle, outcome);
         if let Err(e) = post(addr, "/api/v1/guard/settle", &settle).await {
             tracing::warn!(error = %e, "demo: HTTP settle failed");
@@ -130,23 +133,10 @@ impl Shared {
     /// A takeover: asks the provider whether the effect happened and reports it; a
     /// resend the server allows is executed and settled.
     async fn reconcile(&self, addr: SocketAddr, call: &ToolCall, answer: &Value) {
-        let Some(key) = answer["key"]
-            .as_str()
-            .and_then(|k| IdempotencyKey::parse(k).ok())
-        else {
+        let Some((key, client)) = self.key_and_client(call, answer) else {
             return;
         };
-        let client = ProviderClient::new(
-            &self.provider,
-            &call.intent.tool,
-            self.config.provider_timeout(),
-            Fault::None,
-        );
-        let mut report = json!({
-            "key": key.as_str(),
-            "fencing_token": answer["fencing_token"],
-            "worker": call.actor,
-        });
+        let mut report = fenced(&key, call, answer);
         let lookup = match client.find_by_key(&key).await {
             Ok(Some(result)) => json!({"lookup": "found", "result": result}),
             Ok(None) => json!({"lookup": "not_found"}),
@@ -161,6 +151,16 @@ impl Shared {
             Err(e) => tracing::warn!(error = %e, "demo: HTTP reconcile failed"),
         }
     }
+}
+
+/// The start of a fenced request (settle, reconcile): the key, the token admit gave,
+/// the worker.
+fn fenced(key: &IdempotencyKey, call: &ToolCall, answer: &Value) -> Value {
+    json!({
+        "key": key.as_str(),
+        "fencing_token": answer["fencing_token"],
+        "worker": call.actor,
+    })
 }
 
 fn merge(into: &mut Value, from: Value) {

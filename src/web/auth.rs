@@ -369,6 +369,24 @@ pub fn check_form_csrf(
     }
 }
 
+/// A posted form that carries its CSRF token.
+pub trait CsrfForm {
+    fn csrf_token(&self) -> Option<&str>;
+}
+
+/// A person's posted form, read and checked: 400 naming `form` when it cannot be read,
+/// 403 ([`check_form_csrf`]) when its token is missing or wrong.
+pub fn checked_form<T: CsrfForm>(
+    state: &AppState,
+    principal: &Principal,
+    headers: &HeaderMap,
+    form: Result<axum::extract::Form<T>, axum::extract::rejection::FormRejection>,
+) -> Result<T, Error> {
+    let axum::extract::Form(form) = form.map_err(|e| Error::bad_request("form", e.body_text()))?;
+    check_form_csrf(state, Some(principal), headers, form.csrf_token())?;
+    Ok(form)
+}
+
 /// A JSON request that changes something: bearer tokens need nothing more; anyone
 /// authenticated by the browser (cookie, proxy, local admin) must send `X-CSRF-Token`.
 pub fn check_api_csrf(

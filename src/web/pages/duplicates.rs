@@ -9,7 +9,7 @@ use super::pairs::{CONFIRMED_ADVICE, PairView};
 use super::params::parse_key;
 use crate::auth::Principal;
 use crate::guard::{DuplicateReview, DuplicateVerdict};
-use crate::web::auth::{check_form_csrf, require_resolve};
+use crate::web::auth::{CsrfForm, checked_form, require_resolve};
 use crate::web::{AppState, Error};
 use askama::Template;
 use axum::Router;
@@ -87,6 +87,12 @@ struct ReviewForm {
     csrf_token: Option<String>,
 }
 
+impl CsrfForm for ReviewForm {
+    fn csrf_token(&self) -> Option<&str> {
+        self.csrf_token.as_deref()
+    }
+}
+
 async fn review(
     State(state): State<AppState>,
     principal: Principal,
@@ -94,13 +100,7 @@ async fn review(
     Path(key): Path<String>,
     form: Result<Form<ReviewForm>, FormRejection>,
 ) -> Result<Response, Error> {
-    let Form(form) = form.map_err(|e| Error::bad_request("form", e.body_text()))?;
-    check_form_csrf(
-        &state,
-        Some(&principal),
-        &headers,
-        form.csrf_token.as_deref(),
-    )?;
+    let form = checked_form(&state, &principal, &headers, form)?;
     let key = parse_key(&key)?;
     let other_key = parse_key(form.other_key.as_deref().unwrap_or_default())
         .map_err(|_| Error::bad_request("other_key", "expected the earlier key of the pair"))?;

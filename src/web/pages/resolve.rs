@@ -11,7 +11,7 @@ use super::params;
 use super::{Badge, Layout, Retention, lease_note, status_badge};
 use crate::auth::Principal;
 use crate::guard::{GuardError, IdempotencyKey, Record, Resolution, ResolveRequest, Status};
-use crate::web::auth::{Csrf, check_form_csrf, require_resolve};
+use crate::web::auth::{Csrf, CsrfForm, checked_form, require_resolve};
 use crate::web::filters::{When, compact, pretty, short_key, when};
 use crate::web::{AppState, Error};
 use askama::Template;
@@ -43,6 +43,12 @@ pub struct ResolveForm {
     /// `yes` on the confirmation page's button.
     pub confirm: Option<String>,
     pub csrf_token: Option<String>,
+}
+
+impl CsrfForm for ResolveForm {
+    fn csrf_token(&self) -> Option<&str> {
+        self.csrf_token.as_deref()
+    }
 }
 
 impl ResolveForm {
@@ -291,13 +297,7 @@ async fn resolve(
     Path(key): Path<String>,
     form: Result<Form<ResolveForm>, FormRejection>,
 ) -> Result<Response, Error> {
-    let Form(form) = form.map_err(|e| Error::bad_request("form", e.body_text()))?;
-    check_form_csrf(
-        &state,
-        Some(&principal),
-        &headers,
-        form.csrf_token.as_deref(),
-    )?;
+    let form = checked_form(&state, &principal, &headers, form)?;
     let key = params::parse_key(&key)?;
     let now = state.clock.now();
     let record = state
