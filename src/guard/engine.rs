@@ -3,6 +3,7 @@
 use super::clock::Clock;
 use super::decide::{self, Admission, Lookup, Refusal, ResolveRequest};
 use super::error::GuardError;
+use super::heads::Heads;
 use super::key::{BusinessArgs, FencingToken, IdempotencyKey, Intent};
 use super::operation::{ErrorClass, Operation};
 use super::policy::ToolPolicy;
@@ -63,6 +64,8 @@ pub struct Guard<S> {
     /// Keys whose fencing token moved (a takeover, a resolution), for waiters in this
     /// process (the HTTP long poll).
     changes: broadcast::Sender<IdempotencyKey>,
+    /// Records this guard claimed, for the settle's single conditional write.
+    pub(super) heads: Heads,
 }
 
 impl<S: Storage> Guard<S> {
@@ -72,6 +75,7 @@ impl<S: Storage> Guard<S> {
             clock,
             settings,
             changes: broadcast::channel(256).0,
+            heads: Heads::default(),
         }
     }
 

@@ -14,6 +14,7 @@ mod decide;
 mod duplicates;
 mod engine;
 mod error;
+mod heads;
 pub mod key;
 mod natural;
 mod operation;

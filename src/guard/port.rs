@@ -47,8 +47,9 @@ impl StoreError {
 /// What the claim found.
 #[derive(Debug)]
 pub enum Claim {
-    /// This caller inserted the record and its `claimed` attempt.
-    Created,
+    /// This caller inserted the record and its `claimed` attempt; the record as
+    /// written (its head included), for [`Storage::write_if_unchanged`].
+    Created { record: Box<Record> },
     /// The key already existed; nothing was written.
     Exists,
     /// Another key holds the claim's natural key; nothing was written. The guard
@@ -82,7 +83,10 @@ pub trait Storage: Clone + Send + Sync + 'static {
     /// Inserts the record that `build` makes (status IN_PROGRESS, its first fencing
     /// token) and its first attempt in one transaction, unless the key exists or
     /// another key holds its natural key. `build` runs once the transaction holds
-    /// what it writes under, so the times it reads are not from before a wait. A
+    /// what it writes under, so the times it reads are not from before a wait (on
+    /// PostgreSQL without a natural key the claim is one statement and `build` runs
+    /// before it: that statement waits only for a concurrent claim of the same key,
+    /// and then writes nothing). A
     /// claim matching an earlier key's business ref and fingerprint within the window
     /// is recorded as a suspected duplicate: on its `claimed` attempt
     /// (`suspected_duplicate_of`) and in `idempotency_suspected_duplicates`.
@@ -102,6 +106,21 @@ pub trait Storage: Clone + Send + Sync + 'static {
         key: &IdempotencyKey,
         decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
     ) -> impl Future<Output = Result<T, StoreError>> + Send;
+
+    /// The fenced write without the locked read, for a record this caller wrote
+    /// itself (`expected`, e.g. from [`Claim::Created`]): `decide` runs on a copy of
+    /// it, and its one attempt is written with the record only if the stored head
+    /// (`log_seq`, `log_hash`) and token are still `expected`'s — every write of a
+    /// record appends to its chain, so an unchanged head is an unchanged record.
+    /// `Ok(None)`: something was written to the key since, it is gone, or the
+    /// decision is not exactly one attempt; nothing was written, and the caller takes
+    /// [`Storage::with_locked`]. A backend whose locked read costs no round trip
+    /// (SQLite, in process) may always answer `None` without calling `decide`.
+    fn write_if_unchanged<T: Send>(
+        &self,
+        expected: &Record,
+        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
+    ) -> impl Future<Output = Result<Option<T>, StoreError>> + Send;
 
     /// [`Storage::with_locked`] for a pair review: `decide` names the attempt row and
     /// the review, and the pair's state is written in the same transaction, only if

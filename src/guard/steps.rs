@@ -128,7 +128,6 @@ impl<S: Storage> Guard<S> {
         // The clock is read inside the store's transaction, after any wait for the
         // lock: a row written after a wait carries the time it was written, and a
         // takeover's lease starts when the takeover does.
-        let claimed_lease = std::sync::Mutex::new(None);
         let build = || {
             let now = self.clock.now();
             // The provider starts remembering the key at the first send.
@@ -157,7 +156,6 @@ impl<S: Storage> Guard<S> {
                 log_seq: 0,
                 log_hash: GENESIS_HASH.to_string(),
             };
-            *claimed_lease.lock().unwrap_or_else(|e| e.into_inner()) = Some(record.lease_until);
             let mut claimed =
                 AttemptDraft::new(AttemptKind::Claimed, FencingToken::FIRST, &call.actor, now)
                     .detail(json!({
@@ -175,15 +173,12 @@ impl<S: Storage> Guard<S> {
         };
         loop {
             let (at, held_by) = match self.store.claim(&build, checks).await? {
-                Claim::Created => {
-                    let lease_until = claimed_lease
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .expect("a created claim built its record");
+                Claim::Created { record } => {
                     let admission = Admission::New {
-                        token: FencingToken::FIRST,
-                        lease_until,
+                        token: record.fencing_token,
+                        lease_until: record.lease_until,
                     };
+                    self.heads.remember(*record);
                     return Ok((None, admission));
                 }
                 Claim::Exists => (key.clone(), None),
@@ -236,7 +231,7 @@ impl<S: Storage> Guard<S> {
                 duration_ms,
             },
         };
-        self.settle(key, token, actor, |_, _| settlement)
+        self.settle(key, token, actor, |_, _| settlement.clone())
             .await
             .map(|(_, record)| record)
     }
@@ -253,7 +248,7 @@ impl<S: Storage> Guard<S> {
     ) -> Result<Reconciled, GuardError> {
         let (settlement, record) = self
             .settle(key, token, actor, |rec, now| {
-                decide::after_lookup(rec, lookup, duration_ms, now)
+                decide::after_lookup(rec, lookup.clone(), duration_ms, now)
             })
             .await?;
         match settlement {
@@ -279,17 +274,25 @@ impl<S: Storage> Guard<S> {
         key: &IdempotencyKey,
         token: FencingToken,
         actor: &str,
-        choose: impl FnOnce(&Record, chrono::DateTime<chrono::Utc>) -> Settlement + Send,
+        choose: impl Fn(&Record, chrono::DateTime<chrono::Utc>) -> Settlement + Send + Sync,
     ) -> Result<(Settlement, Record), GuardError> {
-        let written = self
-            .locked(key, |rec| {
-                let now = self.clock.now();
-                let settlement = choose(rec, now);
-                let (attempts, written) =
-                    decide::settle(rec, token, settlement.clone(), actor, now);
-                (attempts, written.map(|()| (settlement, rec.clone())))
-            })
-            .await?;
+        let decide = |rec: &mut Record| {
+            let now = self.clock.now();
+            let settlement = choose(rec, now);
+            let (attempts, written) = decide::settle(rec, token, settlement.clone(), actor, now);
+            (attempts, written.map(|()| (settlement, rec.clone())))
+        };
+        // A key this guard claimed and nobody touched since: the decision on the record
+        // as claimed, written if the stored head is still that one; otherwise (or on
+        // another replica) the locked read.
+        let unchanged = match self.heads.take(key, token) {
+            Some(expected) => self.store.write_if_unchanged(&expected, decide).await?,
+            None => None,
+        };
+        let written = match unchanged {
+            Some(written) => written,
+            None => self.locked(key, decide).await?,
+        };
         written.map_err(|stale| {
             tracing::warn!(key = %key, fencing_token = token.0, current = stale.current.0, "stale write rejected");
             GuardError::LeaseLost {

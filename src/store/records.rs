@@ -34,6 +34,19 @@ macro_rules! bind_claim {
     };
 }
 
+/// Binds the suspected-duplicate probe's `$1`–`$6` ([`sql::DUPLICATE_PROBE`]) for the
+/// claim of `record`.
+macro_rules! bind_probe {
+    ($q:expr, $record:expr, $business_ref:expr, $checks:expr) => {
+        $q.bind(&$record.tenant)
+            .bind(&$record.tool)
+            .bind($business_ref)
+            .bind(&$record.fingerprint)
+            .bind($record.created_at - $checks.duplicate_window)
+            .bind($record.key.as_str())
+    };
+}
+
 /// Inserts one sealed attempt row.
 macro_rules! insert_attempt {
     ($tx:expr, $a:expr) => {
@@ -90,6 +103,9 @@ impl Storage for Store {
         build: impl FnOnce() -> (Record, AttemptDraft) + Send,
         checks: ClaimChecks<'_>,
     ) -> Result<Claim, StoreError> {
+        if let (Store::Postgres(pool), None) = (self, checks.natural_key) {
+            return claim_in_one_statement(pool, build, checks).await;
+        }
         on_pool!(self, pool => {
             let mut tx = pool.begin_write().await?;
             let (mut record, mut draft) = build();
@@ -101,13 +117,7 @@ impl Storage for Store {
             // intent never suspects itself.
             let suspect: Option<String> = match &record.business_ref {
                 Some(business_ref) => {
-                    sqlx::query_scalar(sql::DUPLICATE_PROBE)
-                        .bind(&record.tenant)
-                        .bind(&record.tool)
-                        .bind(business_ref)
-                        .bind(&record.fingerprint)
-                        .bind(record.created_at - checks.duplicate_window)
-                        .bind(record.key.as_str())
+                    bind_probe!(sqlx::query_scalar(sql::DUPLICATE_PROBE), record, business_ref, checks)
                         .fetch_optional(&mut *tx)
                         .await?
                 }
@@ -164,8 +174,38 @@ impl Storage for Store {
             }
             insert_attempt!(tx, attempt);
             tx.commit().await?;
-            Ok(Claim::Created)
+            Ok(Claim::Created { record: Box::new(record) })
         })
+    }
+
+    #[tracing::instrument(skip_all, fields(key = %expected.key))]
+    async fn write_if_unchanged<T: Send>(
+        &self,
+        expected: &Record,
+        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
+    ) -> Result<Option<T>, StoreError> {
+        // SQLite's locked read is an in-process read on the writer it already holds:
+        // nothing to save there.
+        let Store::Postgres(pool) = self else {
+            return Ok(None);
+        };
+        let mut next = expected.clone();
+        let (drafts, value) = decide(&mut next);
+        let Ok([draft]) = <[AttemptDraft; 1]>::try_from(drafts) else {
+            return Ok(None);
+        };
+        let attempt = seal(&mut next, draft);
+        let q = bind_update!(
+            sqlx::query(sql::UPDATE_RECORD_IF_HEAD_AND_APPEND_POSTGRES),
+            next,
+            expected.fencing_token
+        );
+        let written = bind_attempt!(q, attempt)
+            .bind(expected.log_seq)
+            .bind(&expected.log_hash)
+            .execute(pool)
+            .await?;
+        Ok((written.rows_affected() == 1).then_some(value))
     }
 
     #[tracing::instrument(skip_all, fields(key = %key))]
@@ -195,6 +235,50 @@ impl Storage for Store {
     async fn record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         Store::record(self, key.as_str()).await
     }
+}
+
+/// [`Storage::claim`] on PostgreSQL without a natural key: the probe (with whether the
+/// key exists), then [`sql::CLAIM_AND_APPEND_POSTGRES`] — two round trips, one when
+/// the call names no business ref, instead of a transaction of five.
+async fn claim_in_one_statement(
+    pool: &sqlx::PgPool,
+    build: impl FnOnce() -> (Record, AttemptDraft) + Send,
+    checks: ClaimChecks<'_>,
+) -> Result<Claim, StoreError> {
+    let (mut record, mut draft) = build();
+    let span = tracing::Span::current();
+    span.record("key", record.key.as_str());
+    span.record("tool", record.tool.as_str());
+    let mut suspect: Option<String> = None;
+    if let Some(business_ref) = &record.business_ref {
+        let (found, exists): (Option<String>, bool) = bind_probe!(
+            sqlx::query_as(sql::CLAIM_PROBE_POSTGRES),
+            record,
+            business_ref,
+            checks
+        )
+        .fetch_one(pool)
+        .await?;
+        if exists {
+            return Ok(Claim::Exists);
+        }
+        suspect = found;
+    }
+    if let Some(other) = &suspect {
+        draft = draft.with("suspected_duplicate_of", serde_json::json!(other));
+    }
+    let attempt = seal(&mut record, draft);
+    let q = bind_claim!(sqlx::query_scalar(sql::CLAIM_AND_APPEND_POSTGRES), record);
+    let inserted: Option<String> = bind_attempt!(q, attempt)
+        .bind(&suspect)
+        .fetch_optional(pool)
+        .await?;
+    Ok(match inserted {
+        Some(_) => Claim::Created {
+            record: Box::new(record),
+        },
+        None => Claim::Exists,
+    })
 }
 
 impl Store {

@@ -80,10 +80,61 @@ pub const NATURAL_KEY_HOLDER: &str = "SELECT key FROM idempotency_natural_keys \
 /// The suspected-duplicate probe of a claim: the newest other key with the same
 /// tenant, tool, business ref and fingerprint created since `$5`. One probe of
 /// `idempotency_records_duplicate_probe`.
-pub const DUPLICATE_PROBE: &str = "SELECT key FROM idempotency_records \
-    WHERE tenant = $1 AND tool = $2 AND business_ref = $3 AND fingerprint = $4 \
-    AND created_at >= $5 AND key <> $6 AND business_ref IS NOT NULL \
-    ORDER BY created_at DESC LIMIT 1";
+macro_rules! duplicate_probe {
+    () => {
+        "SELECT key FROM idempotency_records \
+         WHERE tenant = $1 AND tool = $2 AND business_ref = $3 AND fingerprint = $4 \
+         AND created_at >= $5 AND key <> $6 AND business_ref IS NOT NULL \
+         ORDER BY created_at DESC LIMIT 1"
+    };
+}
+
+pub const DUPLICATE_PROBE: &str = duplicate_probe!();
+
+/// PostgreSQL, before [`CLAIM_AND_APPEND_POSTGRES`]: the probe, and whether the key
+/// `$6` already exists (then the claim is not sent at all: a retry of a known key costs
+/// this one read before its locked decision). Read outside a transaction: under READ
+/// COMMITTED the probe inside one saw no more than this does (each statement its own
+/// snapshot).
+pub const CLAIM_PROBE_POSTGRES: &str = concat!(
+    "SELECT (",
+    duplicate_probe!(),
+    "), EXISTS (SELECT 1 FROM idempotency_records WHERE key = $6)"
+);
+
+/// PostgreSQL: the claim in **one autocommit statement** — the record (`$1`–`$22`, as
+/// [`CLAIM`]), its sealed `claimed` attempt (`$23`–`$34`) and, when the probe found
+/// one, the suspected-duplicate pair (`$35`, the other key; NULL for none). One round
+/// trip where BEGIN, insert, insert, COMMIT were four.
+///
+/// Correctness:
+/// - the record's row is the one contested write: `ON CONFLICT (key) DO NOTHING`
+///   makes a concurrent claimer of the same key wait for ours and then insert
+///   nothing, so exactly one caller gets the key back;
+/// - the attempt and the pair are inserted `FROM claimed`: only with the record, and
+///   never when the key existed; the whole statement commits or rolls back at once
+///   (the attempts' foreign key is checked at the end of the statement, when the
+///   record is there);
+/// - everything sealed into the attempt (the head it starts, the probe's finding) is
+///   known before the statement, since a claim starts the key's chain at the genesis
+///   hash. The clock was read before the statement rather than under a lock: the
+///   statement waits only for a concurrent claim of the same key (then it writes
+///   nothing) and the row is its key's first, so no `occurred_at` along `seq` can run
+///   backwards; a claim with a natural key keeps the transaction (its second insert
+///   can refuse the first).
+pub const CLAIM_AND_APPEND_POSTGRES: &str = concat!(
+    "WITH claimed AS (INSERT INTO idempotency_records (",
+    record_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+     $18, $19, $20, $21, $22) ON CONFLICT (key) DO NOTHING RETURNING key), \
+     appended AS (INSERT INTO idempotency_attempts (",
+    attempt_columns!(),
+    ") SELECT $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34 FROM claimed), \
+     suspected AS (INSERT INTO idempotency_suspected_duplicates \
+     (key, other_key, tenant, tool, detected_at) \
+     SELECT key, $35, $2, $3, $19 FROM claimed WHERE $35 IS NOT NULL) \
+     SELECT key FROM claimed"
+);
 
 pub const INSERT_SUSPECTED_DUPLICATE: &str = "INSERT INTO idempotency_suspected_duplicates \
     (key, other_key, tenant, tool, detected_at) VALUES ($1, $2, $3, $4, $5)";
@@ -121,6 +172,28 @@ pub const UPDATE_RECORD_AND_APPEND_POSTGRES: &str = concat!(
     "WITH updated AS (",
     fenced_update!(),
     " RETURNING key) INSERT INTO idempotency_attempts (",
+    attempt_columns!(),
+    ") SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 FROM updated"
+);
+
+/// PostgreSQL: the fenced write of a record **without the locked read**, for a writer
+/// that knows the record as it last wrote it (the guard, settling a key it claimed).
+/// [`UPDATE_RECORD_AND_APPEND_POSTGRES`] with the expected head in the condition
+/// (`$25` `log_seq`, `$26` `log_hash`), in one autocommit statement.
+///
+/// Correctness: every write of a record is a fenced update that moves its head
+/// (`log_seq`, `log_hash`: each change appends an attempt, [`crate::guard::seal`]), so
+/// a record whose head is still the expected one is, column for column, the record the
+/// decision was made on; the decision is the same pure function the locked path runs.
+/// If anything was written since (a takeover, a resolution, a stale writer's rejected
+/// row) or the key is gone, the update matches no row, the CTE inserts nothing, the
+/// statement reports 0 rows, and the caller takes the locked path, which decides again
+/// on what is stored. A concurrent locker makes this statement wait and then re-check
+/// the condition on the row as committed (READ COMMITTED's re-check of an updated row).
+pub const UPDATE_RECORD_IF_HEAD_AND_APPEND_POSTGRES: &str = concat!(
+    "WITH updated AS (",
+    fenced_update!(),
+    " AND log_seq = $25 AND log_hash = $26 RETURNING key) INSERT INTO idempotency_attempts (",
     attempt_columns!(),
     ") SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 FROM updated"
 );

@@ -26,6 +26,7 @@ mod guard_natural;
 mod guard_random;
 mod guard_replicas;
 mod guard_rust_api;
+mod guard_unchanged_write;
 mod hardening;
 mod key_timeline;
 mod metrics;
