@@ -3,7 +3,7 @@
 //! store's, which yields it; NDJSON is its serde form.
 
 use crate::guard::canonical::canonical_json;
-use crate::guard::rfc3339;
+use crate::guard::{Intent, rfc3339};
 pub use crate::store::{COLUMNS, ExportRow};
 use chrono::DateTime;
 use serde_json::Value;
@@ -27,11 +27,11 @@ impl ExportRow {
             text(&self.key),
             self.seq.to_string().into(),
             rfc3339(self.occurred_at).into(),
-            text(&self.tenant),
-            text(&self.tool),
-            text(&self.workflow_id),
-            text(&self.step_id),
-            text(&self.intent_id),
+            text(&self.intent.tenant),
+            text(&self.intent.tool),
+            text(&self.intent.workflow_id),
+            text(&self.intent.step_id),
+            text(&self.intent.intent_id),
             opt(&self.business_ref),
             text(self.current_status.as_str()),
             text(self.kind.as_str()),
@@ -87,11 +87,13 @@ impl ExportRow {
             occurred_at: DateTime::parse_from_rfc3339(&fields[3])
                 .map_err(|e| format!("occurred_at: {e}"))?
                 .to_utc(),
-            tenant: text(4),
-            tool: text(5),
-            workflow_id: text(6),
-            step_id: text(7),
-            intent_id: text(8),
+            intent: Intent {
+                tenant: text(4),
+                tool: text(5),
+                workflow_id: text(6),
+                step_id: text(7),
+                intent_id: text(8),
+            },
             business_ref: optional(9),
             current_status: fields[10].parse().map_err(|e| format!("{e}"))?,
             kind: fields[11].parse().map_err(|e| format!("{e}"))?,
@@ -139,11 +141,13 @@ pub(crate) mod tests {
             occurred_at: DateTime::parse_from_rfc3339("2026-11-29T14:02:11.402Z")
                 .unwrap()
                 .to_utc(),
-            tenant: "acme, \"ltd\"".into(),
-            tool: "issue_refund".into(),
-            workflow_id: "run-7f3a".into(),
-            step_id: "4".into(),
-            intent_id: "refund:order-A-88214".into(),
+            intent: Intent {
+                tenant: "acme, \"ltd\"".into(),
+                tool: "issue_refund".into(),
+                workflow_id: "run-7f3a".into(),
+                step_id: "4".into(),
+                intent_id: "refund:order-A-88214".into(),
+            },
             business_ref: Some("order:A-88214".into()),
             current_status: Status::Done,
             kind: AttemptKind::Resolved,

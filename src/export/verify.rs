@@ -340,11 +340,11 @@ impl ChainCheck {
             return;
         }
         let intent = [
-            &row.tenant,
-            &row.tool,
-            &row.workflow_id,
-            &row.step_id,
-            &row.intent_id,
+            &row.intent.tenant,
+            &row.intent.tool,
+            &row.intent.workflow_id,
+            &row.intent.step_id,
+            &row.intent.intent_id,
         ];
         let known = state
             .derived
@@ -568,7 +568,7 @@ mod tests {
         let mut other = chain();
         let mut prev = GENESIS_HASH.to_string();
         for r in &mut other {
-            r.intent_id = "refund:order-B-2".into();
+            r.intent.intent_id = "refund:order-B-2".into();
             r.key = r.derived_key();
             r.prev_hash = prev.clone();
             r.hash = r.computed_hash();
@@ -637,7 +637,7 @@ mod tests {
     #[test]
     fn edited_context_no_longer_derives_the_key() {
         let mut rows = chain();
-        rows[2].workflow_id = "run-other".into();
+        rows[2].intent.workflow_id = "run-other".into();
         let b = check(&rows, false).breaks[0].clone();
         assert_eq!(b.seq, Some(3));
         assert!(matches!(b.problem, Problem::ContextMismatch { .. }), "{b}");

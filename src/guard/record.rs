@@ -3,7 +3,7 @@
 
 use super::canonical::{MAX_SAFE_INTEGER, canonical_json, write_string};
 use super::deadline::{self, LeaseState};
-use super::key::{FencingToken, IdempotencyKey};
+use super::key::{FencingToken, IdempotencyKey, Intent};
 use super::status::{AttemptKind, Status};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
@@ -14,11 +14,10 @@ use sha2::{Digest, Sha256};
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Record {
     pub key: IdempotencyKey,
-    pub tenant: String,
-    pub tool: String,
-    pub workflow_id: String,
-    pub step_id: String,
-    pub intent_id: String,
+    /// The five strings the key was derived from; flattened, so the record's JSON
+    /// keeps its members (`tenant` … `intent_id`) at the top level.
+    #[serde(flatten)]
+    pub intent: Intent,
     pub business_ref: Option<String>,
     pub fingerprint: String,
     pub business_args: Value,
@@ -254,8 +253,8 @@ pub fn seal(record: &mut Record, mut draft: AttemptDraft) -> Attempt {
         &prev_hash,
         ChainFields {
             key: record.key.as_str(),
-            tenant: &record.tenant,
-            tool: &record.tool,
+            tenant: &record.intent.tenant,
+            tool: &record.intent.tool,
             seq,
             kind: draft.kind.as_str(),
             fencing_token: draft.fencing_token.0,
@@ -270,8 +269,8 @@ pub fn seal(record: &mut Record, mut draft: AttemptDraft) -> Attempt {
     Attempt {
         id: 0,
         key: record.key.clone(),
-        tenant: record.tenant.clone(),
-        tool: record.tool.clone(),
+        tenant: record.intent.tenant.clone(),
+        tool: record.intent.tool.clone(),
         seq,
         kind: draft.kind,
         fencing_token: draft.fencing_token,
@@ -358,11 +357,13 @@ pub(crate) mod tests {
             .to_utc();
         Record {
             key: IdempotencyKey::parse(&"a".repeat(64)).unwrap(),
-            tenant: "acme".into(),
-            tool: "issue_refund".into(),
-            workflow_id: "w".into(),
-            step_id: "4".into(),
-            intent_id: "i".into(),
+            intent: Intent {
+                tenant: "acme".into(),
+                tool: "issue_refund".into(),
+                workflow_id: "w".into(),
+                step_id: "4".into(),
+                intent_id: "i".into(),
+            },
             business_ref: Some("order:A-88214".into()),
             fingerprint: "f".into(),
             business_args: json!({}),

@@ -134,11 +134,7 @@ impl<S: Storage> Guard<S> {
             let provider_retention_until = now + policy.key_retention;
             let record = Record {
                 key: key.clone(),
-                tenant: call.intent.tenant.clone(),
-                tool: call.intent.tool.clone(),
-                workflow_id: call.intent.workflow_id.clone(),
-                step_id: call.intent.step_id.clone(),
-                intent_id: call.intent.intent_id.clone(),
+                intent: call.intent.clone(),
                 business_ref: call.business_ref.clone(),
                 fingerprint: args.fingerprint.0.clone(),
                 business_args: args.value.clone(),

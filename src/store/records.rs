@@ -10,11 +10,11 @@ use sqlx::types::Json;
 macro_rules! bind_claim {
     ($q:expr, $r:expr) => {
         $q.bind($r.key.as_str())
-            .bind(&$r.tenant)
-            .bind(&$r.tool)
-            .bind(&$r.workflow_id)
-            .bind(&$r.step_id)
-            .bind(&$r.intent_id)
+            .bind(&$r.intent.tenant)
+            .bind(&$r.intent.tool)
+            .bind(&$r.intent.workflow_id)
+            .bind(&$r.intent.step_id)
+            .bind(&$r.intent.intent_id)
             .bind(&$r.business_ref)
             .bind(&$r.fingerprint)
             .bind(Json(&$r.business_args))
@@ -38,8 +38,8 @@ macro_rules! bind_claim {
 /// claim of `record`.
 macro_rules! bind_probe {
     ($q:expr, $record:expr, $business_ref:expr, $checks:expr) => {
-        $q.bind(&$record.tenant)
-            .bind(&$record.tool)
+        $q.bind(&$record.intent.tenant)
+            .bind(&$record.intent.tool)
             .bind($business_ref)
             .bind(&$record.fingerprint)
             .bind($record.created_at - $checks.duplicate_window)
@@ -111,7 +111,7 @@ impl Storage for Store {
             let (mut record, mut draft) = build();
             let span = tracing::Span::current();
             span.record("key", record.key.as_str());
-            span.record("tool", record.tool.as_str());
+            span.record("tool", record.intent.tool.as_str());
             // The probe reads before the insert so that its finding is part of the
             // sealed `claimed` row; it excludes the key itself, so a retry of this
             // intent never suspects itself.
@@ -136,8 +136,8 @@ impl Storage for Store {
             if let Some(natural_key) = checks.natural_key {
                 let bind = |q| {
                     sqlx::query_scalar::<_, String>(q)
-                        .bind(&record.tenant)
-                        .bind(&record.tool)
+                        .bind(&record.intent.tenant)
+                        .bind(&record.intent.tool)
                         .bind(natural_key)
                 };
                 let held: Option<String> = bind(sql::CLAIM_NATURAL_KEY)
@@ -166,8 +166,8 @@ impl Storage for Store {
                 sqlx::query(sql::INSERT_SUSPECTED_DUPLICATE)
                     .bind(record.key.as_str())
                     .bind(other)
-                    .bind(&record.tenant)
-                    .bind(&record.tool)
+                    .bind(&record.intent.tenant)
+                    .bind(&record.intent.tool)
                     .bind(record.created_at)
                     .execute(&mut *tx)
                     .await?;
@@ -248,7 +248,7 @@ async fn claim_in_one_statement(
     let (mut record, mut draft) = build();
     let span = tracing::Span::current();
     span.record("key", record.key.as_str());
-    span.record("tool", record.tool.as_str());
+    span.record("tool", record.intent.tool.as_str());
     let mut suspect: Option<String> = None;
     if let Some(business_ref) = &record.business_ref {
         let (found, exists): (Option<String>, bool) = bind_probe!(

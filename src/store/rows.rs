@@ -2,7 +2,7 @@
 //! either backend, so their columns are declared once (the domain struct) and listed
 //! once (`store/sql.rs`), with no row struct repeating them in between.
 
-use crate::guard::{Attempt, FencingToken, Record};
+use crate::guard::{Attempt, FencingToken, Intent, Record};
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::types::Json;
@@ -33,6 +33,14 @@ macro_rules! by_name {
 /// `FromRow` for one backend's row type.
 macro_rules! decode_by_name {
     ($row:ty) => {
+        /// The five intent columns of a record or a listing row (whose derive
+        /// flattens it in).
+        impl<'r> FromRow<'r, $row> for Intent {
+            fn from_row(r: &'r $row) -> Result<Self, sqlx::Error> {
+                Ok(by_name!(r => Intent { tenant, tool, workflow_id, step_id, intent_id } {}))
+            }
+        }
+
         impl<'r> FromRow<'r, $row> for Record {
             fn from_row(r: &'r $row) -> Result<Self, sqlx::Error> {
                 let key: String = r.try_get("key")?;
@@ -41,11 +49,12 @@ macro_rules! decode_by_name {
                 let fencing_token = FencingToken(r.try_get("fencing_token")?);
                 let business_args = r.try_get::<Json<_>, _>("business_args")?.0;
                 let result = r.try_get::<Option<Json<_>>, _>("result")?.map(|j| j.0);
+                let intent = Intent::from_row(r)?;
                 Ok(by_name!(r => Record {
-                    tenant, tool, workflow_id, step_id, intent_id, business_ref, fingerprint,
+                    business_ref, fingerprint,
                     lease_until, attempt_count, error, provider_retention_until,
                     resend_safe_until, release_approved, created_at, updated_at, log_seq, log_hash,
-                } { key, status, fencing_token, business_args, result }))
+                } { key, intent, status, fencing_token, business_args, result }))
             }
         }
 

@@ -1,7 +1,7 @@
 //! One row of a listing: a record without its JSON payloads. Its columns are written
 //! once ([`summary_columns!`]) and decoded straight into [`KeySummary`].
 
-use crate::guard::{Status, UnknownName};
+use crate::guard::{Intent, Status, UnknownName};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -22,11 +22,11 @@ pub(super) use summary_columns;
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct KeySummary {
     pub key: String,
-    pub tenant: String,
-    pub tool: String,
-    pub workflow_id: String,
-    pub step_id: String,
-    pub intent_id: String,
+    /// Flattened both ways: decoded from its five columns by name, serialised as
+    /// top-level members.
+    #[sqlx(flatten)]
+    #[serde(flatten)]
+    pub intent: Intent,
     pub business_ref: Option<String>,
     /// A stored status this version cannot read makes the row corrupt
     /// (`StoreError::Corrupt`, naming the column and the value).

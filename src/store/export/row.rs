@@ -50,11 +50,10 @@ pub struct ExportRow {
     pub seq: i64,
     #[serde(with = "micros")]
     pub occurred_at: DateTime<Utc>,
-    pub tenant: String,
-    pub tool: String,
-    pub workflow_id: String,
-    pub step_id: String,
-    pub intent_id: String,
+    /// The attempt's `tenant` and `tool` and the record's other three intent fields;
+    /// flattened, so the members stay in [`COLUMNS`] order at the top level.
+    #[serde(flatten)]
+    pub intent: Intent,
     pub business_ref: Option<String>,
     pub current_status: Status,
     pub kind: AttemptKind,
@@ -84,8 +83,8 @@ impl ExportRow {
     pub fn chain_fields(&self) -> ChainFields<'_> {
         ChainFields {
             key: &self.key,
-            tenant: &self.tenant,
-            tool: &self.tool,
+            tenant: &self.intent.tenant,
+            tool: &self.intent.tool,
             seq: self.seq,
             kind: self.kind.as_str(),
             fencing_token: self.fencing_token,
@@ -99,14 +98,7 @@ impl ExportRow {
     /// The key the guard derives from this row's intent; an empty or over-long field
     /// derives nothing (and so never matches).
     pub fn derived_key(&self) -> String {
-        let intent = Intent {
-            tenant: self.tenant.clone(),
-            tool: self.tool.clone(),
-            workflow_id: self.workflow_id.clone(),
-            step_id: self.step_id.clone(),
-            intent_id: self.intent_id.clone(),
-        };
-        intent.key().map(|k| k.to_string()).unwrap_or_default()
+        self.intent.key().map(|k| k.to_string()).unwrap_or_default()
     }
 
     /// The record's state as exported beside this row.

@@ -50,7 +50,7 @@ impl<'a> Caller<'a> {
             return Ok(());
         }
         match state.store.record(key.as_str()).await? {
-            Some(r) => self.may_call(&r.tenant, &r.tool),
+            Some(r) => self.may_call(&r.intent.tenant, &r.intent.tool),
             None => Err(Error::guard(
                 GuardError::NotFound(key.to_string()),
                 state.clock.now(),

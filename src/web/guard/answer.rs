@@ -83,7 +83,7 @@ impl Answer {
             lease_until,
             &before.business_args,
             policy,
-            &before.tool,
+            &before.intent.tool,
         );
         let o = body.as_object_mut().expect("an answer is an object");
         o.insert("decision".into(), json!("reconcile"));

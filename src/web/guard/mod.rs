@@ -119,14 +119,14 @@ async fn reconcile(
         Reconciled::Found { result } => Answer::replay(key, result),
         Reconciled::Unknown { reason } => Answer::unknown(key, &reason),
         Reconciled::Resend { record } => {
-            let policy = access::policy(&state, &record.tool)?;
+            let policy = access::policy(&state, &record.intent.tool)?;
             Answer::execute(
                 key,
                 record.fencing_token.0,
                 record.lease_until,
                 &record.business_args,
                 policy,
-                &record.tool,
+                &record.intent.tool,
             )
         }
     })

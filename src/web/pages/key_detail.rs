@@ -316,7 +316,7 @@ fn siblings(
     let shown: Vec<_> = keys.iter().take(SIBLINGS as usize).collect();
     let mut per_tool: BTreeMap<&str, usize> = BTreeMap::new();
     for k in &shown {
-        *per_tool.entry(k.tool.as_str()).or_default() += 1;
+        *per_tool.entry(k.intent.tool.as_str()).or_default() += 1;
     }
     let more = keys.len() > SIBLINGS as usize;
     let n = shown.len();
@@ -476,9 +476,12 @@ async fn key_page(
         may_review: may_resolve,
         csrf_token: ctx.csrf_token.clone(),
         links: KeyLinks {
-            tool: link("/keys", &[("tool", Some(&record.tool))]),
-            workflow: link("/keys", &[("workflow_id", Some(&record.workflow_id))]),
-            intent: link("/keys", &[("intent_id", Some(&record.intent_id))]),
+            tool: link("/keys", &[("tool", Some(&record.intent.tool))]),
+            workflow: link(
+                "/keys",
+                &[("workflow_id", Some(&record.intent.workflow_id))],
+            ),
+            intent: link("/keys", &[("intent_id", Some(&record.intent.intent_id))]),
             business_ref: link("/keys", &[("business_ref", record.business_ref.as_deref())]),
         },
         r: record,

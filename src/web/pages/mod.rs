@@ -148,9 +148,9 @@ impl KeyRow {
         Self {
             short: super::filters::short_key(&k.key),
             key: k.key.clone(),
-            tenant: k.tenant.clone(),
-            tool: k.tool.clone(),
-            intent_id: k.intent_id.clone(),
+            tenant: k.intent.tenant.clone(),
+            tool: k.intent.tool.clone(),
+            intent_id: k.intent.intent_id.clone(),
             business_ref: k.business_ref.clone(),
             badge: status_badge(
                 k.status,

@@ -113,7 +113,7 @@ impl KeyState {
         Self {
             key: r.key.to_string(),
             short: short_key(r.key.as_str()),
-            tool: r.tool.clone(),
+            tool: r.intent.tool.clone(),
             business_ref: r.business_ref.clone(),
             badge: status_badge(r.status, r.lease_expired(now)),
             token: r.fencing_token.0,
