@@ -6,6 +6,7 @@ use super::http::{self, Pool};
 use super::report::Figure;
 use super::seed::key_of;
 use super::slices::{Plan, alternate};
+use idemwatch::guard::IdempotencyKey;
 use idemwatch::store::{Cursor, KeyFilter, Store};
 use idemwatch::web::{self, AppState};
 use std::sync::Arc;
@@ -43,7 +44,7 @@ pub async fn run(store: &Store, keys: u64, plan: Plan, clients: usize, figures: 
         let (s, n) = (s.clone(), n.clone());
         async move {
             let i = pick(&n, keys);
-            let key = key_of(i);
+            let key = IdempotencyKey::parse(&key_of(i)).unwrap();
             let r = s.record(&key).await.unwrap().unwrap();
             s.attempts(&key).await.unwrap();
             s.keys_with_business_ref(r.business_ref.as_deref().unwrap(), 21)

@@ -178,6 +178,13 @@ impl std::str::FromStr for FencingToken {
     }
 }
 
+/// A stored token as the store reads it (the column is a plain integer).
+impl From<i64> for FencingToken {
+    fn from(n: i64) -> FencingToken {
+        FencingToken(n)
+    }
+}
+
 impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)

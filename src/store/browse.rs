@@ -67,7 +67,7 @@ fn page_of(
     keys.truncate(limit as usize);
     let next = keys.last().map(|k| Cursor {
         at: at(k),
-        key: k.key.clone(),
+        key: k.key.to_string(),
     });
     (keys, next)
 }

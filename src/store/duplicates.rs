@@ -2,6 +2,7 @@
 //! resolver's review of one, written with its attempt row under the key's lock.
 
 use super::{Store, StoreError, on_pool};
+use crate::guard::IdempotencyKey;
 
 use chrono::{DateTime, Utc};
 
@@ -57,8 +58,13 @@ pub(super) const REVIEW_PAIR: &str = "UPDATE idempotency_suspected_duplicates \
     WHERE key = $1 AND other_key = $6 AND state = 'open'";
 
 impl Store {
-    pub async fn suspected_pairs_of(&self, key: &str) -> Result<Vec<SuspectedPair>, StoreError> {
-        Ok(on_pool!(self, pool => sqlx::query_as(PAIRS_OF_KEY).bind(key).fetch_all(pool).await)?)
+    pub async fn suspected_pairs_of(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Vec<SuspectedPair>, StoreError> {
+        Ok(
+            on_pool!(self, pool => sqlx::query_as(PAIRS_OF_KEY).bind(key.as_str()).fetch_all(pool).await)?,
+        )
     }
 
     /// Open pairs, newest first; of `tool` only, if given.
@@ -72,7 +78,12 @@ impl Store {
         )
     }
 
-    pub async fn suspected_pair(&self, key: &str) -> Result<Option<SuspectedPair>, StoreError> {
-        Ok(on_pool!(self, pool => sqlx::query_as(PAIR).bind(key).fetch_optional(pool).await)?)
+    pub async fn suspected_pair(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<Option<SuspectedPair>, StoreError> {
+        Ok(
+            on_pool!(self, pool => sqlx::query_as(PAIR).bind(key.as_str()).fetch_optional(pool).await)?,
+        )
     }
 }

@@ -171,7 +171,7 @@ impl Store {
             .bind(f.until)
             .bind(f.tenant)
             .bind(f.tool)
-            .bind(f.key)
+            .bind(f.key.map(String::from))
             .bind(f.business_ref)
             .fetch(pool)
             .map(|r| r.map_err(StoreError::from))

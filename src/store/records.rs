@@ -233,7 +233,7 @@ impl Storage for Store {
     }
 
     async fn record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        Store::record(self, key.as_str()).await
+        Store::record(self, key).await
     }
 }
 
@@ -360,16 +360,16 @@ impl Store {
         })
     }
 
-    pub async fn record(&self, key: &str) -> Result<Option<Record>, StoreError> {
+    pub async fn record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         Ok(
-            on_pool!(self, pool => sqlx::query_as(sql::GET_RECORD).bind(key).fetch_optional(pool).await)?,
+            on_pool!(self, pool => sqlx::query_as(sql::GET_RECORD).bind(key.as_str()).fetch_optional(pool).await)?,
         )
     }
 
     /// Every attempt of `key`, in `seq` order.
-    pub async fn attempts(&self, key: &str) -> Result<Vec<Attempt>, StoreError> {
+    pub async fn attempts(&self, key: &IdempotencyKey) -> Result<Vec<Attempt>, StoreError> {
         Ok(
-            on_pool!(self, pool => sqlx::query_as(sql::ATTEMPTS_OF_KEY).bind(key).fetch_all(pool).await)?,
+            on_pool!(self, pool => sqlx::query_as(sql::ATTEMPTS_OF_KEY).bind(key.as_str()).fetch_all(pool).await)?,
         )
     }
 }

@@ -4,7 +4,7 @@
 
 use super::sql::select_attempts;
 use super::{Store, StoreError, on_pool};
-use crate::guard::{Attempt, AttemptKind};
+use crate::guard::{Attempt, AttemptKind, IdempotencyKey};
 use std::collections::BTreeMap;
 
 const PAGE: &str = concat!(
@@ -29,12 +29,12 @@ pub struct AttemptPage {
 impl Store {
     pub async fn attempts_page(
         &self,
-        key: &str,
+        key: &IdempotencyKey,
         after_seq: i64,
         limit: u32,
     ) -> Result<AttemptPage, StoreError> {
         let mut attempts: Vec<Attempt> = on_pool!(self, pool => sqlx::query_as(PAGE)
-            .bind(key)
+            .bind(key.as_str())
             .bind(after_seq)
             .bind(i64::from(limit) + 1)
             .fetch_all(pool)
@@ -45,9 +45,13 @@ impl Store {
     }
 
     /// The newest `limit` attempts of a key, oldest first.
-    pub async fn attempts_newest(&self, key: &str, limit: u32) -> Result<Vec<Attempt>, StoreError> {
+    pub async fn attempts_newest(
+        &self,
+        key: &IdempotencyKey,
+        limit: u32,
+    ) -> Result<Vec<Attempt>, StoreError> {
         let mut attempts: Vec<Attempt> = on_pool!(self, pool => sqlx::query_as(NEWEST)
-            .bind(key)
+            .bind(key.as_str())
             .bind(i64::from(limit))
             .fetch_all(pool)
             .await)?;
@@ -56,9 +60,12 @@ impl Store {
     }
 
     /// How many attempts of each kind a key has (the whole timeline, counted in SQL).
-    pub async fn attempt_kinds(&self, key: &str) -> Result<BTreeMap<AttemptKind, i64>, StoreError> {
+    pub async fn attempt_kinds(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<BTreeMap<AttemptKind, i64>, StoreError> {
         let rows: Vec<(String, i64)> =
-            on_pool!(self, pool => sqlx::query_as(KINDS).bind(key).fetch_all(pool).await)?;
+            on_pool!(self, pool => sqlx::query_as(KINDS).bind(key.as_str()).fetch_all(pool).await)?;
         rows.into_iter()
             .map(|(kind, n)| {
                 kind.parse::<AttemptKind>()

@@ -351,7 +351,7 @@ pub fn file_name(filter: &ExportFilter, format: Format, now: DateTime<Utc>) -> S
         add("ref", v);
     }
     if let Some(v) = &filter.key {
-        add("key", &v[..v.len().min(12)]);
+        add("key", &v.as_str()[..12]);
     }
     if let Some(t) = filter.since {
         add("from", &stamp(t));
@@ -370,10 +370,10 @@ pub fn manifest_url(filter: &ExportFilter, format: Format) -> String {
         }
     }
     let texts = [
-        ("tenant", &filter.tenant),
-        ("tool", &filter.tool),
-        ("key", &filter.key),
-        ("business_ref", &filter.business_ref),
+        ("tenant", filter.tenant.as_deref()),
+        ("tool", filter.tool.as_deref()),
+        ("key", filter.key.as_ref().map(|k| k.as_str())),
+        ("business_ref", filter.business_ref.as_deref()),
     ];
     for (name, v) in texts {
         if let Some(v) = v {

@@ -4,6 +4,7 @@
 //! to the attempt log as token X.
 
 use crate::support::TestDb;
+use crate::support::as_key;
 use crate::support::auth::*;
 use crate::ui_seed::seed;
 use axum::http::{Method, StatusCode};
@@ -82,6 +83,6 @@ async fn proxy_identity_is_unambiguous_and_kept_apart_from_tokens() {
     )
     .await;
     assert_eq!(ok.status, StatusCode::OK, "{}", ok.body);
-    let attempts = db.store.attempts(&s.unknown).await.unwrap();
+    let attempts = db.store.attempts(&as_key(&s.unknown)).await.unwrap();
     assert_eq!(attempts.last().unwrap().actor, "user:token:nightly");
 }

@@ -6,6 +6,7 @@
 
 use crate::both_backends;
 use crate::support::TestDb;
+use crate::support::as_key;
 use crate::support::auth::*;
 use crate::ui_seed::seed;
 use axum::Router;
@@ -254,7 +255,7 @@ both_backends!(
         let at = login.body.find("name=\"csrf_token\" value=\"").unwrap() + 25;
         let attacker_token = login.body[at..].split('"').next().unwrap().to_string();
         // The victim's browser, the planted cookie in place of its own.
-        let record = db.store.record(&s.unknown).await.unwrap().unwrap();
+        let record = db.store.record(&as_key(&s.unknown)).await.unwrap().unwrap();
         let expected = record.fencing_token.to_string();
         let resolve = |token: &str| {
             vec![
@@ -268,7 +269,7 @@ both_backends!(
             .map(|(k, v)| (k, v.to_string()))
             .collect::<Vec<_>>()
         };
-        let before = db.store.attempts(&s.unknown).await.unwrap().len();
+        let before = db.store.attempts(&as_key(&s.unknown)).await.unwrap().len();
         let cookie = format!(
             "idemwatch_session={}; idemwatch_csrf={planted}",
             victim.session
@@ -278,14 +279,17 @@ both_backends!(
         let uri = format!("/keys/{}/resolve", s.unknown);
         let forged = post_form(&app, &uri, &cookie, &pairs).await;
         assert_eq!(forged.status, StatusCode::FORBIDDEN, "{}", forged.body);
-        assert_eq!(db.store.attempts(&s.unknown).await.unwrap().len(), before);
+        assert_eq!(
+            db.store.attempts(&as_key(&s.unknown)).await.unwrap().len(),
+            before
+        );
         // The token of a page the session itself rendered works.
         let token = page_token(&app, &victim).await;
         let pairs = resolve(&token);
         let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let ok = post_form(&app, &uri, &victim.cookie(), &pairs).await;
         assert_ne!(ok.status, StatusCode::FORBIDDEN, "{}", ok.body);
-        assert!(db.store.attempts(&s.unknown).await.unwrap().len() > before);
+        assert!(db.store.attempts(&as_key(&s.unknown)).await.unwrap().len() > before);
     }
 );
 

@@ -5,6 +5,7 @@
 
 use crate::both_backends;
 use crate::support::TestDb;
+use crate::support::as_key;
 use crate::support::auth::*;
 use crate::ui_seed::{Seeded, seed};
 use axum::Router;
@@ -64,7 +65,7 @@ fn json_resolve() -> String {
 }
 
 async fn attempt_count(db: &TestDb, key: &str) -> usize {
-    db.store.attempts(key).await.unwrap().len()
+    db.store.attempts(&as_key(key)).await.unwrap().len()
 }
 
 both_backends!(

@@ -9,6 +9,7 @@
 //! elsewhere.
 
 use crate::support::TestDb;
+use crate::support::as_key;
 use crate::support::auth::{HASH, PASSWORD, auth_file_text};
 use crate::support::pg::required;
 use crate::support::server::Server;
@@ -56,7 +57,13 @@ async fn a_resolver_resolves_an_unknown_key_in_a_real_browser() {
     .await
     .unwrap();
 
-    let last = db.store.attempts(&s.unknown).await.unwrap().pop().unwrap();
+    let last = db
+        .store
+        .attempts(&as_key(&s.unknown))
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
     assert_eq!(
         (last.kind.as_str(), last.actor.as_str()),
         ("resolved", "sam")

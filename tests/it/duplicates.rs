@@ -40,7 +40,7 @@ both_backends!(
         f.guard.run(&second, &f.client([])).await.unwrap();
         // Two effects: the guard lets it through (it may be a genuine repeat) and says so.
         assert_eq!(f.ledger.effects().len(), 2);
-        let claimed = &f.store.attempts(key(&second).as_str()).await.unwrap()[0];
+        let claimed = &f.store.attempts(&key(&second)).await.unwrap()[0];
         assert_eq!(claimed.kind, AttemptKind::Claimed);
         assert_eq!(
             claimed.detail["suspected_duplicate_of"],
@@ -55,10 +55,7 @@ both_backends!(
         assert_eq!(pairs[0].business_ref.as_deref(), Some("order:D-1"));
         // The earlier key's page sees the pair too.
         assert_eq!(
-            f.store
-                .suspected_pairs_of(key(&first).as_str())
-                .await
-                .unwrap(),
+            f.store.suspected_pairs_of(&key(&first)).await.unwrap(),
             pairs
         );
 
@@ -131,11 +128,11 @@ both_backends!(
         f.guard.review_duplicate(&k, &review).await.unwrap();
         let log = f.log(k.as_str()).await;
         assert_eq!(log.last().unwrap().0, AttemptKind::DuplicateReviewed);
-        let row = f.store.attempts(k.as_str()).await.unwrap().pop().unwrap();
+        let row = f.store.attempts(&k).await.unwrap().pop().unwrap();
         assert_eq!(row.actor, "sam");
         assert_eq!(row.detail["verdict"], json!("intended"));
         assert_eq!(row.detail["reason"], json!("two parcels, two refunds"));
-        let pair = f.store.suspected_pair(k.as_str()).await.unwrap().unwrap();
+        let pair = f.store.suspected_pair(&k).await.unwrap().unwrap();
         assert_eq!(
             (pair.state.as_str(), pair.reviewed_by.as_deref()),
             ("intended", Some("sam"))
@@ -258,7 +255,7 @@ both_backends!(
         assert!(r.body.contains("verdict"), "{}", r.body);
         assert!(
             f.store
-                .suspected_pair(k2.as_str())
+                .suspected_pair(&k2)
                 .await
                 .unwrap()
                 .unwrap()
@@ -268,9 +265,9 @@ both_backends!(
         let r = app.post_form(&uri, &review("confirmed")).await;
         assert_eq!(r.status, StatusCode::SEE_OTHER, "{}", r.body);
         assert_eq!(r.location(), format!("/keys/{k2}#duplicates"));
-        let pair = f.store.suspected_pair(k2.as_str()).await.unwrap().unwrap();
+        let pair = f.store.suspected_pair(&k2).await.unwrap().unwrap();
         assert_eq!(pair.state, "confirmed");
-        let row = f.store.attempts(k2.as_str()).await.unwrap().pop().unwrap();
+        let row = f.store.attempts(&k2).await.unwrap().pop().unwrap();
         assert_eq!(
             (row.kind, row.actor.as_str()),
             (AttemptKind::DuplicateReviewed, "sam")

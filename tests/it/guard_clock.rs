@@ -104,7 +104,7 @@ both_backends!(
             joined.unwrap();
         }
 
-        let attempts = db.store.attempts(key.as_str()).await.unwrap();
+        let attempts = db.store.attempts(&key).await.unwrap();
         let kinds: Vec<AttemptKind> = attempts.iter().map(|a| a.kind).collect();
         for kind in [
             AttemptKind::Claimed,

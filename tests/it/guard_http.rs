@@ -67,7 +67,7 @@ both_backends!(
             api.f.log(key.as_str()).await,
             [(Claimed, 1), (Completed, 1), (Replayed, 1)]
         );
-        let attempts = db.store.attempts(key.as_str()).await.unwrap();
+        let attempts = db.store.attempts(&key).await.unwrap();
         assert_eq!(attempts[0].actor, "local/worker-1");
         assert_eq!(attempts[0].detail["policy"]["tool"], "issue_refund");
         assert_eq!(

@@ -59,7 +59,7 @@ both_backends!(
             )
             .await;
         assert_eq!(s.json["status"], "DONE");
-        let attempts = db.store.attempts(key.as_str()).await.unwrap();
+        let attempts = db.store.attempts(&key).await.unwrap();
         let actors: Vec<&str> = attempts.iter().map(|a| a.actor.as_str()).collect();
         assert_eq!(actors, ["token:bots/worker-1", "token:bots/worker-1"]);
         // An admin token may call it too.
@@ -87,7 +87,7 @@ both_backends!(
         );
         assert!(
             db.store
-                .record(globex.intent.key().unwrap().as_str())
+                .record(&globex.intent.key().unwrap())
                 .await
                 .unwrap()
                 .is_none()

@@ -82,11 +82,7 @@ both_backends!(
         assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
         assert_eq!(r.json["code"], "method_not_allowed");
         let intent: idemwatch::guard::Intent = serde_json::from_str(INTENT).unwrap();
-        let written = db
-            .store
-            .record(intent.key().unwrap().as_str())
-            .await
-            .unwrap();
+        let written = db.store.record(&intent.key().unwrap()).await.unwrap();
         assert!(written.is_none(), "nothing was written");
     }
 );

@@ -65,8 +65,8 @@ both_backends!(
         assert_eq!((again.key.clone(), again.result), (k1.clone(), done.result));
         assert_eq!(f.ledger.effects().len(), 1);
         // The second intent wrote no record of its own; the holder's log says who came.
-        assert!(f.store.record(k2.as_str()).await.unwrap().is_none());
-        let attempts = f.store.attempts(k1.as_str()).await.unwrap();
+        assert!(f.store.record(&k2).await.unwrap().is_none());
+        let attempts = f.store.attempts(&k1).await.unwrap();
         let replay = attempts.last().unwrap();
         assert_eq!(replay.kind, AttemptKind::Replayed);
         assert_eq!(replay.detail["intent_key"], json!(k2.as_str()));
@@ -130,8 +130,8 @@ both_backends!(
         assert_eq!(f.ledger.effects().len(), 1, "one effect for one invoice");
         // Exactly one of the two keys holds the natural key and has a record.
         let (k1, k2) = (first.intent.key().unwrap(), second.intent.key().unwrap());
-        let r1 = f.store.record(k1.as_str()).await.unwrap();
-        let r2 = f.store.record(k2.as_str()).await.unwrap();
+        let r1 = f.store.record(&k1).await.unwrap();
+        let r2 = f.store.record(&k2).await.unwrap();
         assert!(r1.is_some() != r2.is_some(), "{r1:?} {r2:?}");
         let holder = if r1.is_some() { k1 } else { k2 };
         let log = f.log(holder.as_str()).await;

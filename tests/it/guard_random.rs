@@ -9,6 +9,7 @@
 //! docs/TESTING.md) and `IDEMWATCH_SEED` the first seed.
 
 use crate::both_backends;
+use crate::support::as_key;
 use crate::support::fixture::{Fixture, refund};
 use crate::support::provider::{Client, Fault};
 use chrono::TimeDelta;
@@ -109,7 +110,7 @@ async fn run_schedule(f: Arc<Fixture>, seed: u64) -> Result<Vec<AttemptKind>, St
                     let k = idemwatch::guard::IdempotencyKey::parse(key).unwrap();
                     let record = f
                         .store
-                        .record(key)
+                        .record(&as_key(key))
                         .await
                         .map_err(|e| e.to_string())?
                         .unwrap();

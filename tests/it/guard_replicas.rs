@@ -6,6 +6,7 @@
 //! with exactly one effect.
 
 use crate::support::TestDb;
+use crate::support::as_key;
 use crate::support::effects::Effects;
 use crate::support::server::{Server, refund_tools_file};
 use serde_json::{Value, json};
@@ -194,7 +195,7 @@ async fn two_replicas_on_one_database_perform_each_intent_exactly_once() {
     assert_eq!(effects.len(), INTENTS, "one key per intent");
     for (key, ids) in &effects {
         assert_eq!(ids.len(), 1, "key {key}: {ids:?}");
-        let record = db.store.record(key).await.unwrap().unwrap();
+        let record = db.store.record(&as_key(key)).await.unwrap().unwrap();
         assert_eq!(record.status, idemwatch::guard::Status::Done, "{key}");
     }
     assert!(

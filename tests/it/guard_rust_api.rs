@@ -128,14 +128,14 @@ both_backends!(
         let key = run_in_process(db.store.clone(), Refunds, intent("refund:1"), args())
             .await
             .unwrap();
-        let record = db.store.record(key.as_str()).await.unwrap().unwrap();
+        let record = db.store.record(&key).await.unwrap().unwrap();
         assert_eq!(record.status, Status::Done);
         // The same intent again is a replay: still one effect.
         let again = run_in_process(db.store.clone(), Refunds, intent("refund:1"), args())
             .await
             .unwrap();
         assert_eq!(again, key);
-        assert_eq!(db.store.attempts(key.as_str()).await.unwrap().len(), 3);
+        assert_eq!(db.store.attempts(&key).await.unwrap().len(), 3);
 
         let guard = idemwatch::guard::Guard::new(
             db.store.clone(),
@@ -153,12 +153,12 @@ both_backends!(
             .await
             .unwrap();
         let key = call.intent.key().unwrap();
-        let record = db.store.record(key.as_str()).await.unwrap().unwrap();
+        let record = db.store.record(&key).await.unwrap().unwrap();
         assert_eq!(
             (record.status, record.result),
             (Status::Done, Some(result.clone()))
         );
         run_as_steps(&guard, call.clone(), result).await.unwrap();
-        assert_eq!(db.store.attempts(key.as_str()).await.unwrap().len(), 3);
+        assert_eq!(db.store.attempts(&key).await.unwrap().len(), 3);
     }
 );

@@ -53,7 +53,7 @@ both_backends!(
             })
             .await
             .unwrap();
-        let rows_before = db.store.attempts(key.as_str()).await.unwrap().len();
+        let rows_before = db.store.attempts(&key).await.unwrap().len();
         let stale = db
             .store
             .write_if_unchanged(&claimed, complete(token))
@@ -62,10 +62,7 @@ both_backends!(
         assert_eq!(stale, None, "a write decided on a stale record applied");
         let after = Storage::record(&db.store, &key).await.unwrap().unwrap();
         assert_eq!(after.status, Status::InProgress);
-        assert_eq!(
-            db.store.attempts(key.as_str()).await.unwrap().len(),
-            rows_before
-        );
+        assert_eq!(db.store.attempts(&key).await.unwrap().len(), rows_before);
 
         // On the record as stored now, PostgreSQL writes in one statement; SQLite
         // declines (its locked read is in process) and leaves the key untouched.
@@ -75,7 +72,7 @@ both_backends!(
             .await
             .unwrap();
         let stored = Storage::record(&db.store, &key).await.unwrap().unwrap();
-        let attempts = db.store.attempts(key.as_str()).await.unwrap();
+        let attempts = db.store.attempts(&key).await.unwrap();
         match db.store.backend() {
             Backend::Postgres => {
                 assert_eq!(fresh, Some(()));
@@ -143,7 +140,7 @@ both_backends!(
         assert_eq!(stored.result, None);
         let kinds: Vec<AttemptKind> = db
             .store
-            .attempts(key.as_str())
+            .attempts(&key)
             .await
             .unwrap()
             .iter()

@@ -3,6 +3,7 @@
 
 use crate::both_backends;
 use crate::support::TestDb;
+use crate::support::as_key;
 use crate::support::auth::*;
 use crate::ui_seed::seed;
 use axum::Router;
@@ -162,7 +163,7 @@ both_backends!(
     async fn a_key_listed_many_times_in_a_bulk_resolve_is_resolved_once(db: TestDb) {
         let s = seed(&db.store, Utc::now(), 0).await;
         let app = builtin_app(&db.store, Arc::new(s.clock.clone())).await;
-        let before = db.store.attempts(&s.unknown).await.unwrap().len();
+        let before = db.store.attempts(&as_key(&s.unknown)).await.unwrap().len();
         let item = format!("{}.1", s.unknown);
         let csrf = csrf_token();
         let post = |items: Vec<String>| {
@@ -188,7 +189,7 @@ both_backends!(
         .await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.body);
         assert!(r.body.contains(": 1 resolved</h1>"), "{}", r.body);
-        let after = db.store.attempts(&s.unknown).await.unwrap().len();
+        let after = db.store.attempts(&as_key(&s.unknown)).await.unwrap().len();
         assert_eq!(after, before + 1, "one resolution, no stale-write rows");
 
         // The same key under two tokens, and more keys than a batch holds: 400.
@@ -205,7 +206,10 @@ both_backends!(
             .await;
             assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
         }
-        assert_eq!(db.store.attempts(&s.unknown).await.unwrap().len(), after);
+        assert_eq!(
+            db.store.attempts(&as_key(&s.unknown)).await.unwrap().len(),
+            after
+        );
     }
 );
 

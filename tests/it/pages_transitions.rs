@@ -10,6 +10,7 @@
 use crate::both_backends;
 use crate::metrics::{catch_up_all, ids_now, resolve, scrape};
 use crate::support::app::{get, linked_keys};
+use crate::support::as_key;
 use crate::support::fixture::{DEADLINE, Fixture, refund};
 use crate::support::provider::Fault;
 use axum::http::StatusCode;
@@ -56,7 +57,7 @@ impl Counted {
             resolved_keys: BTreeMap::new(),
         };
         for k in keys {
-            for a in store.attempts(k).await.unwrap() {
+            for a in store.attempts(&as_key(k)).await.unwrap() {
                 if a.occurred_at < from || a.occurred_at >= to {
                     continue;
                 }

@@ -6,6 +6,7 @@
 
 use crate::both_backends;
 use crate::metrics::scrape;
+use crate::support::as_key;
 use crate::support::auth::{Who, builtin_app, call, csrf_token, form};
 use crate::support::fixture::{Fixture, refund};
 use crate::support::provider::Fault;
@@ -27,7 +28,7 @@ async fn readings(f: &Fixture, key: &str) -> Vec<(&'static str, bool)> {
     let who = Who::Session("sam");
     let page = call(&app, Method::GET, &format!("/keys/{key}"), who, None).await;
     assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-    let record = f.store.record(key).await.unwrap().unwrap();
+    let record = f.store.record(&as_key(key)).await.unwrap().unwrap();
     let review = call(
         &app,
         Method::POST,
@@ -116,7 +117,7 @@ async fn readings(f: &Fixture, key: &str) -> Vec<(&'static str, bool)> {
 async fn takeover(f: &Fixture, call: &ToolCall) -> AttemptKind {
     let _ = f.guard.run(call, &f.client([])).await;
     let key = call.intent.key().unwrap();
-    let attempts = f.store.attempts(key.as_str()).await.unwrap();
+    let attempts = f.store.attempts(&key).await.unwrap();
     let after = attempts
         .iter()
         .position(|a| a.kind == AttemptKind::TakenOver)
@@ -141,7 +142,7 @@ both_backends!(
                 .unwrap_err();
         }
         let key = |c: &ToolCall| c.intent.key().unwrap().to_string();
-        let record = f.store.record(&key(&late)).await.unwrap().unwrap();
+        let record = f.store.record(&as_key(&key(&late))).await.unwrap().unwrap();
         let instant = record.resend_safe_until;
         // The margin: a minute before the provider's own deadline (24 h retention).
         assert_eq!(
@@ -198,7 +199,7 @@ both_backends!(
                 Store::Postgres(pool) => old_claim!(pool),
                 Store::Sqlite(pool) => old_claim!(pool),
             }
-            let record = db.store.record(&key).await.unwrap().unwrap();
+            let record = db.store.record(&as_key(&key)).await.unwrap().unwrap();
             let expected = resend_safe_until(record.created_at, record.provider_retention_until);
             // SQLite's date functions keep milliseconds.
             let off = (record.resend_safe_until - expected).abs();

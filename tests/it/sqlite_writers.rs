@@ -4,6 +4,7 @@
 //! their write locks arbitrated by SQLite's busy timeout.
 
 use crate::support::TestDb;
+use crate::support::as_key;
 use crate::support::effects::Effects;
 use crate::support::fixture::refund;
 use idemwatch::export::verify_database;
@@ -70,7 +71,7 @@ async fn writes_queue_for_one_connection_while_reads_use_the_pool() {
     let waiting = tokio::spawn(async move { g.run(&call, &op).await });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiting.is_finished(), "a write ran beside the held writer");
-    assert_eq!(db.store.record(key.as_str()).await.unwrap(), None);
+    assert_eq!(db.store.record(&key).await.unwrap(), None);
     assert!(pools.reader().size() >= 1);
 
     drop(held); // rolls back and gives the writer back
@@ -130,7 +131,7 @@ async fn two_stores_on_one_file_perform_each_intent_exactly_once() {
     assert_eq!(effects.len(), 40);
     for (key, ids) in &effects {
         assert_eq!(ids.len(), 1, "{key}: {ids:?}");
-        let attempts = db.store.attempts(key).await.unwrap();
+        let attempts = db.store.attempts(&as_key(key)).await.unwrap();
         let completed = attempts
             .iter()
             .filter(|a| a.kind == AttemptKind::Completed)

@@ -1,7 +1,7 @@
 //! One row of a listing: a record without its JSON payloads. Its columns are written
 //! once ([`summary_columns!`]) and decoded straight into [`KeySummary`].
 
-use crate::guard::{Intent, Status, UnknownName};
+use crate::guard::{FencingToken, IdempotencyKey, Intent, Status, UnknownName};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
@@ -21,7 +21,9 @@ pub(super) use summary_columns;
 /// [`resend_safe`](crate::guard::resend_safe)).
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
 pub struct KeySummary {
-    pub key: String,
+    /// A stored key that is not one makes the row corrupt, as a bad status does.
+    #[sqlx(try_from = "String")]
+    pub key: IdempotencyKey,
     /// Flattened both ways: decoded from its five columns by name, serialised as
     /// top-level members.
     #[sqlx(flatten)]
@@ -32,7 +34,8 @@ pub struct KeySummary {
     /// (`StoreError::Corrupt`, naming the column and the value).
     #[sqlx(try_from = "String")]
     pub status: Status,
-    pub fencing_token: i64,
+    #[sqlx(try_from = "i64")]
+    pub fencing_token: FencingToken,
     pub lease_until: DateTime<Utc>,
     pub attempt_count: i64,
     pub provider_retention_until: DateTime<Utc>,

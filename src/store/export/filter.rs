@@ -18,7 +18,7 @@ pub struct ExportFilter {
     pub until: Option<DateTime<Utc>>,
     pub tenant: Option<String>,
     pub tool: Option<String>,
-    pub key: Option<String>,
+    pub key: Option<IdempotencyKey>,
     pub business_ref: Option<String>,
 }
 
@@ -46,7 +46,7 @@ impl ExportFilter {
         fn text(v: Option<&str>) -> Option<&str> {
             v.map(str::trim).filter(|s| !s.is_empty())
         }
-        let filter = ExportFilter {
+        let mut filter = ExportFilter {
             since: text(since)
                 .map(|t| parse_time("since", t, now))
                 .transpose()?,
@@ -55,10 +55,13 @@ impl ExportFilter {
                 .transpose()?,
             tenant: text(tenant).map(String::from),
             tool: text(tool).map(String::from),
-            key: text(key).map(String::from),
+            key: None,
             business_ref: text(business_ref).map(String::from),
         };
         filter.validate()?;
+        // Read after the times are checked, so a request wrong in both is told about
+        // the times first, as before the key was typed.
+        filter.key = text(key).map(parse_key).transpose()?;
         Ok(filter)
     }
 
@@ -71,14 +74,16 @@ impl ExportFilter {
                 message: "must be later than since".into(),
             });
         }
-        if let Some(key) = &self.key {
-            IdempotencyKey::parse(key).map_err(|_| FilterError {
-                field: "key",
-                message: "must be an idempotency key: 64 lowercase hex characters".into(),
-            })?;
-        }
         Ok(())
     }
+}
+
+/// The `key` filter, naming the field when it is no key.
+fn parse_key(text: &str) -> Result<IdempotencyKey, FilterError> {
+    IdempotencyKey::parse(text).map_err(|_| FilterError {
+        field: "key",
+        message: "must be an idempotency key: 64 lowercase hex characters".into(),
+    })
 }
 
 /// A filter time in [`time_input`]'s grammar, naming the field when it cannot be used.

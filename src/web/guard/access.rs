@@ -49,7 +49,7 @@ impl<'a> Caller<'a> {
         if !self.scope.is_limited() {
             return Ok(());
         }
-        match state.store.record(key.as_str()).await? {
+        match state.store.record(key).await? {
             Some(r) => self.may_call(&r.intent.tenant, &r.intent.tool),
             None => Err(Error::guard(
                 GuardError::NotFound(key.to_string()),

@@ -43,7 +43,7 @@ pub async fn key_state(
 }
 
 async fn read(state: &AppState, key: &IdempotencyKey) -> Result<Record, Error> {
-    state.store.record(key.as_str()).await?.ok_or_else(|| {
+    state.store.record(key).await?.ok_or_else(|| {
         Error::guard(
             crate::guard::GuardError::NotFound(key.to_string()),
             state.clock.now(),
@@ -56,7 +56,7 @@ async fn awaiting_person(state: &AppState, record: &Record) -> Result<bool, Erro
     if record.status != Status::Unknown || record.release_approved {
         return Ok(false);
     }
-    let attempts = state.store.attempts(record.key.as_str()).await?;
+    let attempts = state.store.attempts(&record.key).await?;
     Ok(attempts
         .last()
         .is_some_and(|a| a.kind == AttemptKind::Escalated))

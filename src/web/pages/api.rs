@@ -13,7 +13,7 @@
 use super::key_detail::{TIMELINE_PAGE, parse_after};
 use super::params::{parse_key, parse_resolution};
 use crate::auth::Principal;
-use crate::guard::{Attempt, FencingToken, Record, ResolveRequest};
+use crate::guard::{Attempt, FencingToken, IdempotencyKey, Record, ResolveRequest};
 use crate::web::auth::{Csrf, check_api_csrf, require_resolve};
 use crate::web::links::link;
 use crate::web::{AppState, Error};
@@ -52,7 +52,7 @@ async fn key(
 ) -> Result<Json<KeyView>, Error> {
     let key = parse_key(&path_key(key)?)?;
     let after = parse_after(&pairs)?;
-    view(&state, key.as_str(), after).await.map(Json)
+    view(&state, &key, after).await.map(Json)
 }
 
 /// The `{key}` segment, or a 400 naming it in the JSON error shape (axum's own
@@ -62,7 +62,7 @@ fn path_key(key: Result<Path<String>, PathRejection>) -> Result<String, Error> {
         .map_err(|e| Error::bad_request("key", e.body_text()))
 }
 
-async fn view(state: &AppState, key: &str, after: i64) -> Result<KeyView, Error> {
+async fn view(state: &AppState, key: &IdempotencyKey, after: i64) -> Result<KeyView, Error> {
     let record = state
         .store
         .record(key)
@@ -157,7 +157,7 @@ async fn resolve(
     let key = parse_key(&path_key(key)?)?;
     let req = parse_body(&body, principal.actor())?;
     state.guard.resolve(&key, &req).await?;
-    view(&state, key.as_str(), 0).await.map(Json)
+    view(&state, &key, 0).await.map(Json)
 }
 
 #[cfg(test)]

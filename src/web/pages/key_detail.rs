@@ -4,7 +4,7 @@
 use super::diff::{Change, diff};
 use super::params::parse_key_prefix;
 use super::{Badge, KeyRow, Layout, Retention, lease_note, status_badge};
-use crate::guard::{Attempt, AttemptKind, Record, Status};
+use crate::guard::{Attempt, AttemptKind, IdempotencyKey, Record, Status};
 use crate::web::filters::{When, duration, duration_ms, pretty, short_key, when};
 use crate::web::links::link;
 use crate::web::{AppState, Error};
@@ -309,7 +309,7 @@ fn verdict(r: &Record, retention: &Retention, tally: &Tally, now: DateTime<Utc>)
 
 fn siblings(
     business_ref: &str,
-    this: &str,
+    this: &IdempotencyKey,
     keys: &[crate::store::KeySummary],
     now: DateTime<Utc>,
 ) -> Siblings {
@@ -341,7 +341,7 @@ fn siblings(
         summary,
         rows: shown
             .iter()
-            .filter(|k| k.key != this)
+            .filter(|k| &k.key != this)
             .map(|k| KeyRow::new(k, now))
             .collect(),
         more: more.then(|| link("/keys", &[("business_ref", Some(business_ref))])),
@@ -354,8 +354,7 @@ async fn key_page(
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> Result<Response, Error> {
     let after = parse_after(&pairs)?;
-    let full = key.len() == 64 && key.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-    if !full {
+    let Ok(key) = IdempotencyKey::parse(&key) else {
         // A prefix or an upper-case key: show the keys it stands for.
         let prefix = parse_key_prefix("key", &key)?;
         let to = if prefix.len() == 64 {
@@ -364,7 +363,7 @@ async fn key_page(
             link("/keys", &[("key", Some(&prefix))])
         };
         return Ok(Redirect::to(&to).into_response());
-    }
+    };
     let now = state.clock.now();
     let record = state.store.record(&key).await?.ok_or_else(|| {
         Error::NotFound(format!(
@@ -439,7 +438,7 @@ async fn key_page(
         .suspected_pairs_of(&key)
         .await?
         .iter()
-        .map(|p| super::pairs::PairView::new(p, Some(&key), now))
+        .map(|p| super::pairs::PairView::new(p, Some(key.as_str()), now))
         .collect();
     let retention = Retention::new(
         record.resend_safe_until,

@@ -146,8 +146,8 @@ impl KeyRow {
     pub fn new(k: &KeySummary, now: DateTime<Utc>) -> Self {
         let retention = Retention::new(k.resend_safe_until, k.provider_retention_until, now);
         Self {
-            short: super::filters::short_key(&k.key),
-            key: k.key.clone(),
+            short: super::filters::short_key(k.key.as_str()),
+            key: k.key.to_string(),
             tenant: k.intent.tenant.clone(),
             tool: k.intent.tool.clone(),
             intent_id: k.intent.intent_id.clone(),
@@ -156,7 +156,7 @@ impl KeyRow {
                 k.status,
                 LeaseState::of(k.status, k.lease_until, now) == LeaseState::Expired,
             ),
-            token: k.fencing_token,
+            token: k.fencing_token.0,
             attempts: k.attempt_count,
             created: when(k.created_at, now),
             updated: when(k.updated_at, now),

@@ -302,7 +302,7 @@ async fn resolve(
     let now = state.clock.now();
     let record = state
         .store
-        .record(key.as_str())
+        .record(&key)
         .await?
         .ok_or_else(|| Error::NotFound(format!("No key {key} is recorded.")))?;
     let req = match form.request(principal.actor()) {
@@ -387,7 +387,7 @@ async fn refused(
     let now = state.clock.now();
     let current = state
         .store
-        .record(key.as_str())
+        .record(key)
         .await?
         .ok_or_else(|| Error::NotFound(format!("No key {key} is recorded.")))?;
     let error = Error::from(e);

@@ -12,7 +12,7 @@ use super::params::Params;
 use super::params::{parse_key, parse_resolution};
 use super::resolve::{KeyState, label, meaning};
 use crate::auth::Principal;
-use crate::guard::{FencingToken, Resolution, ResolveRequest};
+use crate::guard::{FencingToken, IdempotencyKey, Resolution, ResolveRequest};
 use crate::web::auth::{Csrf, check_form_csrf, require_resolve};
 use crate::web::{AppState, Error};
 use askama::Template;
@@ -37,8 +37,8 @@ pub fn router() -> Router<AppState> {
 /// One key of a batch, with the fencing token the person saw (`<key>.<token>` in forms).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Item {
-    pub key: String,
-    pub token: i64,
+    pub key: IdempotencyKey,
+    pub token: FencingToken,
 }
 
 impl Item {
@@ -51,7 +51,7 @@ impl Item {
         };
         let (key, token) = text.trim().split_once('.').ok_or_else(bad)?;
         Ok(Item {
-            key: parse_key(key).map_err(|_| bad())?.to_string(),
+            key: parse_key(key).map_err(|_| bad())?,
             token: token.parse().map_err(|_| bad())?,
         })
     }
@@ -147,14 +147,11 @@ async fn bulk(
         let guard = &state.guard;
         let mut outcomes = Vec::with_capacity(selected.len());
         for item in &selected {
-            let key = parse_key(&item.key)?;
-            let done = guard
-                .resolve(&key, &request(Some(FencingToken(item.token))))
-                .await;
-            let short = crate::web::filters::short_key(&item.key);
+            let done = guard.resolve(&item.key, &request(Some(item.token))).await;
+            let short = crate::web::filters::short_key(item.key.as_str());
             outcomes.push(match done {
                 Ok(_) => Outcome {
-                    key: item.key.clone(),
+                    key: item.key.to_string(),
                     short,
                     result: "Resolved",
                     ok: true,
@@ -163,7 +160,7 @@ async fn bulk(
                 Err(e) => {
                     let e = Error::from(e);
                     Outcome {
-                        key: item.key.clone(),
+                        key: item.key.to_string(),
                         short,
                         result: match e.status().as_u16() {
                             409 => "Conflict: changed since you looked",
@@ -278,7 +275,7 @@ fn distinct(items: Vec<Item>) -> Result<Vec<Item>, Error> {
                     "key",
                     format!(
                         "{} is listed twice, with fencing tokens {token} and {}: reload the backlog",
-                        crate::web::filters::short_key(&item.key),
+                        crate::web::filters::short_key(item.key.as_str()),
                         item.token
                     ),
                 ));
@@ -305,8 +302,8 @@ mod tests {
     #[test]
     fn a_key_listed_twice_is_resolved_once_and_two_tokens_are_refused() {
         let item = |c: &str, token| Item {
-            key: c.repeat(64),
-            token,
+            key: IdempotencyKey::parse(&c.repeat(64)).unwrap(),
+            token: FencingToken(token),
         };
         let once = distinct(vec![item("a", 1), item("b", 2), item("a", 1), item("a", 1)]);
         assert_eq!(once.unwrap(), vec![item("a", 1), item("b", 2)]);
@@ -318,7 +315,10 @@ mod tests {
     fn a_batch_item_is_a_key_and_the_token_seen() {
         let key = "a".repeat(64);
         let item = Item::parse(&format!("{key}.3")).unwrap();
-        assert_eq!((item.key.as_str(), item.token), (key.as_str(), 3));
+        assert_eq!(
+            (item.key.as_str(), item.token),
+            (key.as_str(), FencingToken(3))
+        );
         assert_eq!(item.value(), format!("{key}.3"));
         for bad in [key.clone(), format!("{key}.x"), "abc.1".to_string()] {
             assert!(Item::parse(&bad).is_err(), "{bad}");

@@ -2,6 +2,7 @@
 
 use super::setup;
 use crate::support::TestDb;
+use crate::support::as_key;
 use crate::support::auth::*;
 use axum::http::{Method, StatusCode};
 use chrono::Utc;
@@ -11,8 +12,8 @@ use idemwatch::auth::Authenticator;
 async fn a_missing_or_wrong_csrf_token_is_refused_and_nothing_is_written() {
     let db = TestDb::sqlite().await;
     let (app, s) = setup(&db).await;
-    let before = db.store.attempts(&s.unknown).await.unwrap().len();
-    let record = db.store.record(&s.unknown).await.unwrap().unwrap();
+    let before = db.store.attempts(&as_key(&s.unknown)).await.unwrap().len();
+    let record = db.store.record(&as_key(&s.unknown)).await.unwrap().unwrap();
     let token = record.fencing_token.to_string();
     let resolve = |csrf: Option<&str>| {
         let mut f = vec![
@@ -70,7 +71,10 @@ async fn a_missing_or_wrong_csrf_token_is_refused_and_nothing_is_written() {
     assert_eq!(a.status, StatusCode::FORBIDDEN);
     assert!(a.body.contains("X-CSRF-Token"), "{}", a.body);
 
-    let after = db.store.attempts(&s.unknown).await.unwrap();
+    let after = db.store.attempts(&as_key(&s.unknown)).await.unwrap();
     assert_eq!(after.len(), before, "no attempt row: {after:#?}");
-    assert_eq!(db.store.record(&s.unknown).await.unwrap().unwrap(), record);
+    assert_eq!(
+        db.store.record(&as_key(&s.unknown)).await.unwrap().unwrap(),
+        record
+    );
 }

@@ -1,6 +1,7 @@
 //! Proxy identity and forwarding headers count only from a trusted proxy.
 
 use crate::support::TestDb;
+use crate::support::as_key;
 use crate::support::auth::*;
 use crate::ui_seed::seed;
 use axum::http::{Method, StatusCode};
@@ -86,7 +87,7 @@ async fn proxy_headers_count_only_from_a_trusted_proxy() {
     let no_header = send(&app, from_peer(r, "10.1.2.3:40000")).await;
     assert_eq!(no_header.status, StatusCode::FORBIDDEN);
     assert_eq!(
-        db.store.attempts(&s.unknown).await.unwrap().len(),
+        db.store.attempts(&as_key(&s.unknown)).await.unwrap().len(),
         2,
         "nothing written"
     );
@@ -107,6 +108,6 @@ async fn proxy_headers_count_only_from_a_trusted_proxy() {
     );
     let ok = send(&app, from_peer(r, "10.1.2.3:40000")).await;
     assert_eq!(ok.status, StatusCode::OK, "{}", ok.body);
-    let attempts = db.store.attempts(&s.unknown).await.unwrap();
+    let attempts = db.store.attempts(&as_key(&s.unknown)).await.unwrap();
     assert_eq!(attempts.last().unwrap().actor, "ana");
 }

@@ -4,6 +4,7 @@
 //! caller would. [`HttpLoad::finish_and_check`] then retries every unfinished intent
 //! (past its lease: it reconciles) and checks the books.
 
+use crate::support::as_key;
 use crate::support::effects::Effects;
 use idemwatch::guard::Status;
 use idemwatch::store::Store;
@@ -250,7 +251,7 @@ impl HttpLoad {
         assert!(after.unexpected.is_empty(), "{:#?}", after.unexpected);
         for (key, result, _) in &tally.acked {
             let record = store
-                .record(key)
+                .record(&as_key(key))
                 .await
                 .unwrap()
                 .unwrap_or_else(|| panic!("{key}: acknowledged over HTTP but not in the log"));
@@ -260,7 +261,7 @@ impl HttpLoad {
         let effects = world.provider.snapshot();
         for (key, ids) in &effects {
             assert_eq!(ids.len(), 1, "{key}: {ids:?}");
-            let record = store.record(key).await.unwrap().unwrap();
+            let record = store.record(&as_key(key)).await.unwrap().unwrap();
             assert_eq!(record.status, Status::Done, "{key}");
         }
         assert_eq!(

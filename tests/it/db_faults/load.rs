@@ -5,6 +5,7 @@
 //! lease and checks the books: one effect per intent, every acknowledged success in
 //! the log.
 
+use crate::support::as_key;
 use crate::support::fixture::refund;
 use crate::support::provider::{Client, Fault, Ledger};
 use chrono::{TimeDelta, Utc};
@@ -222,7 +223,7 @@ impl Finisher {
 
     async fn record(&self, key: &str) -> idemwatch::guard::Record {
         self.store
-            .record(key)
+            .record(&as_key(key))
             .await
             .unwrap_or_else(|e: StoreError| panic!("{key}: {e}"))
             .unwrap_or_else(|| panic!("{key}: acknowledged but not in the log"))

@@ -4,6 +4,7 @@
 use super::{fast, kinds, records};
 use crate::both_backends;
 use crate::support::TestDb;
+use crate::support::as_key;
 use idemwatch::demo::{Demo, DemoConfig, IncidentSchedule, REPEAT_ORDER};
 use idemwatch::guard::{AttemptKind, GENESIS_HASH, Status, chain_hash};
 use idemwatch::store::Store;
@@ -91,7 +92,7 @@ both_backends!(
 
         // Each key's log is contiguous and its hash chain verifies.
         for (key, _, _, _) in &records {
-            let attempts = db.store.attempts(key).await.unwrap();
+            let attempts = db.store.attempts(&as_key(key)).await.unwrap();
             let mut prev = GENESIS_HASH.to_string();
             for (i, a) in attempts.iter().enumerate() {
                 assert_eq!(a.seq, i as i64 + 1);

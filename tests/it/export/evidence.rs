@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::both_backends;
+use crate::support::as_key;
 use ed25519_dalek::SigningKey;
 use idemwatch::evidence::{Checkpoint, Checkpointer, keys};
 use idemwatch::export::{
@@ -65,7 +66,7 @@ async fn heads_covered(store: &Store) -> bool {
         newest.insert(leaf.key.clone(), leaf);
     }
     for (key, leaf) in newest {
-        if let Some(record) = store.record(&key).await.unwrap()
+        if let Some(record) = store.record(&as_key(&key)).await.unwrap()
             && (record.log_seq != leaf.log_seq || leaf.pruned)
         {
             return false;
@@ -182,7 +183,7 @@ both_backends!(
         let f = Fixture::new(&db);
         let [rolled, _] = <[String; 2]>::try_from(done_keys(&f, 2).await).unwrap();
         let c = checkpoint_to(&f.store, &checkpointer(&f, None), 2).await;
-        let before = f.store.attempts(&rolled).await.unwrap()[1].clone();
+        let before = f.store.attempts(&as_key(&rolled)).await.unwrap()[1].clone();
         dba(&f.store, &format!("DELETE FROM idempotency_attempts WHERE key = '{rolled}' AND seq = 3; UPDATE idempotency_records SET log_seq = 2, log_hash = '{}' WHERE key = '{rolled}'", before.hash)).await;
         let report = verify_database_with(&f.store, &with_key()).await.unwrap();
         assert_eq!(
@@ -303,7 +304,7 @@ both_backends!(
         let summary = pruner.run_once().await.unwrap();
         assert_eq!(summary.counts.done, 3);
         for k in &keys {
-            assert!(f.store.record(k).await.unwrap().is_none());
+            assert!(f.store.record(&as_key(k)).await.unwrap().is_none());
         }
         // Before the next checkpoint: the receipts tell pruned from deleted.
         let report = verify_database_with(&f.store, &with_key()).await.unwrap();

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::both_backends;
+use crate::support::as_key;
 use idemwatch::export::{COLUMNS, verify_csv, verify_database, verify_ndjson};
 
 fn at(row: &Value) -> DateTime<Utc> {
@@ -143,7 +144,7 @@ both_backends!(
             (
                 "key",
                 ExportFilter {
-                    key: Some(s.failed.clone()),
+                    key: Some(as_key(&s.failed)),
                     ..Default::default()
                 },
                 {

@@ -11,6 +11,7 @@ mod prune;
 mod public_key;
 mod tamper;
 
+use crate::support::as_key;
 use crate::support::fixture::{Fixture, refund};
 use crate::support::provider::Fault;
 use chrono::{DateTime, TimeDelta, Utc};
@@ -145,8 +146,8 @@ pub async fn expected(store: &Store, keys: &[String]) -> Vec<Value> {
     keys.sort();
     let mut rows = Vec::new();
     for key in keys {
-        let record = store.record(&key).await.unwrap().unwrap();
-        for a in store.attempts(&key).await.unwrap() {
+        let record = store.record(&as_key(&key)).await.unwrap().unwrap();
+        for a in store.attempts(&as_key(&key)).await.unwrap() {
             rows.push(json!({
                 "type": "attempt",
                 "attempt_id": a.id,

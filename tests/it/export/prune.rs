@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::both_backends;
+use crate::support::as_key;
 use idemwatch::export::{ExportRow, verify_database, verify_ndjson};
 use idemwatch::guard::Status;
 use idemwatch::retention::{PruneMetrics, Pruner, RetentionSettings};
@@ -88,12 +89,17 @@ both_backends!(
         ];
         let before = expected(&f.store, &gone).await;
         assert_eq!(
-            f.store.record(&old.unknown).await.unwrap().unwrap().status,
+            f.store
+                .record(&as_key(&old.unknown))
+                .await
+                .unwrap()
+                .unwrap()
+                .status,
             Status::Unknown
         );
         assert_eq!(
             f.store
-                .record(&old.in_progress)
+                .record(&as_key(&old.in_progress))
                 .await
                 .unwrap()
                 .unwrap()
@@ -116,14 +122,20 @@ both_backends!(
         assert_eq!(summary.archives.len(), 3);
 
         for k in &gone {
-            assert!(f.store.record(k).await.unwrap().is_none(), "{k} pruned");
             assert!(
-                f.store.attempts(k).await.unwrap().is_empty(),
+                f.store.record(&as_key(k)).await.unwrap().is_none(),
+                "{k} pruned"
+            );
+            assert!(
+                f.store.attempts(&as_key(k)).await.unwrap().is_empty(),
                 "{k}'s attempts pruned with it"
             );
         }
         for k in &kept {
-            assert!(f.store.record(k).await.unwrap().is_some(), "{k} kept");
+            assert!(
+                f.store.record(&as_key(k)).await.unwrap().is_some(),
+                "{k} kept"
+            );
         }
         // What is left is consistent: every chain intact, no record without attempts.
         let report = verify_database(&f.store).await.unwrap();
@@ -185,7 +197,7 @@ both_backends!(
         let (ra, rb) = (ra.unwrap(), rb.unwrap());
         assert_eq!(ra.counts.keys() + rb.counts.keys(), 24, "{ra:?} {rb:?}");
         for k in &keys {
-            assert!(f.store.record(k).await.unwrap().is_none());
+            assert!(f.store.record(&as_key(k)).await.unwrap().is_none());
         }
         let archived = archived_rows(dir.path());
         let claimed: Vec<&str> = archived

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::both_backends;
+use crate::support::as_key;
 use idemwatch::export::{Problem, Report, verify_csv, verify_database, verify_ndjson};
 use idemwatch::guard::{ChainFields, chain_hash};
 use std::collections::BTreeMap;
@@ -31,7 +32,7 @@ fn by_key(report: &Report) -> BTreeMap<String, (Option<i64>, Problem)> {
 /// Appends a row that chains correctly onto `key`'s last row but that the record
 /// does not know about: what a forger who recomputes hashes can do.
 async fn insert_forged_row(store: &Store, key: &str) {
-    let last = store.attempts(key).await.unwrap().pop().unwrap();
+    let last = store.attempts(&as_key(key)).await.unwrap().pop().unwrap();
     let seq = last.seq + 1;
     let detail = json!({"note": "forged"});
     let fields = ChainFields {

@@ -33,12 +33,7 @@ both_backends!(
             |(k, t)| *t == 1 && matches!(k, Claimed | Completed | InFlightRejected | Replayed)
         ));
         assert_eq!(
-            f.store
-                .record(key.as_str())
-                .await
-                .unwrap()
-                .unwrap()
-                .attempt_count,
+            f.store.record(&key).await.unwrap().unwrap().attempt_count,
             16
         );
     }

@@ -82,7 +82,7 @@ both_backends!(
         let outcome = f.guard.run(&call, &f.client([])).await.unwrap();
         assert!(outcome.replayed);
         assert_eq!(f.ledger.effects_for(key.as_str()), 1);
-        let record = f.store.record(key.as_str()).await.unwrap().unwrap();
+        let record = f.store.record(&key).await.unwrap().unwrap();
         assert_eq!(
             (record.status, record.fencing_token.0, record.attempt_count),
             (Status::Done, 2, 3)

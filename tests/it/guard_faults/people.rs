@@ -18,7 +18,7 @@ both_backends!(
             .await
             .unwrap_err();
         // The person opens the key page and sees UNKNOWN with token 1.
-        let seen = f.store.record(key.as_str()).await.unwrap().unwrap();
+        let seen = f.store.record(&key).await.unwrap().unwrap();
         assert_eq!((seen.status, seen.fencing_token.0), (Status::Unknown, 1));
 
         // A worker's retry takes the key over and is looking it up at the provider.

@@ -34,12 +34,12 @@ both_backends!(
         let call = refund("A-5", 4500, "1");
         let key = call.intent.key().unwrap();
         f.guard.run(&call, &f.client([])).await.unwrap();
-        let before = f.store.record(key.as_str()).await.unwrap().unwrap();
+        let before = f.store.record(&key).await.unwrap().unwrap();
         let mut changed = call.clone();
         changed.args["amount_p"] = json!(4000);
         let e = f.guard.run(&changed, &f.client([])).await.unwrap_err();
         assert!(matches!(e, GuardError::PayloadMismatch { .. }), "{e:?}");
-        let after = f.store.record(key.as_str()).await.unwrap().unwrap();
+        let after = f.store.record(&key).await.unwrap().unwrap();
         assert_eq!(
             (
                 &after.fingerprint,
@@ -59,7 +59,7 @@ both_backends!(
             f.log(key.as_str()).await,
             [(Claimed, 1), (Completed, 1), (PayloadMismatch, 1)]
         );
-        let mismatch = f.store.attempts(key.as_str()).await.unwrap().pop().unwrap();
+        let mismatch = f.store.attempts(&key).await.unwrap().pop().unwrap();
         assert_eq!(
             mismatch.detail["business_args"],
             json!({"order": "A-5", "amount_p": 4000})

@@ -168,7 +168,7 @@ both_backends!(
         let record = |order: &str| {
             let store = store.clone();
             let key = key(order);
-            async move { store.record(key.as_str()).await.unwrap().unwrap() }
+            async move { store.record(&key).await.unwrap().unwrap() }
         };
         let (p, fr) = (record("P").await, record("F").await);
         let ts = |t: chrono::DateTime<chrono::Utc>| t.timestamp_millis() as f64 / 1000.0;

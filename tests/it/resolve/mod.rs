@@ -7,11 +7,12 @@ mod bulk;
 mod one_key;
 mod races;
 
+use crate::support::as_key;
 use idemwatch::guard::{Attempt, AttemptKind};
 use idemwatch::store::Store;
 
 pub(super) async fn attempts(store: &Store, key: &str) -> Vec<Attempt> {
-    store.attempts(key).await.unwrap()
+    store.attempts(&as_key(key)).await.unwrap()
 }
 
 pub(super) async fn kinds(store: &Store, key: &str) -> Vec<AttemptKind> {
@@ -20,5 +21,11 @@ pub(super) async fn kinds(store: &Store, key: &str) -> Vec<AttemptKind> {
 
 /// The key's fencing token now: what a person's view of it carries.
 pub(super) async fn token_of(store: &Store, key: &str) -> i64 {
-    store.record(key).await.unwrap().unwrap().fencing_token.0
+    store
+        .record(&as_key(key))
+        .await
+        .unwrap()
+        .unwrap()
+        .fencing_token
+        .0
 }

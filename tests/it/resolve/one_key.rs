@@ -5,6 +5,7 @@
 use super::{attempts, kinds, token_of};
 use crate::both_backends;
 use crate::support::app::{Step, TestApp};
+use crate::support::as_key;
 use crate::support::auth::*;
 use crate::support::fixture::{Fixture, refund};
 use crate::support::provider::Fault;
@@ -56,7 +57,7 @@ both_backends!(
             .await;
         assert_eq!(done.status, StatusCode::SEE_OTHER, "{}", done.body);
         assert_eq!(done.location(), format!("/keys/{}#timeline-h", s.unknown));
-        let record = db.store.record(&s.unknown).await.unwrap().unwrap();
+        let record = db.store.record(&as_key(&s.unknown)).await.unwrap().unwrap();
         assert_eq!((record.status, record.fencing_token.0), (Status::Done, 2));
         assert_eq!(
             record.result,
@@ -128,7 +129,7 @@ both_backends!(
                 late.body
             );
         }
-        let record = db.store.record(&s.unknown).await.unwrap().unwrap();
+        let record = db.store.record(&as_key(&s.unknown)).await.unwrap().unwrap();
         assert_eq!(record.status, Status::Failed, "not overwritten");
         let last = attempts(&db.store, &s.unknown).await.pop().unwrap();
         assert_eq!(
@@ -164,7 +165,12 @@ both_backends!(
                 a.body
             );
         }
-        let record = db.store.record(&s.escalated).await.unwrap().unwrap();
+        let record = db
+            .store
+            .record(&as_key(&s.escalated))
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(
             (record.status, record.release_approved),
             (Status::Unknown, false)
@@ -174,7 +180,7 @@ both_backends!(
             .resolve(&s.unknown, "release", "", 1, Step::Confirm)
             .await;
         assert_eq!(a.status, StatusCode::SEE_OTHER, "{}", a.body);
-        let record = db.store.record(&s.unknown).await.unwrap().unwrap();
+        let record = db.store.record(&as_key(&s.unknown)).await.unwrap().unwrap();
         assert_eq!(
             (record.status, record.release_approved),
             (Status::Unknown, true)

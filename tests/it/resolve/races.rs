@@ -4,6 +4,7 @@
 use super::attempts;
 use crate::both_backends;
 use crate::support::app::{Step, TestApp};
+use crate::support::as_key;
 use crate::support::auth::*;
 use crate::support::fixture::{Fixture, refund};
 use crate::support::provider::Fault;
@@ -50,7 +51,7 @@ both_backends!(
             (log[2].actor.as_str(), log[3].actor.as_str()),
             (winner, loser)
         );
-        let record = db.store.record(&s.unknown).await.unwrap().unwrap();
+        let record = db.store.record(&as_key(&s.unknown)).await.unwrap().unwrap();
         let want = if winner == "sam" {
             Status::Done
         } else {

@@ -2,6 +2,7 @@
 //! export, metrics and resolve tests start from, and the refund call they guard.
 
 use crate::support::TestDb;
+use crate::support::as_key;
 use crate::support::provider::{Client, Fault, Ledger};
 use chrono::{TimeDelta, Utc};
 use idemwatch::guard::{
@@ -46,7 +47,7 @@ impl Fixture {
     /// The attempt log of `key` as (kind, fencing token), after checking that seq runs
     /// 1, 2, 3 … without gaps and that every row's hash chains to the one before.
     pub async fn log(&self, key: &str) -> Vec<(AttemptKind, i64)> {
-        let attempts = self.store.attempts(key).await.unwrap();
+        let attempts = self.store.attempts(&as_key(key)).await.unwrap();
         let mut prev = GENESIS_HASH.to_string();
         for (i, a) in attempts.iter().enumerate() {
             assert_eq!(a.seq, i as i64 + 1, "seq must be contiguous: {attempts:#?}");
@@ -59,7 +60,7 @@ impl Fixture {
             );
             prev = a.hash.clone();
         }
-        let record = self.store.record(key).await.unwrap().unwrap();
+        let record = self.store.record(&as_key(key)).await.unwrap().unwrap();
         assert_eq!(record.log_seq, attempts.len() as i64);
         assert_eq!(record.log_hash, prev);
         attempts
@@ -97,7 +98,12 @@ impl Fixture {
     }
 
     pub async fn status(&self, key: &str) -> Status {
-        self.store.record(key).await.unwrap().unwrap().status
+        self.store
+            .record(&as_key(key))
+            .await
+            .unwrap()
+            .unwrap()
+            .status
     }
 }
 

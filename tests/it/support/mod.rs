@@ -14,9 +14,16 @@ pub mod server;
 pub mod webdriver;
 pub mod webhook;
 
+use idemwatch::guard::IdempotencyKey;
 use idemwatch::store::{Store, StoreOptions};
 use sqlx::Connection;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A key a test holds as text (a seeded key, a page's link) as the store's read
+/// API takes it; text that is no key is a bug in the test.
+pub fn as_key(text: &str) -> IdempotencyKey {
+    IdempotencyKey::parse(text).unwrap_or_else(|e| panic!("{text:?} is no key: {e}"))
+}
 
 /// A migrated, empty database that lives as long as this value.
 pub struct TestDb {
