@@ -55,6 +55,16 @@ impl Default for GuardSettings {
     }
 }
 
+/// What a worker holds while it calls the provider: the key, the fencing token its
+/// writes name, the arguments to send and who it is.
+#[derive(Clone, Copy)]
+struct Held<'a> {
+    key: &'a IdempotencyKey,
+    token: FencingToken,
+    args: &'a BusinessArgs,
+    actor: &'a str,
+}
+
 /// The guard over its storage `S` (in this crate, `crate::store::Store`).
 #[derive(Debug, Clone)]
 pub struct Guard<S> {
@@ -114,7 +124,15 @@ impl<S: Storage> Guard<S> {
         } = self.admit_call(call, &policy).await?.refuse()?;
         tracing::Span::current().record("key", key.as_str());
         match admission {
-            Admission::New { token, .. } => self.execute(&key, token, &args, op, &call.actor).await,
+            Admission::New { token, .. } => {
+                let held = Held {
+                    key: &key,
+                    token,
+                    args: &args,
+                    actor: &call.actor,
+                };
+                self.execute(&held, op).await
+            }
             Admission::Replay { result } => Ok(Outcome {
                 key,
                 result,
@@ -125,7 +143,13 @@ impl<S: Storage> Guard<S> {
                 error,
             }),
             Admission::TakeOver { token, .. } => {
-                self.reconcile(&key, token, &args, op, &call.actor).await
+                let held = Held {
+                    key: &key,
+                    token,
+                    args: &args,
+                    actor: &call.actor,
+                };
+                self.reconcile(&held, op).await
             }
             Admission::InFlight { .. } | Admission::Mismatch { .. } => {
                 unreachable!("refused by Admitted::refuse")
@@ -133,15 +157,14 @@ impl<S: Storage> Guard<S> {
         }
     }
 
-    /// Calls the provider under `token` and settles the outcome.
-    async fn execute<O: Operation>(
-        &self,
-        key: &IdempotencyKey,
-        token: FencingToken,
-        args: &BusinessArgs,
-        op: &O,
-        actor: &str,
-    ) -> Result<Outcome, GuardError> {
+    /// Calls the provider under the held token and settles the outcome.
+    async fn execute<O: Operation>(&self, held: &Held<'_>, op: &O) -> Result<Outcome, GuardError> {
+        let Held {
+            key,
+            token,
+            args,
+            actor,
+        } = *held;
         let (called, duration_ms) = provider_call(op, op.execute(key, &args.value)).await;
         let outcome = match called {
             Ok(Ok(Ok(result))) => CallOutcome::Done { result },
@@ -183,12 +206,12 @@ impl<S: Storage> Guard<S> {
     /// After a takeover: look the effect up at the provider before any resend.
     async fn reconcile<O: Operation>(
         &self,
-        key: &IdempotencyKey,
-        token: FencingToken,
-        args: &BusinessArgs,
+        held: &Held<'_>,
         op: &O,
-        actor: &str,
     ) -> Result<Outcome, GuardError> {
+        let Held {
+            key, token, actor, ..
+        } = *held;
         let (lookup, duration_ms) = provider_call(op, op.find_by_key(key)).await;
         let lookup = match lookup {
             Ok(Ok(Ok(Some(found)))) => Lookup::Found(found),
@@ -206,7 +229,7 @@ impl<S: Storage> Guard<S> {
                 result,
                 replayed: true,
             }),
-            Reconciled::Resend { .. } => self.execute(key, token, args, op, actor).await,
+            Reconciled::Resend { .. } => self.execute(held, op).await,
             Reconciled::Unknown { reason } => Err(GuardError::OutcomeUnknown {
                 key: key.to_string(),
                 reason,
