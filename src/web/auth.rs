@@ -147,7 +147,8 @@ fn is_api(path: &str) -> bool {
     path.starts_with("/api/") || path.starts_with("/export/")
 }
 
-/// Middleware: authenticates the request and checks the `View` permission.
+/// Authenticates the request and checks the `View` permission (a step of
+/// `super::every_request`, after the site check).
 pub async fn authenticate(
     State(state): State<AppState>,
     mut request: Request,
@@ -478,17 +479,12 @@ async fn require(permission: Permission, request: Request, next: Next) -> Respon
     .into_response()
 }
 
-/// Middleware (outermost): the security headers on every response, and HSTS when
-/// `--hsts` is on.
-pub async fn security_headers(
-    State(hsts): State<Option<HeaderValue>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let mut response = next.run(request).await;
+/// The security headers on every response (the last step of
+/// `super::every_request`), and HSTS when `--hsts` is on.
+pub fn security_headers(response: &mut Response, hsts: Option<&HeaderValue>) {
     let h = response.headers_mut();
     if let Some(hsts) = hsts {
-        h.insert(header::STRICT_TRANSPORT_SECURITY, hsts);
+        h.insert(header::STRICT_TRANSPORT_SECURITY, hsts.clone());
     }
     h.insert(
         header::CONTENT_SECURITY_POLICY,
@@ -503,7 +499,6 @@ pub async fn security_headers(
         HeaderValue::from_static("same-origin"),
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    response
 }
 
 /// The caller, for handlers: `async fn h(principal: Principal, …)`.

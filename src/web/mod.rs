@@ -194,26 +194,35 @@ pub fn app_with(state: AppState, extra: Router) -> Router {
         .fallback(error::no_such_page)
         .with_state(state.clone())
         .merge(extra)
-        // Inner to outer: a panic becomes a 500 page; the caller is authenticated
-        // before any route runs, and before that, a request for another host name or
-        // a state-changing one from another site is refused (site.rs); errors under
-        // /api/ become JSON; every response, a refusal included, gets the security
-        // headers.
+        // A panic becomes a 500 page; around it, what every request goes through.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             error::panicked,
         ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::authenticate,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            site::same_site_only,
-        ))
-        .layer(axum::middleware::from_fn(error::json_under_api))
-        .layer(axum::middleware::from_fn_with_state(
-            state.hsts.clone(),
-            auth::security_headers,
-        ))
+        .layer(axum::middleware::from_fn_with_state(state, every_request))
         .layer(tower_http::trace::TraceLayer::new_for_http())
+}
+
+/// Middleware, outer to inner: every response, a refusal included, gets the security
+/// headers; errors under /api/ and /export/ become problem documents; a request for
+/// another host name or a state-changing one from another site is refused (site.rs);
+/// then the caller is authenticated before any route runs (auth.rs). One middleware,
+/// not four layers: each `from_fn` layer costs a state clone and a boxed future per
+/// request (docs/PERFORMANCE.md, "Guard over HTTP").
+async fn every_request(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let script_path = error::is_script_path(request.uri().path());
+    let hsts = state.hsts.clone();
+    let handled = async move {
+        match site::same_site_only(&state, &request) {
+            Ok(()) => auth::authenticate(axum::extract::State(state), request, next).await,
+            Err(refused) => refused.into_response(),
+        }
+    };
+    let mut response = error::json_under_api(script_path, handled).await;
+    auth::security_headers(&mut response, hsts.as_ref());
+    response
 }
