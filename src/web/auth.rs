@@ -20,7 +20,9 @@
 //! probes, so a session ended anywhere (sign-out, idle, lifetime, user removed,
 //! password changed) stops working on every replica at once.
 //!
-//! CSRF: a random `idemwatch_csrf` cookie is issued to every browser that lacks one.
+//! CSRF: a random `idemwatch_csrf` cookie is issued to every browser that lacks one,
+//! on every path that can answer with a page or a token (not the guard's routes, the
+//! probes, `/metrics`, static files or the API's description: [`makes_csrf`]).
 //! Forms carry `csrf_token`, the server's HMAC of a binding and the time: for a
 //! signed-in session, the binding recorded in its row at sign-in (so a CSRF cookie
 //! planted later changes nothing), otherwise the CSRF cookie (signed double submit).
@@ -129,12 +131,24 @@ fn skips_session(path: &str) -> bool {
     is_public(path) && path != "/login"
 }
 
+/// Paths whose answers never hold a form, so no CSRF cookie or token is made for them:
+/// the guard's routes (workers with a bearer token, or loopback harnesses, that send
+/// JSON marked `application/json` and never a token: `web/guard/access.rs`), and the
+/// public paths that skip the session (probes, `/metrics`, static files, the API's
+/// description and the checkpoint key). Making a token is an HMAC and a new cookie is
+/// 32 random bytes: on the guard's hot path, per request, for nothing. Every other
+/// check (Host, Origin, roles, the worker role's limits) runs as before.
+fn makes_csrf(path: &str) -> bool {
+    !is_guard(path) && !skips_session(path)
+}
+
 /// Paths for scripts: errors in JSON, never a login redirect.
 fn is_api(path: &str) -> bool {
     path.starts_with("/api/") || path.starts_with("/export/")
 }
 
-/// Middleware: authenticates the request and checks the `View` permission.
+/// Authenticates the request and checks the `View` permission (a step of
+/// `super::every_request`, after the site check).
 pub async fn authenticate(
     State(state): State<AppState>,
     mut request: Request,
@@ -145,11 +159,15 @@ pub async fn authenticate(
     let headers = request.headers();
     let secure = secure_cookies(&state, headers);
 
+    let csrf = makes_csrf(&path);
+
     // The browser's CSRF cookie, or a new one for this response to set.
-    let sent = cookie(headers, &cookie_name(CSRF_COOKIE, secure))
+    let sent = csrf
+        .then(|| cookie(headers, &cookie_name(CSRF_COOKIE, secure)))
+        .flatten()
         .filter(|c| well_formed_cookie(c))
         .map(str::to_string);
-    let issued = sent.is_none().then(random_cookie);
+    let issued = (csrf && sent.is_none()).then(random_cookie);
     let csrf_cookie = sent.or_else(|| issued.clone()).unwrap_or_default();
 
     let peer = request
@@ -203,11 +221,18 @@ pub async fn authenticate(
             Err(e) => return Error::from(e).into_response(),
         }
     }
-    let binding = match &session {
-        Some(row) => row.csrf_sha256.clone(),
-        None => csrf_binding(&csrf_cookie),
+    let (binding, csrf_token) = if csrf {
+        let binding = match &session {
+            Some(row) => row.csrf_sha256.clone(),
+            None => csrf_binding(&csrf_cookie),
+        };
+        let token = state.auth.csrf_token(&binding, now);
+        (binding, token)
+    } else {
+        // Empty: a form check on such a path would fail closed (`csrf_valid` refuses
+        // an empty binding), though none of them checks one.
+        (String::new(), String::new())
     };
-    let csrf_token = state.auth.csrf_token(&binding, now);
 
     // Signing out needs no role: a user whose roles were all removed can still end
     // their session.
@@ -240,7 +265,9 @@ pub async fn authenticate(
                 csrf_token: csrf_token.clone(),
                 csrf_binding: binding,
             };
-            request.extensions_mut().insert(Csrf { token: csrf_token });
+            if csrf {
+                request.extensions_mut().insert(Csrf { token: csrf_token });
+            }
             if let Some(p) = principal {
                 request.extensions_mut().insert(p);
             }
@@ -255,16 +282,18 @@ pub async fn authenticate(
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
     // Unless the handler set its own (sign-in rotates it).
-    let sets_csrf = response
-        .headers()
-        .get_all(header::SET_COOKIE)
-        .iter()
-        .any(|v| {
-            v.as_bytes()
-                .starts_with(cookie_name(CSRF_COOKIE, secure).as_bytes())
-        });
+    let sets_csrf = |response: &Response| {
+        response
+            .headers()
+            .get_all(header::SET_COOKIE)
+            .iter()
+            .any(|v| {
+                v.as_bytes()
+                    .starts_with(cookie_name(CSRF_COOKIE, secure).as_bytes())
+            })
+    };
     let new_cookie = issued
-        .filter(|_| !path.starts_with("/static/") && !sets_csrf)
+        .filter(|_| !sets_csrf(&response))
         .and_then(|value| cookie_header(CSRF_COOKIE, &value, None, secure));
     if let Some(v) = new_cookie {
         response.headers_mut().append(header::SET_COOKIE, v);
@@ -450,17 +479,12 @@ async fn require(permission: Permission, request: Request, next: Next) -> Respon
     .into_response()
 }
 
-/// Middleware (outermost): the security headers on every response, and HSTS when
-/// `--hsts` is on.
-pub async fn security_headers(
-    State(hsts): State<Option<HeaderValue>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let mut response = next.run(request).await;
+/// The security headers on every response (the last step of
+/// `super::every_request`), and HSTS when `--hsts` is on.
+pub fn security_headers(response: &mut Response, hsts: Option<&HeaderValue>) {
     let h = response.headers_mut();
     if let Some(hsts) = hsts {
-        h.insert(header::STRICT_TRANSPORT_SECURITY, hsts);
+        h.insert(header::STRICT_TRANSPORT_SECURITY, hsts.clone());
     }
     h.insert(
         header::CONTENT_SECURITY_POLICY,
@@ -475,7 +499,6 @@ pub async fn security_headers(
         HeaderValue::from_static("same-origin"),
     );
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    response
 }
 
 /// The caller, for handlers: `async fn h(principal: Principal, …)`.

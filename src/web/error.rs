@@ -9,9 +9,7 @@ use super::problem::{self, Problem};
 use crate::store::StoreError;
 use askama::Template;
 use axum::body::Body;
-use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 
 #[derive(Debug, thiserror::Error)]
@@ -225,15 +223,19 @@ pub fn is_script_path(path: &str) -> bool {
     path.starts_with("/api/") || path.starts_with("/export/")
 }
 
-/// Middleware: on `/api/` and `/export/` (script paths) every error is an RFC 9457
-/// problem document: ours are rendered so directly, and an error response from
-/// anywhere else (axum's extractor rejections: a body that is not JSON, a wrong content
-/// type or method, a body too large) is rewritten into one, its text as the detail.
-pub async fn json_under_api(request: Request, next: Next) -> Response {
-    if !is_script_path(request.uri().path()) {
-        return next.run(request).await;
+/// On `/api/` and `/export/` (`script_path`) every error is an RFC 9457 problem
+/// document: ours are rendered so directly, and an error response from anywhere else
+/// (axum's extractor rejections: a body that is not JSON, a wrong content type or
+/// method, a body too large) is rewritten into one, its text as the detail. `handled`
+/// is the rest of the request's handling (`super::every_request`).
+pub async fn json_under_api(
+    script_path: bool,
+    handled: impl Future<Output = Response>,
+) -> Response {
+    if !script_path {
+        return handled.await;
     }
-    let response = WANTS_PROBLEM.scope(true, next.run(request)).await;
+    let response = WANTS_PROBLEM.scope(true, handled).await;
     let status = response.status();
     let done = response.extensions().get::<problem::Rendered>().is_some();
     if done || !(status.is_client_error() || status.is_server_error()) {

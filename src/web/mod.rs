@@ -39,9 +39,17 @@ pub const MAX_EXPORTS: usize = 4;
 /// nor `preload`.
 pub const HSTS: &str = "max-age=31536000";
 
-/// Everything a handler needs, shared through `State`.
+/// Everything a handler needs, shared through `State`: one `Arc`, so the clone each
+/// `from_fn_with_state` middleware and each `State` extractor makes per request is a
+/// reference count, not a dozen (profiled on the guard's routes: docs/PERFORMANCE.md,
+/// "Guard over HTTP"). Handlers read the fields through `Deref`; only the builders
+/// below change them, before the router is built.
 #[derive(Debug, Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+/// The fields of [`AppState`].
+#[derive(Debug, Clone)]
+pub struct Shared {
     pub store: Store,
     /// What /metrics renders; the tailer and the backlog refresher update it.
     pub metrics: Arc<Metrics>,
@@ -72,7 +80,20 @@ pub struct AppState {
     pub exports: Arc<tokio::sync::Semaphore>,
 }
 
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
 impl AppState {
+    /// The fields, for a builder: copied first only if a router already shares them.
+    fn fields(&mut self) -> &mut Shared {
+        Arc::make_mut(&mut self.0)
+    }
+
     /// State with metrics of its own (nothing updates them unless a tailer is given
     /// the same `Arc`: see [`AppState::with_metrics`]).
     pub fn new(store: Store) -> Self {
@@ -81,7 +102,7 @@ impl AppState {
 
     pub fn with_metrics(store: Store, metrics: Arc<Metrics>) -> Self {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        Self {
+        Self(Arc::new(Shared {
             guard: Guard::new(store.clone(), clock.clone(), GuardSettings::default()),
             sessions: Arc::new(Sessions::new(store.clone(), SessionSettings::default())),
             store,
@@ -94,61 +115,61 @@ impl AppState {
             tools: Arc::default(),
             logins: Arc::new(LoginLimiter::default()),
             exports: Arc::new(tokio::sync::Semaphore::new(MAX_EXPORTS)),
-        }
+        }))
     }
 
     /// The same state allowing `n` concurrent export downloads.
     pub fn with_max_exports(mut self, n: usize) -> Self {
-        self.exports = Arc::new(tokio::sync::Semaphore::new(n));
+        self.fields().exports = Arc::new(tokio::sync::Semaphore::new(n));
         self
     }
 
     /// The same state with authentication (see `cli::AuthArgs::authenticator`).
     pub fn with_auth(mut self, auth: Authenticator, cookie_secure: bool) -> Self {
-        self.auth = Arc::new(auth);
-        self.cookie_secure = cookie_secure;
+        let f = self.fields();
+        f.auth = Arc::new(auth);
+        f.cookie_secure = cookie_secure;
         self
     }
 
     /// The same state with sessions lasting as `settings` says.
     pub fn with_session_settings(mut self, settings: SessionSettings) -> Self {
-        self.sessions = Arc::new(Sessions::new(self.store.clone(), settings));
+        let f = self.fields();
+        f.sessions = Arc::new(Sessions::new(f.store.clone(), settings));
         self
     }
 
     /// The same state with these sessions (tests put them on a manual clock).
     pub fn with_sessions(mut self, sessions: Sessions) -> Self {
-        self.sessions = Arc::new(sessions);
+        self.fields().sessions = Arc::new(sessions);
         self
     }
 
     /// The same state sending `Strict-Transport-Security` (`--hsts`) or not.
     pub fn with_hsts(mut self, on: bool) -> Self {
-        self.hsts = on.then(|| axum::http::HeaderValue::from_static(HSTS));
+        self.fields().hsts = on.then(|| axum::http::HeaderValue::from_static(HSTS));
         self
     }
 
     /// The same state with another login limiter (tests size its slots and thresholds).
     pub fn with_login_limiter(mut self, logins: LoginLimiter) -> Self {
-        self.logins = Arc::new(logins);
+        self.fields().logins = Arc::new(logins);
         self
     }
 
     /// The same state on another clock (tests move it past leases and retention).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.guard = Guard::new(
-            self.store.clone(),
-            clock.clone(),
-            self.guard.settings().clone(),
-        );
-        self.clock = clock;
+        let f = self.fields();
+        f.guard = Guard::new(f.store.clone(), clock.clone(), f.guard.settings().clone());
+        f.clock = clock;
         self
     }
 
     /// The same state with the tools file's policies and the guard's settings.
     pub fn with_guard(mut self, tools: ToolPolicies, settings: GuardSettings) -> Self {
-        self.guard = Guard::new(self.store.clone(), self.clock.clone(), settings);
-        self.tools = Arc::new(tools);
+        let f = self.fields();
+        f.guard = Guard::new(f.store.clone(), f.clock.clone(), settings);
+        f.tools = Arc::new(tools);
         self
     }
 }
@@ -173,26 +194,35 @@ pub fn app_with(state: AppState, extra: Router) -> Router {
         .fallback(error::no_such_page)
         .with_state(state.clone())
         .merge(extra)
-        // Inner to outer: a panic becomes a 500 page; the caller is authenticated
-        // before any route runs, and before that, a request for another host name or
-        // a state-changing one from another site is refused (site.rs); errors under
-        // /api/ become JSON; every response, a refusal included, gets the security
-        // headers.
+        // A panic becomes a 500 page; around it, what every request goes through.
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(
             error::panicked,
         ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::authenticate,
-        ))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            site::same_site_only,
-        ))
-        .layer(axum::middleware::from_fn(error::json_under_api))
-        .layer(axum::middleware::from_fn_with_state(
-            state.hsts.clone(),
-            auth::security_headers,
-        ))
+        .layer(axum::middleware::from_fn_with_state(state, every_request))
         .layer(tower_http::trace::TraceLayer::new_for_http())
+}
+
+/// Middleware, outer to inner: every response, a refusal included, gets the security
+/// headers; errors under /api/ and /export/ become problem documents; a request for
+/// another host name or a state-changing one from another site is refused (site.rs);
+/// then the caller is authenticated before any route runs (auth.rs). One middleware,
+/// not four layers: each `from_fn` layer costs a state clone and a boxed future per
+/// request (docs/PERFORMANCE.md, "Guard over HTTP").
+async fn every_request(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let script_path = error::is_script_path(request.uri().path());
+    let hsts = state.hsts.clone();
+    let handled = async move {
+        match site::same_site_only(&state, &request) {
+            Ok(()) => auth::authenticate(axum::extract::State(state), request, next).await,
+            Err(refused) => refused.into_response(),
+        }
+    };
+    let mut response = error::json_under_api(script_path, handled).await;
+    auth::security_headers(&mut response, hsts.as_ref());
+    response
 }

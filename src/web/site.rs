@@ -1,4 +1,4 @@
-//! Middleware: only this site's own pages, under a name this server answers to, get
+//! Only this site's own pages, under a name this server answers to, get
 //! through (docs/AUTH.md, "Security"). It runs before authentication, on every route
 //! (pages, `/api/…`, `/export/…`, the login, and routes added later), so a route cannot
 //! forget it.
@@ -21,28 +21,20 @@
 
 use super::{AppState, Error};
 use crate::auth::AllowedHosts;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderMap, Method, Uri, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 
-/// Middleware: [`check`] on every request.
-pub async fn same_site_only(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// [`check`] for a request to this app, before authentication
+/// (`super::every_request`).
+pub fn same_site_only(state: &AppState, request: &Request) -> Result<(), Error> {
     let local_admin = !state.auth.is_configured();
-    match check(
+    check(
         state.auth.allowed_hosts(),
         local_admin,
         request.method(),
         request.uri(),
         request.headers(),
-    ) {
-        Ok(()) => next.run(request).await,
-        Err(refused) => refused.into_response(),
-    }
+    )
 }
 
 /// Refuses a request addressed to a name this server does not answer to (when

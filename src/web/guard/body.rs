@@ -1,7 +1,14 @@
 //! The guard routes' request bodies and query, each field checked and named when it is
 //! wrong (400 `invalid` with `field`). Unknown members are refused too: a typo such as
 //! `fencing_tokn` must not pass as "absent".
+//!
+//! A body is first read straight into the request's types (`wire.rs`), the common case
+//! of every guarded call; only when that reading fails, or a value breaks a rule below,
+//! is it read again here as a JSON tree, member by member, to name the field that is
+//! wrong. Both readings share the rules (`check_*`); the fast one accepts only what this
+//! one accepts, with the same result (a test in `wire.rs` holds them to it).
 
+use super::wire;
 use crate::guard::canonical::canonical_json;
 use crate::guard::{CallOutcome, IdempotencyKey, Intent, Lookup};
 use crate::web::Error;
@@ -10,9 +17,11 @@ use std::time::Duration;
 
 /// The longest wait of a long poll.
 pub(super) const MAX_WAIT_SECONDS: u64 = 60;
-const MAX_REF_BYTES: usize = 512;
-const MAX_WORKER_BYTES: usize = 200;
-const MAX_TEXT_BYTES: usize = 4000;
+pub(super) const MAX_REF_BYTES: usize = 512;
+pub(super) const MAX_WORKER_BYTES: usize = 200;
+pub(super) const MAX_TEXT_BYTES: usize = 4000;
+/// Each part of an intent.
+pub(super) const MAX_INTENT_BYTES: usize = 512;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdmitBody {
@@ -75,7 +84,7 @@ fn object(body: &[u8], allowed: &[&'static str]) -> Result<Object, Error> {
 }
 
 /// Whether any string or member name inside `v` contains U+0000.
-fn holds_nul(v: &Value) -> bool {
+pub(super) fn holds_nul(v: &Value) -> bool {
     match v {
         Value::String(s) => s.contains('\0'),
         Value::Array(items) => items.iter().any(holds_nul),
@@ -105,12 +114,19 @@ fn string(
 ) -> Result<Option<String>, Error> {
     match o.get(name) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) if s.is_empty() => Err(bad(field, "must not be empty")),
-        Some(Value::String(s)) if s.len() > max => {
-            Err(bad(field, format!("must be at most {max} bytes")))
-        }
-        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(Value::String(s)) => check_text(s, field, max).map(|()| Some(s.clone())),
         Some(_) => Err(bad(field, "expected a string")),
+    }
+}
+
+/// A text member: not empty, at most `max` bytes.
+pub(super) fn check_text(s: &str, field: &'static str, max: usize) -> Result<(), Error> {
+    if s.is_empty() {
+        Err(bad(field, "must not be empty"))
+    } else if s.len() > max {
+        Err(bad(field, format!("must be at most {max} bytes")))
+    } else {
+        Ok(())
     }
 }
 
@@ -120,12 +136,17 @@ fn required(o: &Object, name: &str, field: &'static str, max: usize) -> Result<S
 
 fn worker(o: &Object) -> Result<Option<String>, Error> {
     let w = string(o, "worker", "worker", MAX_WORKER_BYTES)?;
-    if w.as_deref()
-        .is_some_and(|w| w.chars().any(char::is_control))
-    {
+    w.as_deref().map_or(Ok(()), check_worker)?;
+    Ok(w)
+}
+
+/// The worker id, already a text member: no control characters (it is shown in logs
+/// and on pages as the attempt's actor).
+pub(super) fn check_worker(w: &str) -> Result<(), Error> {
+    if w.chars().any(char::is_control) {
         return Err(bad("worker", "must not contain control characters"));
     }
-    Ok(w)
+    Ok(())
 }
 
 fn key(o: &Object) -> Result<IdempotencyKey, Error> {
@@ -150,13 +171,23 @@ pub fn parse_key(text: &str) -> Result<IdempotencyKey, Error> {
 fn fencing_token(o: &Object) -> Result<i64, Error> {
     match o.get("fencing_token") {
         None | Some(Value::Null) => Err(bad("fencing_token", "is required")),
-        Some(v) => whole_number(v).filter(|t| *t >= 1).ok_or_else(|| {
+        Some(v) => whole_number(v).filter(|t| token_ok(*t)).ok_or_else(|| {
             bad(
                 "fencing_token",
                 "expected a whole number of at least 1 (the token admit answered)",
             )
         }),
     }
+}
+
+/// Fencing tokens start at 1.
+pub(super) fn token_ok(t: i64) -> bool {
+    t >= 1
+}
+
+/// A duration is 0 ms or more.
+pub(super) fn duration_ok(ms: i64) -> bool {
+    ms >= 0
 }
 
 /// A JSON number that is a whole number: `7` and `7.0` alike (JSON Schema's `integer`,
@@ -175,7 +206,7 @@ fn duration_ms(o: &Object) -> Result<Option<i64>, Error> {
     match o.get("duration_ms") {
         None | Some(Value::Null) => Ok(None),
         Some(v) => whole_number(v)
-            .filter(|ms| *ms >= 0)
+            .filter(|ms| duration_ok(*ms))
             .map(Some)
             .ok_or_else(|| {
                 bad(
@@ -191,8 +222,19 @@ fn result(o: &Object, when: &str) -> Result<Value, Error> {
     let value = o
         .get("result")
         .ok_or_else(|| bad("result", format!("is required with {when}")))?;
-    canonical_json(value).map_err(|e| bad("result", e.to_string()))?;
+    check_result(value)?;
     Ok(value.clone())
+}
+
+/// A result is stored and hashed in its canonical form: it must have one.
+pub(super) fn check_result(value: &Value) -> Result<(), Error> {
+    canonical_json(value).map_err(|e| bad("result", e.to_string()))?;
+    Ok(())
+}
+
+/// What the attempt log records of a failed lookup.
+pub(super) fn lookup_failed(error: &str) -> Lookup {
+    Lookup::Failed(format!("provider lookup failed: {error}"))
 }
 
 /// Members that belong to another choice of `outcome` / `lookup` must be absent.
@@ -205,6 +247,11 @@ fn absent(o: &Object, members: &[(&str, &'static str)], when: &str) -> Result<()
 
 impl AdmitBody {
     pub fn parse(body: &[u8]) -> Result<Self, Error> {
+        wire::admit(body).map_or_else(|| Self::read_tree(body), Ok)
+    }
+
+    /// The body as a JSON tree: slower, and names the member that is wrong.
+    pub(super) fn read_tree(body: &[u8]) -> Result<Self, Error> {
         let o = object(body, &["intent", "business_ref", "args", "worker"])?;
         let intent = match o.get("intent") {
             Some(Value::Object(i)) => i,
@@ -216,7 +263,7 @@ impl AdmitBody {
             "intent",
             &["tenant", "tool", "workflow_id", "step_id", "intent_id"],
         )?;
-        let part = |name, field| required(intent, name, field, 512);
+        let part = |name, field| required(intent, name, field, MAX_INTENT_BYTES);
         let intent = Intent {
             tenant: part("tenant", "intent.tenant")?,
             tool: part("tool", "intent.tool")?,
@@ -240,6 +287,11 @@ impl AdmitBody {
 
 impl SettleBody {
     pub fn parse(body: &[u8]) -> Result<Self, Error> {
+        wire::settle(body).map_or_else(|| Self::read_tree(body), Ok)
+    }
+
+    /// The body as a JSON tree: slower, and names the member that is wrong.
+    pub(super) fn read_tree(body: &[u8]) -> Result<Self, Error> {
         let o = object(
             body,
             &[
@@ -304,6 +356,11 @@ impl SettleBody {
 
 impl ReconcileBody {
     pub fn parse(body: &[u8]) -> Result<Self, Error> {
+        wire::reconcile(body).map_or_else(|| Self::read_tree(body), Ok)
+    }
+
+    /// The body as a JSON tree: slower, and names the member that is wrong.
+    pub(super) fn read_tree(body: &[u8]) -> Result<Self, Error> {
         let o = object(
             body,
             &[
@@ -332,7 +389,7 @@ impl ReconcileBody {
             Some("failed") => {
                 absent(&o, &[("result", "result")], "lookup failed")?;
                 let error = required(&o, "error", "error", MAX_TEXT_BYTES)?;
-                Lookup::Failed(format!("provider lookup failed: {error}"))
+                lookup_failed(&error)
             }
             _ => {
                 return Err(bad(

@@ -14,6 +14,7 @@ mod access;
 mod answer;
 mod body;
 mod wait;
+mod wire;
 
 use crate::auth::Principal;
 use crate::web::{AppState, Error};
@@ -61,7 +62,7 @@ async fn admit(
     Ok(Answer::admitted(
         admitted.key.as_str(),
         admitted.admission,
-        &admitted.args.value,
+        admitted.args.value,
         policy,
         &call.intent.tool,
         now(),
@@ -117,14 +118,14 @@ async fn reconcile(
     let key = req.key.as_str();
     Ok(match reconciled {
         Reconciled::Found { result } => Answer::replay(key, result),
-        Reconciled::Unknown { reason } => Answer::unknown(key, &reason),
+        Reconciled::Unknown { reason } => Answer::unknown(key, reason),
         Reconciled::Resend { record } => {
             let policy = access::policy(&state, &record.intent.tool)?;
             Answer::execute(
                 key,
                 record.fencing_token.0,
                 record.lease_until,
-                &record.business_args,
+                record.business_args,
                 policy,
                 &record.intent.tool,
             )

@@ -32,7 +32,7 @@ pub async fn key_state(
             .is_some_and(|t| t != record.fencing_token.0);
         if changed || query.after_token.is_none() || Instant::now() >= deadline {
             let awaiting = awaiting_person(state, &record).await?;
-            return Ok(Answer::state(&record, changed, awaiting));
+            return Ok(Answer::state(record, changed, awaiting));
         }
         let next_poll = (Instant::now() + POLL).min(deadline);
         tokio::select! {
