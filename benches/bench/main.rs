@@ -132,12 +132,12 @@ async fn main() {
     }
     if wants("checkpoint") {
         let (pg, _) = fresh_postgres("checkpoint").await;
-        let took = seed::seed(&pg, 0, scale.keys, 10, 0, true).await;
+        let took = seed::chains(&pg, 0, scale.keys, true).await;
         figures.push(report::Figure::plain(
             format!("seeding {} keys / {} attempts", scale.keys, scale.keys * 10),
             "s",
             took,
-            "for the checkpoint area".into(),
+            "for the checkpoint area: real chains (verify_chains.sql)".into(),
             None,
         ));
         checkpoint::run(&pg, scale.keys, &mut figures).await;

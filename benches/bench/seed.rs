@@ -4,13 +4,15 @@
 //! (key, seq), the foreign key) but the hash-chain columns (`prev_hash`, `hash`,
 //! `log_hash`, `fingerprint`) are plausible 64-hex values, not a chain: `verify` would
 //! report every key broken. The page, backlog, tail and export benchmarks never check
-//! chains, so they measure the same work as on real data.
+//! chains, so they measure the same work as on real data. The checkpoint area does
+//! check them, and seeds real chains instead ([`chains`], `verify_chains.sql`).
 //!
 //! For speed the secondary indexes are dropped during the load and rebuilt after it
 //! (definitions read back from `pg_indexes`, so they are exactly the migrations'), and
 //! the foreign-key trigger is skipped (`session_replication_role = replica`): the
 //! generated rows reference existing keys by construction.
 
+use futures::StreamExt;
 use idemwatch::store::Store;
 use sqlx::{Executor, PgPool};
 use std::time::Instant;
@@ -97,6 +99,35 @@ async fn secondary_indexes(pool: &PgPool) -> Vec<(String, String)> {
     .unwrap()
 }
 
+/// Drops the secondary indexes for a bulk load; [`rebuild`] puts them back.
+async fn drop_secondary_indexes(pool: &PgPool) -> Vec<(String, String)> {
+    let indexes = secondary_indexes(pool).await;
+    for (name, _) in &indexes {
+        pool.execute(sqlx::AssertSqlSafe(format!("DROP INDEX {name}")))
+            .await
+            .unwrap();
+    }
+    indexes
+}
+
+/// Rebuilds what [`drop_secondary_indexes`] dropped and refreshes the statistics.
+async fn rebuild(pool: &PgPool, indexes: &[(String, String)]) {
+    for (_, def) in indexes {
+        pool.execute(sqlx::AssertSqlSafe(def.clone()))
+            .await
+            .unwrap();
+    }
+    pool.execute("VACUUM (ANALYZE) idempotency_records")
+        .await
+        .unwrap();
+    pool.execute("VACUUM (ANALYZE) idempotency_attempts")
+        .await
+        .unwrap();
+}
+
+/// Chunks of 100 k keys: a bounded transaction each, many txids in the log.
+const CHUNK: u64 = 100_000;
+
 /// Keys `from..to` with `attempts` attempts each; the first `unknown` key numbers are
 /// UNKNOWN. Set `with_attempts` false to add records only. Returns seconds taken.
 pub async fn seed(
@@ -109,17 +140,10 @@ pub async fn seed(
 ) -> f64 {
     let started = Instant::now();
     let pool = pool(store);
-    let indexes = secondary_indexes(pool).await;
-    for (name, _) in &indexes {
-        pool.execute(sqlx::AssertSqlSafe(format!("DROP INDEX {name}")))
-            .await
-            .unwrap();
-    }
-    // Chunks of 100 k keys: a bounded transaction each, many txids in the log.
-    let chunk = 100_000;
+    let indexes = drop_secondary_indexes(pool).await;
     let mut at = from;
     while at < to {
-        let end = (at + chunk).min(to);
+        let end = (at + CHUNK).min(to);
         let mut conn = pool.acquire().await.unwrap();
         insert_records(&mut conn, at, end, attempts, unknown).await;
         drop(conn);
@@ -133,17 +157,43 @@ pub async fn seed(
         }
         at = end;
     }
-    for (_, def) in &indexes {
-        pool.execute(sqlx::AssertSqlSafe(def.clone()))
-            .await
-            .unwrap();
+    rebuild(pool, &indexes).await;
+    started.elapsed().as_secs_f64()
+}
+
+/// Keys `from..to` (key numbers; not those of [`key_of`]) with 10 attempts each that
+/// form real chains (`verify_chains.sql`): keys derived from their intents, every hash,
+/// fingerprint and head correct, so `verify` hashes every row and finds each intact.
+/// A chunk of keys a statement, a chunk per core at once; `bulk` drops the secondary indexes meanwhile (for
+/// a large load; small batches between measurements keep them). Returns seconds.
+pub async fn chains(store: &Store, from: u64, to: u64, bulk: bool) -> f64 {
+    let started = Instant::now();
+    let pool = pool(store);
+    let indexes = if bulk {
+        drop_secondary_indexes(pool).await
+    } else {
+        Vec::new()
+    };
+    // Chunks at once, a connection and a core each: the statement is one backend's
+    // work (SHA-256 and text in SQL), so one at a time leaves the other cores idle.
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let chunks = (from..to)
+        .step_by(CHUNK as usize)
+        .map(|at| (at, (at + CHUNK).min(to)));
+    futures::stream::iter(chunks)
+        .for_each_concurrent(cores, |(at, end)| async move {
+            let sql = include_str!("verify_chains.sql")
+                .replace(":from", &at.to_string())
+                .replace(":to", &end.to_string());
+            // Not under `session_replication_role = replica` as [`seed`]'s attempts
+            // are: records get `resend_safe_until` from their insert trigger. The
+            // foreign key holds: each key's record is written by the same statement.
+            pool.execute(sqlx::AssertSqlSafe(sql)).await.unwrap();
+        })
+        .await;
+    if bulk {
+        rebuild(pool, &indexes).await;
     }
-    pool.execute("VACUUM (ANALYZE) idempotency_records")
-        .await
-        .unwrap();
-    pool.execute("VACUUM (ANALYZE) idempotency_attempts")
-        .await
-        .unwrap();
     started.elapsed().as_secs_f64()
 }
 

@@ -1,52 +1,53 @@
 -- Real hash chains for measuring `idemwatch verify` (docs/PERFORMANCE.md, "Making verify
--- faster"): :n keys × 10 attempts whose keys derive from their intents and whose hashes,
--- fingerprints and heads are correct, so verify checks (and hashes) every row and finds
--- every chain intact. Not wired into the bench; run on a migrated, empty database:
---   psql -v ON_ERROR_STOP=1 -v n=100000 $URL -f benches/bench/verify_chains.sql
+-- faster"): keys :from .. :to - 1, 10 attempts each, whose keys derive from their intents
+-- and whose hashes, fingerprints and heads are correct, so verify checks (and hashes)
+-- every row and finds every chain intact. The `checkpoint` bench area seeds with this
+-- statement (benches/bench/seed.rs, `chains`: 100 k keys a transaction, secondary
+-- indexes dropped and the foreign-key trigger skipped meanwhile); by hand, on a
+-- migrated database:
+--   psql -v ON_ERROR_STOP=1 -v from=0 -v to=100000 $URL -f benches/bench/verify_chains.sql
 -- then `idemwatch checkpoint --signing-key …` and `idemwatch verify --public-key …`.
-CREATE TEMP TABLE k AS
-SELECT i,
-  'tenant-' || (i % 20) AS tenant,
-  (ARRAY['issue_refund','send_sms','send_email','create_payout','charge_card'])[(1 + i % 5)::int] AS tool,
-  'wf-' || i AS workflow_id, 'refund:' || i AS intent_id,
-  timestamptz '2026-11-01 00:00:00+00' - make_interval(secs => i) AS base
-FROM generate_series(0, :n - 1) i;
-ALTER TABLE k ADD COLUMN key text;
-UPDATE k SET key = encode(sha256(convert_to('{"intent_id":"' || intent_id || '","step_id":"1","tenant":"' || tenant || '","tool":"' || tool || '","workflow_id":"' || workflow_id || '"}', 'UTF8')), 'hex');
-CREATE TEMP TABLE a (i bigint, s bigint, key text, tenant text, tool text, kind text, dur bigint, at timestamptz, prev text, hash text);
-DO $$
-DECLARE q int;
-BEGIN
-  FOR q IN 1..10 LOOP
-    INSERT INTO a
-    SELECT k.i, q, k.key, k.tenant, k.tool,
-      CASE WHEN q = 1 THEN 'claimed' WHEN q < 10 THEN 'replayed' ELSE 'completed' END,
-      CASE WHEN q = 10 THEN 120 END,
-      k.base + make_interval(secs => q / 1000.0),
-      COALESCE(p.hash, repeat('0', 64)), NULL
-    FROM k LEFT JOIN a p ON p.i = k.i AND p.s = q - 1 AND q > 1
-    WHERE q = 1 OR p.i IS NOT NULL;
-    UPDATE a SET hash = encode(sha256(convert_to(prev || E'\n' ||
-      '{"actor":"bench","detail":{},"duration_ms":' || COALESCE(dur::text, 'null') ||
-      ',"fencing_token":1,"key":"' || key || '","kind":"' || kind ||
-      '","occurred_at":"' || to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') ||
-      '","seq":' || s || ',"tenant":"' || tenant || '","tool":"' || tool || '"}', 'UTF8')), 'hex')
-    WHERE a.s = q;
-    IF q = 1 THEN CREATE INDEX a_is ON a (i, s); END IF;
-    ANALYZE a;
-  END LOOP;
-END $$;
-INSERT INTO idempotency_records (key, tenant, tool, workflow_id, step_id, intent_id, business_ref,
-  fingerprint, business_args, status, fencing_token, lease_until, attempt_count, result, error,
-  provider_retention_until, created_at, updated_at, log_seq, log_hash)
-SELECT k.key, k.tenant, k.tool, k.workflow_id, '1', k.intent_id, 'order:B-' || k.i,
-  encode(sha256(convert_to('{"amount_p":4500,"order":"B-' || k.i || '"}', 'UTF8')), 'hex'),
-  jsonb_build_object('order', 'B-' || k.i, 'amount_p', 4500), 'DONE', 1,
-  k.base + interval '30 seconds', 10, '{"refund_id": "rf_bench"}'::jsonb, NULL,
-  k.base - interval '1 hour', k.base, k.base + interval '1 second', 10, h.hash
-FROM k JOIN a h ON h.i = k.i AND h.s = 10;
+--
+-- One statement: the chain is built seq by seq by a recursive query whose row 0 is
+-- the genesis hash, so the canonical JSON the hash covers is written once. It is the
+-- guard's (JCS: members sorted, no spaces); a mismatch shows as every key broken.
+WITH RECURSIVE k AS (
+  SELECT i, 'tenant-' || (i % 20) AS tenant,
+    (ARRAY['issue_refund','send_sms','send_email','create_payout','charge_card'])[(1 + i % 5)::int] AS tool,
+    'wf-' || i AS workflow_id, 'refund:' || i AS intent_id,
+    timestamptz '2026-11-01 00:00:00+00' - make_interval(secs => i) AS base
+  FROM generate_series(:from::bigint, :to::bigint - 1) i
+), keyed AS (
+  SELECT k.*, encode(sha256(convert_to('{"intent_id":"' || intent_id || '","step_id":"1","tenant":"'
+    || tenant || '","tool":"' || tool || '","workflow_id":"' || workflow_id || '"}', 'UTF8')), 'hex') AS key
+  FROM k
+), c (i, s, key, tenant, tool, base, kind, dur, at, prev, hash) AS (
+  SELECT i, 0::bigint, key, tenant, tool, base, NULL, NULL::bigint, NULL::timestamptz, NULL, repeat('0', 64)
+  FROM keyed
+  UNION ALL
+  SELECT c.i, n.s, c.key, c.tenant, c.tool, c.base, n.kind, n.dur, n.at, c.hash,
+    encode(sha256(convert_to(c.hash || E'\n' ||
+      '{"actor":"bench","detail":{},"duration_ms":' || COALESCE(n.dur::text, 'null') ||
+      ',"fencing_token":1,"key":"' || c.key || '","kind":"' || n.kind ||
+      '","occurred_at":"' || to_char(n.at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') ||
+      '","seq":' || n.s || ',"tenant":"' || c.tenant || '","tool":"' || c.tool || '"}', 'UTF8')), 'hex')
+  FROM c, LATERAL (SELECT c.s + 1 AS s,
+      CASE WHEN c.s = 0 THEN 'claimed' WHEN c.s < 9 THEN 'replayed' ELSE 'completed' END AS kind,
+      CASE WHEN c.s = 9 THEN 120 END::bigint AS dur,
+      c.base + make_interval(secs => (c.s + 1) / 1000.0) AS at) n
+  WHERE c.s < 10
+), records AS (
+  INSERT INTO idempotency_records (key, tenant, tool, workflow_id, step_id, intent_id, business_ref,
+    fingerprint, business_args, status, fencing_token, lease_until, attempt_count, result, error,
+    provider_retention_until, created_at, updated_at, log_seq, log_hash)
+  SELECT k.key, k.tenant, k.tool, k.workflow_id, '1', k.intent_id, 'order:B-' || k.i,
+    encode(sha256(convert_to('{"amount_p":4500,"order":"B-' || k.i || '"}', 'UTF8')), 'hex'),
+    jsonb_build_object('order', 'B-' || k.i, 'amount_p', 4500), 'DONE', 1,
+    k.base + interval '30 seconds', 10, '{"refund_id": "rf_bench"}'::jsonb, NULL,
+    k.base - interval '1 hour', k.base, k.base + interval '1 second', 10, h.hash
+  FROM keyed k JOIN c h ON h.i = k.i AND h.s = 10
+)
 INSERT INTO idempotency_attempts (key, tenant, tool, seq, kind, fencing_token, actor, detail,
   duration_ms, occurred_at, prev_hash, hash)
-SELECT key, tenant, tool, s, kind, 1, 'bench', '{}'::jsonb, dur, at, prev, hash FROM a ORDER BY i, s;
-VACUUM ANALYZE idempotency_records;
-VACUUM ANALYZE idempotency_attempts;
+SELECT key, tenant, tool, s, kind, 1, 'bench', '{}'::jsonb, dur, at, prev, hash
+FROM c WHERE s > 0 ORDER BY i, s;

@@ -2,7 +2,8 @@
 //! and the copies kept outside, then every key's chain against its record and
 //! against where the checkpoints last saw it ([`ChainCheck`], as for files).
 
-use super::verify::{ChainCheck, Problem, Report};
+use super::ranges::{Split, check_ranges};
+use super::verify::{Problem, Report};
 use crate::evidence::{Checkpoint, LeafLog, check_sequence};
 use crate::store::{Store, StoreError};
 use ed25519_dalek::VerifyingKey;
@@ -26,6 +27,16 @@ pub async fn verify_database(store: &Store) -> Result<Report, StoreError> {
 }
 
 pub async fn verify_database_with(store: &Store, outside: &Outside) -> Result<Report, StoreError> {
+    verify_database_split(store, outside, Split::for_store(store)).await
+}
+
+/// [`verify_database_with`], reading and checking the log in the parts `split` says.
+/// The report is the same however the log is split.
+pub async fn verify_database_split(
+    store: &Store,
+    outside: &Outside,
+    split: Split,
+) -> Result<Report, StoreError> {
     let checkpoints = store.checkpoints().await?;
     let mut problems = check_sequence(&checkpoints, outside.public_key.as_ref(), 1);
     let mut notes = Vec::new();
@@ -97,14 +108,7 @@ pub async fn verify_database_with(store: &Store, outside: &Outside) -> Result<Re
         )),
     }
 
-    let mut check = ChainCheck::with_anchors(anchors).against_heads();
-    let mut batches = store.verify_rows();
-    while let Some(batch) = batches.next().await {
-        for row in batch? {
-            check.push(&row, None);
-        }
-    }
-    drop(batches);
+    let mut check = check_ranges(store, anchors, split).await?;
     for key in store.records_without_attempts().await? {
         check.record_without_attempts(&key);
     }

@@ -12,15 +12,17 @@ mod encode;
 mod manifest;
 mod pipeline;
 mod problem;
+mod ranges;
 mod read;
 mod row;
 mod verify;
 
 pub use crate::store::{ExportFilter, FilterError, parse_time};
-pub use database::{Outside, verify_database, verify_database_with};
+pub use database::{Outside, verify_database, verify_database_split, verify_database_with};
 pub use encode::Encoder;
 pub use manifest::{CsvCells, Format, Manifest, Source};
 pub use pipeline::{CHUNK, ChunkSink, Discard, ExportError, Job, Writer, encode, export_into};
+pub use ranges::Split;
 pub use read::{
     FileEvidence, ndjson_manifest, sha256_of, verify_csv, verify_csv_with, verify_ndjson,
     verify_ndjson_with,

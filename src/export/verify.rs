@@ -142,14 +142,17 @@ impl ChainCheck {
 
     /// Checks the next row; `line` is its line in a file.
     pub fn push(&mut self, row: &ExportRow, line: Option<u64>) {
+        let new_key = self.current.as_ref().is_none_or(|c| c.key != row.key);
+        // The key before ends first, so its findings number before this row's: the
+        // order of the findings depends only on the rows, which lets
+        // [`ChainCheck::absorb`] join parts checked apart into the same report.
+        let previous = if new_key { self.current.take() } else { None };
+        if let Some(prev) = &previous {
+            self.end_key(prev);
+        }
         self.ordinal += 1;
         self.report.rows += 1;
-        let new_key = self.current.as_ref().is_none_or(|c| c.key != row.key);
         if new_key {
-            let previous = self.current.take();
-            if let Some(prev) = &previous {
-                self.end_key(prev);
-            }
             self.report.keys += 1;
             let mut state = KeyState {
                 key: row.key.clone(),
@@ -235,6 +238,41 @@ impl ChainCheck {
         state.last_id = row.attempt_id;
         state.last_line = line;
         self.current = Some(state);
+    }
+
+    /// Appends `part`, the check of rows that come after all of this check's rows
+    /// (the next key range): the report is what one check over both would give, in
+    /// the same order. `part` must have been made the same way as `self`.
+    pub fn absorb(&mut self, mut part: ChainCheck) {
+        if part.report.rows > 0
+            && let Some(last) = self.current.take()
+        {
+            self.end_key(&last);
+        }
+        let offset = self.ordinal;
+        self.ordinal += part.ordinal;
+        let r = &mut self.report;
+        r.rows += part.report.rows;
+        r.keys += part.report.keys;
+        r.broken_keys += part.report.broken_keys;
+        r.unbound_keys += part.report.unbound_keys;
+        r.anchored_keys += part.report.anchored_keys;
+        r.notes.append(&mut part.report.notes);
+        for mut b in part.report.breaks {
+            b.ordinal += offset;
+            self.add(b);
+        }
+        if self.first_late_start.is_none() {
+            self.first_late_start = part.first_late_start.map(|mut b| {
+                b.ordinal += offset;
+                b
+            });
+        }
+        self.late_starts += part.late_starts;
+        self.anchors.extend(part.anchors);
+        if part.current.is_some() {
+            self.current = part.current;
+        }
     }
 
     /// A record whose attempts are all gone (database only).

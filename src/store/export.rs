@@ -8,9 +8,11 @@
 //! chain head are consistent with the attempts beside it.
 
 mod filter;
+mod range;
 mod row;
 
 pub use filter::{ExportFilter, FilterError, parse_time};
+pub use range::KeyRange;
 pub use row::{COLUMNS, ExportRow, micros};
 
 use super::{Store, StoreError, on_pool};
@@ -70,22 +72,40 @@ pub const EXPORT: &str = concat!(
      ORDER BY a.key, a.seq"
 );
 
-/// The whole log for `verify`: the export's rows, except that the record's state is
-/// sent only with the row at the record's `log_seq`, the one row the check compares
-/// it with (a head row has `seq = log_seq`, [`ExportRow::is_head`]); other rows carry
-/// `''` and JSON `null`. The state is the bulk of a row (two JSON documents turned
-/// into text by the server and parsed again by us, ten times a key), so this is most
-/// of what the database and the verifier do per row, for nothing.
-pub const VERIFY: &str = concat!(
-    export_columns!(
-        "CASE WHEN a.seq = r.log_seq THEN r.fingerprint ELSE '' END AS fingerprint, \
-         CASE WHEN a.seq = r.log_seq THEN r.business_args ELSE 'null' END AS business_args, \
-         CASE WHEN a.seq = r.log_seq THEN r.result END AS result, \
-         CASE WHEN a.seq = r.log_seq THEN r.error END AS error, "
-    ),
-    export_from!(),
-    "ORDER BY a.key, a.seq"
-);
+/// The log for `verify`, one [`KeyRange`] of it: the export's rows, except that the
+/// record's state is sent only with the row at the record's `log_seq`, the one row
+/// the check compares it with (a head row has `seq = log_seq`, [`ExportRow::is_head`]);
+/// other rows carry `''` and JSON `null`. The state is the bulk of a row (two JSON
+/// documents turned into text by the server and parsed again by us, ten times a key),
+/// so this is most of what the database and the verifier do per row, for nothing.
+///
+/// The range is given on both tables: PostgreSQL carries equalities, not ranges,
+/// across a join, and without `r.key` bounds the records' side of the merge join
+/// would scan from the first key. A range without an upper end has its own text
+/// ([`VERIFY_TO_END`]) rather than `($2 IS NULL OR …)`: a generic plan cannot use such
+/// an `OR` as an index bound and would read every row after `$1`.
+macro_rules! verify_select {
+    ($range:expr) => {
+        concat!(
+            export_columns!(
+                "CASE WHEN a.seq = r.log_seq THEN r.fingerprint ELSE '' END AS fingerprint, \
+                 CASE WHEN a.seq = r.log_seq THEN r.business_args ELSE 'null' END AS business_args, \
+                 CASE WHEN a.seq = r.log_seq THEN r.result END AS result, \
+                 CASE WHEN a.seq = r.log_seq THEN r.error END AS error, "
+            ),
+            export_from!(),
+            $range,
+            " ORDER BY a.key, a.seq"
+        )
+    };
+}
+
+/// [`verify_select!`] for keys in `$1 <= key < $2`.
+pub const VERIFY: &str =
+    verify_select!("WHERE a.key >= $1 AND a.key < $2 AND r.key >= $1 AND r.key < $2");
+
+/// [`verify_select!`] for keys from `$1` on.
+pub const VERIFY_TO_END: &str = verify_select!("WHERE a.key >= $1 AND r.key >= $1");
 
 /// Rows a batch of [`Store::verify_rows`] holds.
 pub const VERIFY_BATCH: usize = 512;
@@ -95,11 +115,17 @@ pub const VERIFY_BATCH: usize = 512;
 /// parallel workers. PostgreSQL otherwise picks a parallel nested loop with an
 /// incremental sort, which took about 1.7 times the server CPU for the same rows
 /// (docs/PERFORMANCE.md, checkpoint); on a small machine its workers also compete
-/// with the verifier for the same cores. `set_config(…, true)` ends with the
-/// transaction.
+/// with the verifier for the same cores. For a key range it underestimates the rows
+/// (the range is given on both tables and it multiplies the two selectivities) and
+/// picks a hash join or a bitmap scan, each followed by a sort of the whole range:
+/// those are turned off too, so the rows stream in index order. `set_config(…, true)`
+/// ends with the transaction.
 pub const SERIAL_PLAN_POSTGRES: &str = "SELECT \
     set_config('max_parallel_workers_per_gather', '0', true), \
-    set_config('enable_nestloop', 'off', true)";
+    set_config('enable_nestloop', 'off', true), \
+    set_config('enable_hashjoin', 'off', true), \
+    set_config('enable_bitmapscan', 'off', true), \
+    set_config('enable_sort', 'off', true)";
 
 /// Records whose attempt rows are all gone (the verifier reports them).
 pub const RECORDS_WITHOUT_ATTEMPTS: &str = "SELECT r.key FROM idempotency_records r \
@@ -178,24 +204,39 @@ impl Store {
             .boxed())
     }
 
-    /// Every attempt with its record, as [`Store::export_rows`] without a filter,
-    /// but with the record's state only on the row at its `log_seq` ([`VERIFY`]), in
-    /// batches of [`VERIFY_BATCH`] rows. A task of its own reads and decodes them, so
-    /// the caller checks one batch while the next is decoded (on another thread of a
-    /// multi-threaded runtime). Dropping the stream stops the reader.
-    pub fn verify_rows(&self) -> BoxStream<'static, Result<Vec<ExportRow>, StoreError>> {
+    /// The attempts of the keys in `range` with their records, as
+    /// [`Store::export_rows`] without a filter, but with the record's state only on
+    /// the row at its `log_seq` ([`VERIFY`]), in batches of [`VERIFY_BATCH`] rows. A
+    /// task of its own reads and decodes them on one connection, so the caller checks
+    /// one batch while the next is decoded. Dropping the stream stops the reader.
+    pub fn verify_rows(
+        &self,
+        range: KeyRange,
+    ) -> BoxStream<'static, Result<Vec<ExportRow>, StoreError>> {
         let (tx, mut rx) = tokio::sync::mpsc::channel(4);
         let store = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = store.send_verify_rows(&tx).await {
+            if let Err(e) = store.send_verify_rows(&range, &tx).await {
                 let _ = tx.send(Err(e)).await;
             }
         });
         futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
     }
 
+    /// How many [`Store::verify_rows`] streams can read at once: each holds one
+    /// connection until its range is read, and one waiting longer than the pool's
+    /// acquire timeout would fail.
+    pub fn read_connections(&self) -> usize {
+        let max = match self {
+            Store::Postgres(pool) => pool.options().get_max_connections(),
+            Store::Sqlite(pools) => pools.reader().options().get_max_connections(),
+        };
+        max as usize
+    }
+
     async fn send_verify_rows(
         &self,
+        range: &KeyRange,
         tx: &tokio::sync::mpsc::Sender<Result<Vec<ExportRow>, StoreError>>,
     ) -> Result<(), StoreError> {
         macro_rules! send_batches {
@@ -217,15 +258,24 @@ impl Store {
                 Ok(())
             }};
         }
+        // One text per kind of range, bound once; the backends differ in type only.
+        macro_rules! query {
+            () => {
+                match &range.to {
+                    Some(to) => sqlx::query_as::<_, ExportRow>(VERIFY)
+                        .bind(range.from.as_str())
+                        .bind(to.as_str()),
+                    None => sqlx::query_as::<_, ExportRow>(VERIFY_TO_END).bind(range.from.as_str()),
+                }
+            };
+        }
         match self {
             Store::Postgres(pool) => {
                 let mut t = pool.begin().await?;
                 sqlx::query(SERIAL_PLAN_POSTGRES).execute(&mut *t).await?;
-                send_batches!(sqlx::query_as::<_, ExportRow>(VERIFY).fetch(&mut *t))
+                send_batches!(query!().fetch(&mut *t))
             }
-            Store::Sqlite(pools) => {
-                send_batches!(sqlx::query_as::<_, ExportRow>(VERIFY).fetch(pools))
-            }
+            Store::Sqlite(pools) => send_batches!(query!().fetch(pools)),
         }
     }
 
@@ -243,7 +293,7 @@ mod tests {
 
     #[test]
     fn the_export_row_is_decoded_in_the_order_the_selects_name_their_columns() {
-        for select in [export_select!(), VERIFY] {
+        for select in [export_select!(), VERIFY, VERIFY_TO_END] {
             let list = select
                 .strip_prefix("SELECT ")
                 .and_then(|s| s.split(" FROM ").next())

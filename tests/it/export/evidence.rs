@@ -15,7 +15,7 @@ use idemwatch::retention::{Pruner, RetentionSettings};
 use std::sync::Arc;
 
 /// `n` DONE keys (claimed, completed, replayed), in key order.
-async fn done_keys(f: &Fixture, n: usize) -> Vec<String> {
+pub(super) async fn done_keys(f: &Fixture, n: usize) -> Vec<String> {
     let mut keys = Vec::new();
     for i in 0..n {
         let call = refund(&format!("E-{i}"), 100 + i as i64, "1");
@@ -31,7 +31,7 @@ fn signing_key() -> SigningKey {
     SigningKey::from_bytes(&[42; 32])
 }
 
-fn checkpointer(f: &Fixture, dir: Option<&std::path::Path>) -> Checkpointer {
+pub(super) fn checkpointer(f: &Fixture, dir: Option<&std::path::Path>) -> Checkpointer {
     Checkpointer::new(f.store.clone(), signing_key(), Arc::new(f.clock.clone()))
         .with_dir(dir.map(Into::into))
 }
@@ -41,7 +41,7 @@ fn checkpointer(f: &Fixture, dir: Option<&std::path::Path>) -> Checkpointer {
 /// running one in the cluster, and other tests' transactions may hold it back for a
 /// moment: a checkpoint can then see a key without its last row, and a later one adds
 /// the head.
-async fn checkpoint_to(store: &Store, writer: &Checkpointer, size: u64) -> Checkpoint {
+pub(super) async fn checkpoint_to(store: &Store, writer: &Checkpointer, size: u64) -> Checkpoint {
     let mut last = None;
     for _ in 0..100 {
         if let Some(c) = writer.checkpoint().await.unwrap() {

@@ -9,6 +9,7 @@ mod formulas;
 mod http;
 mod prune;
 mod public_key;
+mod ranges;
 mod tamper;
 
 use crate::support::as_key;
