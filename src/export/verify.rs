@@ -396,11 +396,10 @@ impl ChainCheck {
             }
             state.derived = Some(intent.map(String::clone));
         }
-        let computed = row.computed_hash();
-        if computed != row.hash {
+        if !row.hash_is_computed() {
             let problem = Problem::HashMismatch {
                 stored: row.hash.clone(),
-                computed,
+                computed: row.computed_hash(),
             };
             self.fail(state, row, line, problem);
         }

@@ -37,7 +37,8 @@ pub use operation::{ErrorClass, Operation};
 pub use policy::{DEFAULT_DUPLICATE_WINDOW, ToolPolicies, ToolPolicy};
 pub use port::{Claim, ClaimChecks, PairReview, Storage, StoreError};
 pub use record::{
-    Attempt, AttemptDraft, ChainFields, GENESIS_HASH, Record, chain_hash, rfc3339, seal,
+    Attempt, AttemptDraft, ChainFields, GENESIS_HASH, Record, chain_hash, chain_hash_is, rfc3339,
+    seal,
 };
 pub use status::{
     AdmissionOutcome, AttemptKind, DuplicateVerdict, Resolution, Status, UnknownName,

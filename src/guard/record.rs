@@ -9,6 +9,7 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use std::fmt::Write;
 
 /// One row of `idempotency_records`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -150,12 +151,24 @@ pub struct ChainFields<'a> {
 /// row's content (times as RFC 3339 UTC with microseconds). Documented in
 /// docs/GUARD.md so an auditor can recompute it without idemwatch.
 pub fn chain_hash(prev_hash: &str, fields: ChainFields<'_>) -> String {
-    let canonical = chain_content(&fields).unwrap_or_else(|| chain_content_via_value(&fields));
+    hex::encode(chain_digest(prev_hash, &fields))
+}
+
+/// Whether `stored` is [`chain_hash`] of the row: the same test without a `String` per
+/// row (`verify` asks it of every row in the database).
+pub fn chain_hash_is(stored: &str, prev_hash: &str, fields: ChainFields<'_>) -> bool {
+    let mut hex = [0u8; 64];
+    hex::encode_to_slice(chain_digest(prev_hash, &fields), &mut hex)
+        .is_ok_and(|()| hex.as_slice() == stored.as_bytes())
+}
+
+fn chain_digest(prev_hash: &str, fields: &ChainFields<'_>) -> [u8; 32] {
+    let canonical = chain_content(fields).unwrap_or_else(|| chain_content_via_value(fields));
     let mut hash = Sha256::new();
     hash.update(prev_hash.as_bytes());
     hash.update(b"\n");
     hash.update(canonical.as_bytes());
-    hex::encode(hash.finalize())
+    hash.finalize().into()
 }
 
 /// The JCS form of the row's content written member by member, in JCS order (the
@@ -195,7 +208,10 @@ fn chain_content(f: &ChainFields<'_>) -> Option<String> {
         out.push_str("\":");
         match value {
             V::Raw(text) => out.push_str(text),
-            V::Int(n) => out.push_str(&n.to_string()),
+            V::Int(n) => {
+                // Writing to a String cannot fail.
+                let _ = write!(out, "{n}");
+            }
             V::Text(text) => write_string(&mut out, text),
         }
     }
@@ -342,7 +358,12 @@ pub(crate) mod tests {
                 let mut h = Sha256::new();
                 h.update(b"prev\n");
                 h.update(general.as_bytes());
-                assert_eq!(chain_hash("prev", fields), hex::encode(h.finalize()));
+                let hash = hex::encode(h.finalize());
+                assert!(chain_hash_is(&hash, "prev", fields));
+                assert!(!chain_hash_is(&hash, "other", fields));
+                assert!(!chain_hash_is(&hash[..63], "prev", fields));
+                assert!(!chain_hash_is(&hash.to_uppercase(), "prev", fields));
+                assert_eq!(chain_hash("prev", fields), hash);
             }
         }
         assert!(
