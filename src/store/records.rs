@@ -108,10 +108,8 @@ impl Storage for Store {
         }
         on_pool!(self, pool => {
             let mut tx = pool.begin_write().await?;
-            let (mut record, mut draft) = build();
-            let span = tracing::Span::current();
-            span.record("key", record.key.as_str());
-            span.record("tool", record.intent.tool.as_str());
+            let (mut record, draft) = build();
+            record_claim_span(&record);
             // The probe reads before the insert so that its finding is part of the
             // sealed `claimed` row; it excludes the key itself, so a retry of this
             // intent never suspects itself.
@@ -123,10 +121,7 @@ impl Storage for Store {
                 }
                 None => None,
             };
-            if let Some(other) = &suspect {
-                draft = draft.with("suspected_duplicate_of", serde_json::json!(other));
-            }
-            let attempt = seal(&mut record, draft);
+            let attempt = seal(&mut record, with_suspect(draft, suspect.as_deref()));
             let inserted: Option<String> = bind_claim!(sqlx::query_scalar(sql::CLAIM), record)
                 .fetch_optional(&mut *tx)
                 .await?;
@@ -237,6 +232,21 @@ impl Storage for Store {
     }
 }
 
+/// Names the claimed key and tool on the `claim` span.
+fn record_claim_span(record: &Record) {
+    let span = tracing::Span::current();
+    span.record("key", record.key.as_str());
+    span.record("tool", record.intent.tool.as_str());
+}
+
+/// The `claimed` row with the probe's finding, sealed into the chain with it.
+fn with_suspect(draft: AttemptDraft, suspect: Option<&str>) -> AttemptDraft {
+    match suspect {
+        Some(other) => draft.with("suspected_duplicate_of", serde_json::json!(other)),
+        None => draft,
+    }
+}
+
 /// [`Storage::claim`] on PostgreSQL without a natural key: the probe (with whether the
 /// key exists), then [`sql::CLAIM_AND_APPEND_POSTGRES`] — two round trips, one when
 /// the call names no business ref, instead of a transaction of five.
@@ -245,10 +255,8 @@ async fn claim_in_one_statement(
     build: impl FnOnce() -> (Record, AttemptDraft) + Send,
     checks: ClaimChecks<'_>,
 ) -> Result<Claim, StoreError> {
-    let (mut record, mut draft) = build();
-    let span = tracing::Span::current();
-    span.record("key", record.key.as_str());
-    span.record("tool", record.intent.tool.as_str());
+    let (mut record, draft) = build();
+    record_claim_span(&record);
     let mut suspect: Option<String> = None;
     if let Some(business_ref) = &record.business_ref {
         let (found, exists): (Option<String>, bool) = bind_probe!(
@@ -264,10 +272,7 @@ async fn claim_in_one_statement(
         }
         suspect = found;
     }
-    if let Some(other) = &suspect {
-        draft = draft.with("suspected_duplicate_of", serde_json::json!(other));
-    }
-    let attempt = seal(&mut record, draft);
+    let attempt = seal(&mut record, with_suspect(draft, suspect.as_deref()));
     let q = bind_claim!(sqlx::query_scalar(sql::CLAIM_AND_APPEND_POSTGRES), record);
     let inserted: Option<String> = bind_attempt!(q, attempt)
         .bind(&suspect)
