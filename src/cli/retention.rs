@@ -31,7 +31,7 @@ pub struct RetentionArgs {
     /// Write pruned rows here as NDJSON files (with a manifest) before deleting them.
     #[arg(long, env = "IDEMWATCH_ARCHIVE_DIR")]
     pub archive_dir: Option<PathBuf>,
-    /// Time between pruning runs of `serve`; 0 turns the pruner off.
+    /// Time between the starts of `serve`'s pruning runs; 0 turns the pruner off.
     #[arg(long, env = "IDEMWATCH_PRUNE_INTERVAL", default_value = "5m")]
     pub prune_interval: HumanDuration,
     /// Keys deleted per transaction: small batches keep row locks short.

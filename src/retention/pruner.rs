@@ -61,6 +61,20 @@ pub enum PruneError {
     },
 }
 
+/// How long to wait before the next run. Runs start one `interval` apart, not one
+/// `interval` after the previous run *ended*: sleeping a whole interval after each run
+/// made the period interval + run time, so a key that expired just after a run's cutoff
+/// waited for longer than one interval. With 5 s runs every 60 s that drifted against
+/// the clock with a 12-minute beat and put the pruner 60 s behind in the soak
+/// (docs/PERFORMANCE.md). A run that stopped at its batch limit goes on at once.
+fn next_wait(interval: Duration, ran_for: Duration, more: bool) -> Duration {
+    if more {
+        Duration::ZERO
+    } else {
+        interval.saturating_sub(ran_for)
+    }
+}
+
 /// What a run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PruneSummary {
@@ -170,6 +184,7 @@ impl Pruner {
             "pruner started"
         );
         loop {
+            let started = tokio::time::Instant::now();
             let more = match self.run_once().await {
                 Ok(summary) => summary.more,
                 Err(e) => {
@@ -177,7 +192,7 @@ impl Pruner {
                     false
                 }
             };
-            let wait = if more { Duration::ZERO } else { interval };
+            let wait = next_wait(interval, started.elapsed(), more);
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 _ = stop.wait_for(|s| *s) => break,
@@ -187,5 +202,36 @@ impl Pruner {
             }
         }
         tracing::info!("pruner stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_wait;
+    use std::time::Duration;
+
+    #[test]
+    fn runs_start_one_interval_apart_whatever_a_run_takes() {
+        let minute = Duration::from_secs(60);
+        assert_eq!(
+            next_wait(minute, Duration::from_secs(5), false),
+            Duration::from_secs(55)
+        );
+        assert_eq!(next_wait(minute, Duration::ZERO, false), minute);
+        // A run longer than the interval is followed by the next at once, not a
+        // negative or a whole extra interval.
+        assert_eq!(
+            next_wait(minute, Duration::from_secs(75), false),
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn a_run_stopped_at_its_batch_limit_goes_on_at_once() {
+        let minute = Duration::from_secs(60);
+        assert_eq!(
+            next_wait(minute, Duration::from_secs(5), true),
+            Duration::ZERO
+        );
     }
 }

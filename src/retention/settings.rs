@@ -20,7 +20,7 @@ pub struct RetentionSettings {
     pub max_provider_key_retention: HumanDuration,
     /// Pruned rows are written here as NDJSON (with a manifest) before deletion.
     pub archive_dir: Option<PathBuf>,
-    /// Time between pruning runs; zero turns the background pruner off.
+    /// Time between the starts of pruning runs; zero turns the background pruner off.
     pub interval: HumanDuration,
     /// Keys per batch (one transaction).
     pub batch_size: u32,
