@@ -85,10 +85,12 @@ async fn check_range(
     let mut batches = store.verify_rows(range);
     let checking = tokio::task::spawn_blocking(move || {
         let mut check = ChainCheck::with_anchors(anchors).against_heads();
-        while let Some(batch) = futures::executor::block_on(batches.next()) {
-            for row in batch? {
-                check.push(&row, None);
+        while let Some(batch) = batches.next_blocking() {
+            let batch = batch?;
+            for row in &batch {
+                check.push(row, None);
             }
+            batches.give_back(batch);
         }
         Ok(check)
     });
