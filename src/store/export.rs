@@ -211,7 +211,7 @@ impl Store {
     /// the row at its `log_seq` ([`VERIFY`]), in batches of [`VERIFY_BATCH`] rows. A
     /// task of its own reads and decodes them on one connection, so the caller checks
     /// one batch while the next is decoded, and decodes into the batches the caller
-    /// gives back ([`carry::VerifyRows::give_back`]). Dropping the receiver stops the reader.
+    /// gives back (`VerifyRows::give_back`). Dropping the receiver stops the reader.
     pub fn verify_rows(&self, range: KeyRange) -> carry::VerifyRows {
         let (tx, batches) = tokio::sync::mpsc::channel(4);
         let (spent, mut spent_rx) = tokio::sync::mpsc::unbounded_channel();

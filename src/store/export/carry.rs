@@ -126,30 +126,62 @@ macro_rules! decode_into {
                     ctx.log_seq = r.try_get(22)?;
                     set(&mut ctx.log_hash, r.try_get(23)?);
                 }
-                out.attempt_id = attempt_id;
-                set(&mut out.key, key);
-                out.seq = r.try_get(2)?;
-                out.occurred_at = r.try_get(3)?;
-                set(&mut out.intent.tenant, r.try_get(4)?);
-                set(&mut out.intent.tool, r.try_get(5)?);
-                out.intent.workflow_id.clone_from(&ctx.workflow_id);
-                out.intent.step_id.clone_from(&ctx.step_id);
-                out.intent.intent_id.clone_from(&ctx.intent_id);
-                out.business_ref.clone_from(&ctx.business_ref);
-                out.current_status = ctx.status.expect("set with the key's context");
-                out.kind = r.try_get::<&str, _>(11)?.parse().map_err(corrupt)?;
-                set(&mut out.actor, r.try_get(12)?);
-                out.fencing_token = r.try_get(13)?;
-                out.duration_ms = r.try_get(14)?;
-                out.detail = r.try_get::<Json<Value>, _>(15)?.0;
-                set(&mut out.prev_hash, r.try_get(16)?);
-                set(&mut out.hash, r.try_get(17)?);
-                set(&mut out.fingerprint, r.try_get(18)?);
-                out.business_args = r.try_get::<Json<Value>, _>(19)?.0;
-                out.result = r.try_get::<Option<Json<Value>>, _>(20)?.map(|j| j.0);
-                set_opt(&mut out.error, r.try_get(21)?);
-                out.log_seq = ctx.log_seq;
-                out.log_hash.clone_from(&ctx.log_hash);
+                // Every field is written: the row held another row before. Named
+                // in full, so a field added to `ExportRow` is a compile error here,
+                // not a value left over from an earlier row.
+                let ExportRow {
+                    attempt_id: out_id,
+                    key: out_key,
+                    seq,
+                    occurred_at,
+                    intent,
+                    business_ref,
+                    current_status,
+                    kind,
+                    actor,
+                    fencing_token,
+                    duration_ms,
+                    detail,
+                    prev_hash,
+                    hash,
+                    fingerprint,
+                    business_args,
+                    result,
+                    error,
+                    log_seq,
+                    log_hash,
+                } = out;
+                let Intent {
+                    tenant,
+                    tool,
+                    workflow_id,
+                    step_id,
+                    intent_id,
+                } = intent;
+                *out_id = attempt_id;
+                set(out_key, key);
+                *seq = r.try_get(2)?;
+                *occurred_at = r.try_get(3)?;
+                set(tenant, r.try_get(4)?);
+                set(tool, r.try_get(5)?);
+                workflow_id.clone_from(&ctx.workflow_id);
+                step_id.clone_from(&ctx.step_id);
+                intent_id.clone_from(&ctx.intent_id);
+                business_ref.clone_from(&ctx.business_ref);
+                *current_status = ctx.status.expect("set with the key's context");
+                *kind = r.try_get::<&str, _>(11)?.parse().map_err(corrupt)?;
+                set(actor, r.try_get(12)?);
+                *fencing_token = r.try_get(13)?;
+                *duration_ms = r.try_get(14)?;
+                *detail = r.try_get::<Json<Value>, _>(15)?.0;
+                set(prev_hash, r.try_get(16)?);
+                set(hash, r.try_get(17)?);
+                set(fingerprint, r.try_get(18)?);
+                *business_args = r.try_get::<Json<Value>, _>(19)?.0;
+                *result = r.try_get::<Option<Json<Value>>, _>(20)?.map(|j| j.0);
+                set_opt(error, r.try_get(21)?);
+                *log_seq = ctx.log_seq;
+                log_hash.clone_from(&ctx.log_hash);
                 Ok(())
             }
         }
