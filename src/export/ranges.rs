@@ -47,18 +47,21 @@ impl Split {
 /// rows (records without attempts, keys gone).
 pub async fn check_ranges(
     store: &Store,
-    mut anchors: HashMap<String, Anchor>,
+    anchors: HashMap<String, Anchor>,
     split: Split,
 ) -> Result<ChainCheck, StoreError> {
-    let ranges = KeyRange::split(split.ranges);
-    let parts: Vec<(KeyRange, HashMap<String, Anchor>)> = ranges
+    // Each anchor is moved once, into its range's map: partitioning the rest again
+    // for every range hashed each key about `ranges / 2` times (a key a checkpoint
+    // covers: at 1 M keys and 8 ranges, 4.5 M inserts for 1 M anchors).
+    let mut parts: Vec<(KeyRange, HashMap<String, Anchor>)> = KeyRange::split(split.ranges)
         .into_iter()
-        .map(|range| {
-            let (mine, rest) = anchors.drain().partition(|(key, _)| range.contains(key));
-            anchors = rest;
-            (range, mine)
-        })
+        .map(|range| (range, HashMap::new()))
         .collect();
+    for (key, anchor) in anchors {
+        if let Some((_, mine)) = parts.iter_mut().find(|(range, _)| range.contains(&key)) {
+            mine.insert(key, anchor);
+        }
+    }
     let mut checked: Vec<(usize, ChainCheck)> =
         futures::stream::iter(parts.into_iter().enumerate())
             .map(|(i, (range, anchors))| async move {
@@ -85,10 +88,12 @@ async fn check_range(
     let mut batches = store.verify_rows(range);
     let checking = tokio::task::spawn_blocking(move || {
         let mut check = ChainCheck::with_anchors(anchors).against_heads();
-        while let Some(batch) = futures::executor::block_on(batches.next()) {
-            for row in batch? {
-                check.push(&row, None);
+        while let Some(batch) = batches.next_blocking() {
+            let batch = batch?;
+            for row in &batch {
+                check.push(row, None);
             }
+            batches.give_back(batch);
         }
         Ok(check)
     });

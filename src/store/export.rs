@@ -7,6 +7,7 @@
 //! One statement, so one snapshot on both backends: each row's record context and
 //! chain head are consistent with the attempts beside it.
 
+mod carry;
 mod filter;
 mod range;
 mod row;
@@ -16,6 +17,7 @@ pub use range::KeyRange;
 pub use row::{COLUMNS, ExportRow, micros};
 
 use super::{Store, StoreError, on_pool};
+use carry::{DecodeInto, KeyContext, blank_row};
 use futures::stream::{BoxStream, StreamExt};
 use serde_json::Value;
 use sqlx::types::Json;
@@ -208,19 +210,18 @@ impl Store {
     /// [`Store::export_rows`] without a filter, but with the record's state only on
     /// the row at its `log_seq` ([`VERIFY`]), in batches of [`VERIFY_BATCH`] rows. A
     /// task of its own reads and decodes them on one connection, so the caller checks
-    /// one batch while the next is decoded. Dropping the stream stops the reader.
-    pub fn verify_rows(
-        &self,
-        range: KeyRange,
-    ) -> BoxStream<'static, Result<Vec<ExportRow>, StoreError>> {
-        let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+    /// one batch while the next is decoded, and decodes into the batches the caller
+    /// gives back (`VerifyRows::give_back`). Dropping the receiver stops the reader.
+    pub fn verify_rows(&self, range: KeyRange) -> carry::VerifyRows {
+        let (tx, batches) = tokio::sync::mpsc::channel(4);
+        let (spent, mut spent_rx) = tokio::sync::mpsc::unbounded_channel();
         let store = self.clone();
         tokio::spawn(async move {
-            if let Err(e) = store.send_verify_rows(&range, &tx).await {
+            if let Err(e) = store.send_verify_rows(&range, &tx, &mut spent_rx).await {
                 let _ = tx.send(Err(e)).await;
             }
         });
-        futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+        carry::VerifyRows { batches, spent }
     }
 
     /// How many [`Store::verify_rows`] streams can read at once: each holds one
@@ -238,21 +239,39 @@ impl Store {
         &self,
         range: &KeyRange,
         tx: &tokio::sync::mpsc::Sender<Result<Vec<ExportRow>, StoreError>>,
+        spent: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<ExportRow>>,
     ) -> Result<(), StoreError> {
+        // A batch checked and given back, or a new one while none has come back yet
+        // (at most the channel's 4, the one being checked and the one being filled).
+        let mut next_batch = || {
+            spent
+                .try_recv()
+                .unwrap_or_else(|_| Vec::with_capacity(VERIFY_BATCH))
+        };
         macro_rules! send_batches {
             ($rows:expr) => {{
                 let mut rows = $rows;
-                let mut batch = Vec::with_capacity(VERIFY_BATCH);
+                let mut key = KeyContext::default();
+                let mut batch = next_batch();
+                let mut filled = 0;
                 while let Some(row) = rows.next().await {
-                    batch.push(row?);
-                    if batch.len() == VERIFY_BATCH {
-                        let full = std::mem::replace(&mut batch, Vec::with_capacity(VERIFY_BATCH));
+                    let row = row?;
+                    if filled == batch.len() {
+                        batch.push(blank_row());
+                    }
+                    row.decode_into(&mut key, &mut batch[filled])?;
+                    filled += 1;
+                    if filled == VERIFY_BATCH {
+                        batch.truncate(filled);
+                        let full = std::mem::replace(&mut batch, next_batch());
+                        filled = 0;
                         if tx.send(Ok(full)).await.is_err() {
                             return Ok(()); // the verifier stopped
                         }
                     }
                 }
-                if !batch.is_empty() {
+                if filled > 0 {
+                    batch.truncate(filled);
                     let _ = tx.send(Ok(batch)).await;
                 }
                 Ok(())
@@ -262,10 +281,10 @@ impl Store {
         macro_rules! query {
             () => {
                 match &range.to {
-                    Some(to) => sqlx::query_as::<_, ExportRow>(VERIFY)
+                    Some(to) => sqlx::query(VERIFY)
                         .bind(range.from.as_str())
                         .bind(to.as_str()),
-                    None => sqlx::query_as::<_, ExportRow>(VERIFY_TO_END).bind(range.from.as_str()),
+                    None => sqlx::query(VERIFY_TO_END).bind(range.from.as_str()),
                 }
             };
         }
