@@ -22,7 +22,9 @@ use hyper::body::Bytes;
 use idemwatch::guard::{Guard, GuardSettings, SystemClock, ToolPolicies, ToolPolicy};
 use idemwatch::store::Store;
 use idemwatch::web::{self, AppState};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::borrow::Cow;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,22 +73,106 @@ impl Transport for axum::Router {
     }
 }
 
+/// The admit request, serialized from the call's own fields (no JSON tree built and
+/// walked again): what a lean worker sends. Members in alphabetical order, as the
+/// `json!` maps this replaced wrote them, so the bytes on the wire did not change.
+#[derive(Serialize)]
+struct Admit<'a> {
+    args: &'a Value,
+    business_ref: Option<&'a str>,
+    intent: IntentMembers<'a>,
+    worker: &'static str,
+}
+
+#[derive(Serialize)]
+struct IntentMembers<'a> {
+    intent_id: &'a str,
+    step_id: &'a str,
+    tenant: &'a str,
+    tool: &'a str,
+    workflow_id: &'a str,
+}
+
+/// The `execute` answer, every documented member read into its type (docs/GUARD.md):
+/// what a worker needs to call the provider and settle.
+#[derive(Deserialize)]
+struct Execute<'a> {
+    #[serde(borrow)]
+    decision: Cow<'a, str>,
+    #[serde(borrow)]
+    key: Cow<'a, str>,
+    fencing_token: i64,
+    #[serde(borrow, rename = "lease_until")]
+    _lease_until: Cow<'a, str>,
+    #[serde(rename = "args")]
+    _args: Value,
+    #[serde(borrow, rename = "policy")]
+    _policy: Policy<'a>,
+}
+
+#[derive(Deserialize)]
+struct Policy<'a> {
+    #[serde(borrow, rename = "tool")]
+    _tool: Cow<'a, str>,
+    #[serde(rename = "call_timeout_seconds")]
+    _call_timeout_seconds: f64,
+    #[serde(rename = "key_retention_seconds")]
+    _key_retention_seconds: f64,
+    #[serde(rename = "duplicate_window_seconds")]
+    _duplicate_window_seconds: f64,
+    #[serde(rename = "free_text_fields")]
+    _free_text_fields: Vec<String>,
+    #[serde(rename = "natural_key")]
+    _natural_key: Vec<String>,
+}
+
+/// The settle request (members in alphabetical order, as above).
+#[derive(Serialize)]
+struct Settle<'a> {
+    fencing_token: i64,
+    key: &'a str,
+    outcome: &'static str,
+    result: Refund,
+    worker: &'static str,
+}
+
+#[derive(Serialize)]
+struct Refund {
+    refund_id: &'static str,
+}
+
 /// One guarded call: admit (execute), then settle done.
 async fn admit_and_settle(to: &mut impl Transport) {
     let c = call("http");
-    let admit = json!({
-        "intent": c.intent, "business_ref": c.business_ref, "args": c.args, "worker": "bench",
-    });
+    let i = &c.intent;
+    let admit = Admit {
+        args: &c.args,
+        business_ref: c.business_ref.as_deref(),
+        intent: IntentMembers {
+            intent_id: &i.intent_id,
+            step_id: &i.step_id,
+            tenant: &i.tenant,
+            tool: &i.tool,
+            workflow_id: &i.workflow_id,
+        },
+        worker: "bench",
+    };
     let (status, body) = to
         .post("/api/v1/guard/admit", serde_json::to_vec(&admit).unwrap())
         .await;
     assert_eq!(status, 200, "admit: {}", String::from_utf8_lossy(&body));
-    let answer: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(answer["decision"], "execute", "{answer}");
-    let settle = json!({
-        "key": answer["key"], "fencing_token": answer["fencing_token"],
-        "outcome": "done", "result": {"refund_id": "rf_bench"}, "worker": "bench",
-    });
+    let answer: Execute = serde_json::from_slice(&body)
+        .unwrap_or_else(|e| panic!("admit: {e}: {}", String::from_utf8_lossy(&body)));
+    assert_eq!(answer.decision, "execute");
+    let settle = Settle {
+        fencing_token: answer.fencing_token,
+        key: &answer.key,
+        outcome: "done",
+        result: Refund {
+            refund_id: "rf_bench",
+        },
+        worker: "bench",
+    };
     let (status, body) = to
         .post("/api/v1/guard/settle", serde_json::to_vec(&settle).unwrap())
         .await;

@@ -197,13 +197,11 @@ pub async fn authenticate(
     };
     // Built-in mode: the session the cookie names, if it is still live.
     let mut session = None;
-    let session_cookie = cookie(headers, &cookie_name(SESSION_COOKIE, secure));
-    if let (None, Some(Mode::Builtin), Some(value), false) = (
-        &principal,
-        state.auth.mode(),
-        session_cookie,
-        skips_session(&path),
-    ) {
+    // The cookie's name is looked for (a new `String`) only where a session can count.
+    if let (None, Some(Mode::Builtin), false) =
+        (&principal, state.auth.mode(), skips_session(&path))
+        && let Some(value) = cookie(headers, &cookie_name(SESSION_COOKIE, secure))
+    {
         match state.sessions.find(value).await {
             Ok(Some(row)) => match state.auth.session_principal(&row) {
                 Some(p) => {
@@ -260,18 +258,24 @@ pub async fn authenticate(
     let mut response = match refusal {
         Some(refused) => refused,
         None => {
-            let context = PageContext {
+            // The guard's answers are JSON, never a page: no page context for them (a
+            // task-local scope, and the caller's name and roles copied, per request on
+            // the guard's hot path: docs/PERFORMANCE.md, "Guard over HTTP").
+            let context = (!is_guard(&path)).then(|| PageContext {
                 user: principal.as_ref().map(SignedIn::new),
                 csrf_token: csrf_token.clone(),
                 csrf_binding: binding,
-            };
+            });
             if csrf {
                 request.extensions_mut().insert(Csrf { token: csrf_token });
             }
             if let Some(p) = principal {
                 request.extensions_mut().insert(p);
             }
-            CONTEXT.scope(context, next.run(request)).await
+            match context {
+                Some(context) => CONTEXT.scope(context, next.run(request)).await,
+                None => next.run(request).await,
+            }
         }
     };
     // What a signed-in person sees must not stay in a shared or back-button cache

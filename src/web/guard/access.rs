@@ -6,6 +6,7 @@ use crate::guard::{GuardError, IdempotencyKey, ToolPolicy};
 use crate::web::problem::Problem;
 use crate::web::{AppState, Error};
 use axum::http::{HeaderMap, StatusCode, header};
+use std::borrow::Cow;
 
 /// The caller as the attempt log records it, and what its token may touch.
 pub struct Caller<'a> {
@@ -18,14 +19,15 @@ pub struct Caller<'a> {
 
 impl<'a> Caller<'a> {
     pub fn new(principal: &'a Principal, worker: Option<&str>) -> Self {
-        let who = match principal.via {
-            Via::Local => "local".to_string(),
-            _ => principal.actor(),
+        // Borrowed for the local admin: one allocation for the actor, not two.
+        let who: Cow<str> = match principal.via {
+            Via::Local => "local".into(),
+            _ => principal.actor().into(),
         };
         Self {
             actor: match worker {
                 Some(w) => format!("{who}/{w}"),
-                None => who,
+                None => who.into_owned(),
             },
             name: &principal.name,
             scope: &principal.scope,
