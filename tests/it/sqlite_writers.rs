@@ -156,6 +156,16 @@ async fn the_wal_is_checkpointed_beside_the_writer_and_stays_bounded() {
         .await
         .unwrap();
     assert_eq!(auto, 0, "automatic checkpoints are off on the writer");
+    // Durability as before: WAL with synchronous = NORMAL (1).
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(pools.writer())
+        .await
+        .unwrap();
+    let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+        .fetch_one(pools.writer())
+        .await
+        .unwrap();
+    assert_eq!((mode.as_str(), synchronous), ("wal", 1));
 
     let file = db.url.trim_start_matches("sqlite://");
     let file = std::path::PathBuf::from(file.split('?').next().unwrap());
