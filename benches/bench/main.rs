@@ -9,7 +9,8 @@
 //! attempts, 10 M records for the backlog), `BENCH_KEYS` / `BENCH_BACKLOG_RECORDS` to
 //! override, `BENCH_ROUNDS` × `BENCH_SLICE_MS` (interleaved slices per side, default
 //! 10 × 500 ms), `TEST_DATABASE_URL` (an existing PostgreSQL; otherwise a throwaway
-//! cluster is started as in the tests).
+//! cluster is started as in the tests), `BENCH_BACKENDS` (`postgres`, `sqlite` or
+//! both, comma-separated; default both) for the areas that run on both backends.
 
 mod chain;
 mod checkpoint;
@@ -97,12 +98,19 @@ async fn main() {
     let plan = slices::Plan::from_env();
     println!("scale: {scale:?}; {plan:?}");
     let mut figures = Vec::new();
+    let backends = std::env::var("BENCH_BACKENDS").unwrap_or_default();
+    let on =
+        |backend: &str| backends.is_empty() || backends.split(',').any(|b| b.trim() == backend);
     if wants("guard") {
-        let (pg, _) = fresh_postgres("guard").await;
-        guard::run(&pg, "PostgreSQL", plan, &mut figures).await;
-        let dir = tempfile::tempdir().unwrap();
-        let lite = fresh_sqlite(dir.path()).await;
-        guard::run(&lite, "SQLite", plan, &mut figures).await;
+        if on("postgres") {
+            let (pg, _) = fresh_postgres("guard").await;
+            guard::run(&pg, "PostgreSQL", plan, &mut figures).await;
+        }
+        if on("sqlite") {
+            let dir = tempfile::tempdir().unwrap();
+            let lite = fresh_sqlite(dir.path()).await;
+            guard::run(&lite, "SQLite", plan, &mut figures).await;
+        }
     }
     if wants("probe") {
         let keys = std::env::var("BENCH_PROBE_KEYS")

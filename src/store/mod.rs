@@ -24,6 +24,7 @@ mod sessions;
 pub mod sql;
 mod tail;
 mod timeline;
+mod wal;
 
 pub use browse::{
     AttemptBucket, BUCKET_SECONDS, BacklogPage, BacklogSummary, COUNT_CAP, Count, Cursor,
@@ -133,7 +134,11 @@ impl Store {
                     // (pools.rs) and never meet the busy handler; another process on
                     // the same file still can, and waits here. Every write
                     // transaction starts with BEGIN IMMEDIATE, so waiting is safe.
-                    .busy_timeout(SQLITE_BUSY_TIMEOUT);
+                    .busy_timeout(SQLITE_BUSY_TIMEOUT)
+                    // No checkpoint inside a commit: the store's checkpointer does
+                    // them beside the one writer (wal.rs).
+                    .pragma("wal_autocheckpoint", "0")
+                    .pragma("journal_size_limit", wal::JOURNAL_SIZE_LIMIT.to_string());
                 let read = SqlitePoolOptions::new()
                     .max_connections(options.max_connections)
                     .acquire_timeout(options.acquire_timeout)
@@ -141,18 +146,18 @@ impl Store {
                     .await?;
                 // An in-memory database is one per pool: share the one pool.
                 let in_memory = url.contains(":memory:") || url.contains("mode=memory");
-                let write = if in_memory {
-                    read.clone()
-                } else {
-                    SqlitePoolOptions::new()
-                        .max_connections(1)
-                        // A writer waits in the queue as long as it would have waited
-                        // for the lock in the busy handler.
-                        .acquire_timeout(SQLITE_BUSY_TIMEOUT.max(options.acquire_timeout))
-                        .connect_with(connect)
-                        .await?
-                };
-                Ok(Store::Sqlite(SqlitePools::new(read, write)))
+                if in_memory {
+                    return Ok(Store::Sqlite(SqlitePools::new(read.clone(), read, None)));
+                }
+                let write = SqlitePoolOptions::new()
+                    .max_connections(1)
+                    // A writer waits in the queue as long as it would have waited for
+                    // the lock in the busy handler.
+                    .acquire_timeout(SQLITE_BUSY_TIMEOUT.max(options.acquire_timeout))
+                    .connect_with(connect.clone())
+                    .await?;
+                let wal = wal::Checkpointer::start(&connect, write.clone()).await?;
+                Ok(Store::Sqlite(SqlitePools::new(read, write, Some(wal))))
             }
         }
     }

@@ -23,6 +23,7 @@
 //! correct — it takes the write lock like any connection — but may wait in the busy
 //! handler; the crate's own writes all use transactions.
 
+use super::wal::Checkpointer;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use sqlx::postgres::{PgPool, Postgres};
@@ -31,6 +32,7 @@ use sqlx::sqlite::{
 };
 use sqlx::{Describe, Either, Error, Execute, Executor, SqlStr, Transaction};
 use std::future::Future;
+use std::sync::Arc;
 
 /// Opens a write transaction: the one place that says how each backend starts one.
 /// Every write transaction of the crate begins here, inside an `on_pool!` body that
@@ -71,13 +73,20 @@ impl WritePool for SqlitePools {
 pub struct SqlitePools {
     read: SqlitePool,
     write: SqlitePool,
+    /// The WAL checkpointer of a database file (wal.rs); none in memory, where there
+    /// is no WAL.
+    wal: Option<Arc<Checkpointer>>,
 }
 
 impl SqlitePools {
     /// `write` should have exactly one connection; an in-memory database, which each
     /// pool would otherwise see its own copy of, passes the same pool twice.
-    pub fn new(read: SqlitePool, write: SqlitePool) -> Self {
-        Self { read, write }
+    pub(super) fn new(read: SqlitePool, write: SqlitePool, wal: Option<Checkpointer>) -> Self {
+        Self {
+            read,
+            write,
+            wal: wal.map(Arc::new),
+        }
     }
 
     pub fn reader(&self) -> &SqlitePool {
@@ -90,6 +99,10 @@ impl SqlitePools {
     }
 
     pub async fn close(&self) {
+        // First the checkpointer, which may be waiting for the writer.
+        if let Some(wal) = &self.wal {
+            wal.stop().await;
+        }
         self.write.close().await;
         self.read.close().await;
     }

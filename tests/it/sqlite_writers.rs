@@ -1,7 +1,8 @@
 //! SQLite's one writer: a process writes through one connection (writers queue for it
 //! instead of sleeping in the busy handler) and reads through the pool; two stores on
 //! one file — what two `serve` processes are — still perform each intent exactly once,
-//! their write locks arbitrated by SQLite's busy timeout.
+//! their write locks arbitrated by SQLite's busy timeout. The WAL is checkpointed by
+//! the store's own task, beside the writer, and stays bounded.
 
 use crate::support::TestDb;
 use crate::support::as_key;
@@ -11,7 +12,7 @@ use idemwatch::export::verify_database;
 use idemwatch::guard::{
     AttemptKind, Guard, GuardError, GuardSettings, IdempotencyKey, Operation, SystemClock,
 };
-use idemwatch::store::{PruneCutoffs, Store, StoreOptions};
+use idemwatch::store::{PruneCutoffs, Store, StoreOptions, WritePool};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -141,4 +142,68 @@ async fn two_stores_on_one_file_perform_each_intent_exactly_once() {
     let report = verify_database(&db.store).await.unwrap();
     assert!(report.breaks.is_empty(), "{:#?}", report.breaks);
     other.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wal_is_checkpointed_beside_the_writer_and_stays_bounded() {
+    let db = TestDb::sqlite().await;
+    let Store::Sqlite(pools) = &db.store else {
+        unreachable!("a SQLite test database")
+    };
+    // No commit copies the WAL into the database file: the store's checkpointer does.
+    let auto: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
+        .fetch_one(pools.writer())
+        .await
+        .unwrap();
+    assert_eq!(auto, 0, "automatic checkpoints are off on the writer");
+    // Durability as before: WAL with synchronous = NORMAL (1).
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(pools.writer())
+        .await
+        .unwrap();
+    let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+        .fetch_one(pools.writer())
+        .await
+        .unwrap();
+    assert_eq!((mode.as_str(), synchronous), ("wal", 1));
+
+    let file = db.url.trim_start_matches("sqlite://");
+    let file = std::path::PathBuf::from(file.split('?').next().unwrap());
+    let wal = file.with_extension("db-wal");
+    let size = |path: &std::path::Path| std::fs::metadata(path).map_or(0, |m| m.len());
+    // 64 MiB through the WAL in a steady stream of 256 KiB transactions, four times
+    // the size at which the checkpointer makes the WAL start over (16 MiB).
+    sqlx::query("CREATE TABLE filler (body BLOB NOT NULL)")
+        .execute(pools.writer())
+        .await
+        .unwrap();
+    let (chunk, chunks) = (256 << 10, 256);
+    let mut largest = 0;
+    for _ in 0..chunks {
+        let mut tx = pools.begin_write().await.unwrap();
+        sqlx::query("INSERT INTO filler (body) VALUES (zeroblob($1))")
+            .bind(chunk as i64)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        largest = largest.max(size(&wal));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let written = chunk * chunks;
+    assert!(
+        largest <= written as u64 * 5 / 8,
+        "the WAL reached {largest} bytes for {written} written"
+    );
+    // Every page reaches the database file, with no write left to trigger it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while size(&file) < written as u64 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the database file holds {} of {written} bytes",
+            size(&file)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    db.store.close().await;
 }
