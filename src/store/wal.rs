@@ -93,14 +93,26 @@ impl Checkpointer {
 async fn run(mut conn: SqliteConnection, writer: SqlitePool, mut stopped: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failing = false;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
             // Told to stop, or every handle on the store dropped.
             _ = stopped.changed() => break,
         }
-        if let Err(error) = checkpoint(&mut conn, &writer).await {
-            tracing::warn!(%error, "SQLite WAL checkpoint failed; retrying next tick");
+        // Logged when checkpoints start failing and when they work again, not on
+        // every tick: a broken disk would otherwise write ten warnings a second.
+        match (checkpoint(&mut conn, &writer).await, failing) {
+            (Err(error), false) => {
+                tracing::warn!(%error, "SQLite WAL checkpoints failing; retrying every tick");
+                failing = true;
+            }
+            (Err(error), true) => tracing::debug!(%error, "SQLite WAL checkpoint failed again"),
+            (Ok(()), true) => {
+                tracing::info!("SQLite WAL checkpoints work again");
+                failing = false;
+            }
+            (Ok(()), false) => {}
         }
     }
     let _ = conn.close().await;
