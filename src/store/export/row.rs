@@ -4,7 +4,7 @@
 //! selects the columns in this order and is decoded by position.
 
 use crate::guard::binding::RecordState;
-use crate::guard::{AttemptKind, ChainFields, Intent, Status, chain_hash, chain_hash_is};
+use crate::guard::{AttemptKind, ChainFields, Detail, Intent, Status, chain_hash, chain_hash_is};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -89,7 +89,7 @@ impl ExportRow {
             kind: self.kind.as_str(),
             fencing_token: self.fencing_token,
             actor: &self.actor,
-            detail: &self.detail,
+            detail: Detail::Value(&self.detail),
             duration_ms: self.duration_ms,
             occurred_at: self.occurred_at,
         }
