@@ -703,6 +703,50 @@ mod tests {
         ));
     }
 
+    /// The database's rows bring `detail` as JSON text: the same rows checked that way
+    /// give the same report as with the value, intact or broken, head row included.
+    #[test]
+    fn a_detail_given_as_text_checks_as_its_value_does() {
+        let with_head = |mut rows: Vec<ExportRow>, head_detail: Option<serde_json::Value>| {
+            let last = rows.len() - 1;
+            if let Some(detail) = head_detail {
+                rows[last].detail = detail;
+                rows[last].hash = rows[last].computed_hash();
+            }
+            let (seq, hash) = (rows[last].seq, rows[last].hash.clone());
+            for r in &mut rows {
+                (r.log_seq, r.log_hash) = (seq, hash.clone());
+            }
+            rows
+        };
+        let mut edited = chain();
+        edited[1].detail["n"] = 4501.into();
+        let cases = [
+            with_head(chain(), None),
+            with_head(chain(), Some(serde_json::json!({"state": 5, "x": 1.5}))),
+            with_head(
+                chain(),
+                Some(serde_json::json!({"state": {"status": "DONE"}, "n": [1e21, -0.0]})),
+            ),
+            with_head(edited, None),
+        ];
+        for rows in cases {
+            let mut by_value = ChainCheck::new().against_heads();
+            let mut by_text = ChainCheck::new().against_heads();
+            for r in &rows {
+                by_value.push(r, None);
+                let text = serde_json::to_string_pretty(&r.detail).unwrap();
+                let blank = ExportRow {
+                    detail: serde_json::Value::Null,
+                    ..r.clone()
+                };
+                by_text.push_detail(&blank, Detail::Json(&text), None);
+            }
+            let (by_value, by_text) = (by_value.finish(false), by_text.finish(false));
+            assert_eq!(by_value, by_text);
+        }
+    }
+
     #[test]
     fn edited_context_no_longer_derives_the_key() {
         let mut rows = chain();

@@ -3,8 +3,8 @@
 //! `verify` hashes every attempt row, and each row's `detail` arrives as JSON text
 //! (~400-550 bytes of the guard's lease, policy and state digests). Parsing it into a
 //! `Value` (a map and a `String` per member) only to print it again in JCS form was
-//! most of the client's time per row. This scanner reads the text once per nesting
-//! level, sorts an object's members by name, and writes the same bytes as
+//! most of the client's time per row. This scanner reads the text once, sorts an
+//! object's members by name, and writes the same bytes as
 //! [`canonical_json`](super::canonical::canonical_json) would.
 //!
 //! It writes only what it is sure to write exactly as `canonical_json` does: strings
@@ -16,6 +16,7 @@
 
 use super::canonical::{MAX_SAFE_INTEGER, jcs_order, write_string};
 use std::borrow::Cow;
+use std::ops::Range;
 
 /// Appends the JCS form of `json` to `out`; `None` (with `out` as it was) when the
 /// text is not valid JSON or holds something left to `canonical_json` (see above).
@@ -69,7 +70,7 @@ impl<'a> Scanner<'a> {
             b'{' => return self.object(out),
             b'[' => return self.array(out),
             b'"' => {
-                write_string(out, &self.string()?);
+                write_name(out, &self.string()?);
                 return Some(());
             }
             b't' => self.literal("true")?,
@@ -102,11 +103,13 @@ impl<'a> Scanner<'a> {
         Some(())
     }
 
-    /// An object: its members' names and value texts are collected, sorted in JCS
-    /// order and each value written in turn.
+    /// An object: each member's value is written after what `out` holds, in the
+    /// order given; then the object is written from those pieces with its members in
+    /// JCS order, and the pieces are dropped. Each byte is read once.
     fn object(&mut self, out: &mut String) -> Option<()> {
         self.pos += 1;
-        let mut members: Vec<(Cow<'a, str>, &'a str)> = Vec::new();
+        let pieces_from = out.len();
+        let mut members: Vec<(Cow<'a, str>, Range<usize>)> = Vec::new();
         self.skip_ws();
         if self.peek()? == b'}' {
             self.pos += 1;
@@ -116,10 +119,9 @@ impl<'a> Scanner<'a> {
                 self.pos -= 1;
                 let name = self.string()?;
                 self.expect(b':')?;
-                self.skip_ws();
-                let start = self.pos;
-                self.skip_value()?;
-                members.push((name, &self.text[start..self.pos]));
+                let start = out.len();
+                self.value(out)?;
+                members.push((name, start..out.len()));
                 self.skip_ws();
                 match self.peek()? {
                     b',' => self.pos += 1,
@@ -133,75 +135,18 @@ impl<'a> Scanner<'a> {
         if members.windows(2).any(|m| m[0].0 == m[1].0) {
             return None;
         }
+        let object_from = out.len();
         out.push('{');
-        for (i, (name, text)) in members.iter().enumerate() {
+        for (i, (name, piece)) in members.into_iter().enumerate() {
             if i > 0 {
                 out.push(',');
             }
-            write_string(out, name);
+            write_name(out, &name);
             out.push(':');
-            // The member's text holds one value and nothing after it.
-            let mut member = Scanner { text, pos: 0 };
-            member.value(out)?;
-            if member.pos != text.len() {
-                return None;
-            }
+            out.extend_from_within(piece);
         }
         out.push('}');
-        Some(())
-    }
-
-    /// Moves past one value without writing it (an object member's, sorted later).
-    fn skip_value(&mut self) -> Option<()> {
-        let mut depth = 0usize;
-        loop {
-            self.skip_ws();
-            match self.peek()? {
-                b'{' | b'[' => {
-                    depth += 1;
-                    self.pos += 1;
-                    continue;
-                }
-                b'}' | b']' if depth > 0 => {
-                    depth -= 1;
-                    self.pos += 1;
-                }
-                b'"' => self.skip_string()?,
-                b',' | b':' if depth > 0 => {
-                    self.pos += 1;
-                    continue;
-                }
-                _ => {
-                    let rest = &self.text.as_bytes()[self.pos..];
-                    let len = rest
-                        .iter()
-                        .position(
-                            |b| !matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'-' | b'+' | b'.' | b'E'),
-                        )
-                        .unwrap_or(rest.len());
-                    if len == 0 {
-                        return None;
-                    }
-                    self.pos += len;
-                }
-            }
-            if depth == 0 {
-                return Some(());
-            }
-        }
-    }
-
-    fn skip_string(&mut self) -> Option<()> {
-        let bytes = self.text.as_bytes();
-        let mut i = self.pos + 1;
-        loop {
-            match bytes.get(i)? {
-                b'"' => break,
-                b'\\' => i += 2,
-                _ => i += 1,
-            }
-        }
-        self.pos = i + 1;
+        out.drain(pieces_from..object_from);
         Some(())
     }
 
@@ -301,6 +246,19 @@ impl<'a> Scanner<'a> {
         }
         self.pos = end;
         Some(if n == 0 { "0" } else { &self.text[start..end] })
+    }
+}
+
+/// A string as [`write_string`] writes it; text read without an escape has nothing
+/// to escape (no quote, backslash or control), so it is only quoted.
+fn write_name(out: &mut String, text: &Cow<'_, str>) {
+    match text {
+        Cow::Borrowed(text) => {
+            out.push('"');
+            out.push_str(text);
+            out.push('"');
+        }
+        Cow::Owned(text) => write_string(out, text),
     }
 }
 

@@ -255,16 +255,26 @@ fn write_rfc3339(out: &mut String, t: DateTime<Utc>) {
         out.push_str(&rfc3339(t));
         return;
     }
-    let _ = write!(
-        out,
-        "{year:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-        t.month(),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        nanos / 1000
-    );
+    let fields = [
+        (year as u32, 4, '-'),
+        (t.month(), 2, '-'),
+        (t.day(), 2, 'T'),
+        (t.hour(), 2, ':'),
+        (t.minute(), 2, ':'),
+        (t.second(), 2, '.'),
+        (nanos / 1000, 6, 'Z'),
+    ];
+    for (n, width, after) in fields {
+        // Fixed-width decimal digits, as `{n:0width$}` prints them, without `fmt`.
+        let mut digits = [b'0'; 6];
+        let mut rest = n;
+        for d in digits[..width].iter_mut().rev() {
+            *d = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        out.push_str(std::str::from_utf8(&digits[..width]).expect("ASCII digits"));
+        out.push(after);
+    }
 }
 
 /// The row's content as a JSON object in JCS form: the definition [`chain_content`]
