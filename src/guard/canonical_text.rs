@@ -70,7 +70,7 @@ impl<'a> Scanner<'a> {
             b'{' => return self.object(out),
             b'[' => return self.array(out),
             b'"' => {
-                write_name(out, &self.string()?);
+                write_name(out, self.string()?);
                 return Some(());
             }
             b't' => self.literal("true")?,
@@ -141,7 +141,7 @@ impl<'a> Scanner<'a> {
             if i > 0 {
                 out.push(',');
             }
-            write_name(out, &name);
+            write_name(out, name);
             out.push(':');
             out.extend_from_within(piece);
         }
@@ -251,14 +251,14 @@ impl<'a> Scanner<'a> {
 
 /// A string as [`write_string`] writes it; text read without an escape has nothing
 /// to escape (no quote, backslash or control), so it is only quoted.
-fn write_name(out: &mut String, text: &Cow<'_, str>) {
+fn write_name(out: &mut String, text: Cow<'_, str>) {
     match text {
         Cow::Borrowed(text) => {
             out.push('"');
             out.push_str(text);
             out.push('"');
         }
-        Cow::Owned(text) => write_string(out, text),
+        Cow::Owned(text) => write_string(out, &text),
     }
 }
 
