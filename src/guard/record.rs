@@ -10,6 +10,7 @@ use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::fmt::Write;
 
@@ -157,12 +158,6 @@ pub enum Detail<'a> {
     Json(&'a str),
 }
 
-impl<'a> From<&'a Value> for Detail<'a> {
-    fn from(value: &'a Value) -> Self {
-        Detail::Value(value)
-    }
-}
-
 /// hash = lowercase hex SHA-256 of `prev_hash`, a newline, and the JCS form of the
 /// row's content (times as RFC 3339 UTC with microseconds). Documented in
 /// docs/GUARD.md so an auditor can recompute it without idemwatch.
@@ -277,16 +272,16 @@ fn write_rfc3339(out: &mut String, t: DateTime<Utc>) {
     }
 }
 
-/// The row's content as a JSON object in JCS form: the definition [`chain_content`]
-/// must equal (tested), and the way for rows it does not take.
+/// The row's content as a JSON object in JCS form: the definition
+/// [`write_chain_content`] must equal (tested), and the way for rows it does not take.
 fn chain_content_via_value(fields: &ChainFields<'_>) -> String {
     // A detail read as text that no value holds (a number beyond a double's range)
     // hashes as that text quoted: the guard never writes one, so the row then fails.
     let detail = match fields.detail {
-        Detail::Value(value) => value.clone(),
-        Detail::Json(text) => {
-            serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
-        }
+        Detail::Value(value) => Cow::Borrowed(value),
+        Detail::Json(text) => Cow::Owned(
+            serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string())),
+        ),
     };
     let content = json!({
         "key": fields.key,
@@ -296,7 +291,7 @@ fn chain_content_via_value(fields: &ChainFields<'_>) -> String {
         "kind": fields.kind,
         "fencing_token": fields.fencing_token,
         "actor": fields.actor,
-        "detail": detail,
+        "detail": &*detail,
         "duration_ms": fields.duration_ms,
         "occurred_at": rfc3339(fields.occurred_at),
     });
