@@ -22,7 +22,11 @@ use std::ops::Range;
 /// text is not valid JSON or holds something left to `canonical_json` (see above).
 pub(crate) fn write_canonical_text(out: &mut String, json: &str) -> Option<()> {
     let start = out.len();
-    let mut scan = Scanner { text: json, pos: 0 };
+    let mut scan = Scanner {
+        text: json,
+        pos: 0,
+        depth: 0,
+    };
     let written = scan.value(out).and_then(|()| {
         scan.skip_ws();
         (scan.pos == json.len()).then_some(())
@@ -33,9 +37,15 @@ pub(crate) fn write_canonical_text(out: &mut String, json: &str) -> Option<()> {
     written
 }
 
+/// serde_json's own nesting limit (it refuses a 128th level): text deeper than a
+/// `Value` can hold is refused, and the recursion here stays as shallow as the parser's.
+const MAX_DEPTH: u32 = 127;
+
 struct Scanner<'a> {
     text: &'a str,
     pos: usize,
+    /// Objects and arrays open around the current position.
+    depth: u32,
 }
 
 impl<'a> Scanner<'a> {
@@ -67,8 +77,19 @@ impl<'a> Scanner<'a> {
     fn value(&mut self, out: &mut String) -> Option<()> {
         self.skip_ws();
         let scalar = match self.peek()? {
-            b'{' => return self.object(out),
-            b'[' => return self.array(out),
+            b'{' | b'[' => {
+                self.depth += 1;
+                if self.depth > MAX_DEPTH {
+                    return None;
+                }
+                let nested = if self.peek()? == b'{' {
+                    self.object(out)
+                } else {
+                    self.array(out)
+                };
+                self.depth -= 1;
+                return nested;
+            }
             b'"' => {
                 write_name(out, self.string()?);
                 return Some(());
@@ -329,11 +350,14 @@ mod tests {
             r#"{"b": {"d": [], "c": {}}, "a": [[], [{}], [[1]]]}"#,
             r#"[true, false, null, "x", 0, -0, 7, -7, 9007199254740991, -9007199254740991]"#,
             "  {\n\t\"z\" : [ 1 , 2 ] ,\r\"y\":\"\"}  ",
+            &format!("{}1{}", "[{\"a\":".repeat(63), "}]".repeat(63)),
             r#""ünï\"€""#,
             r#"{"a\"b": 1, "a": 2, "a\u0000": 3}"#,
             "0",
             "null",
         ];
+        let deepest = format!("{}1{}", "[".repeat(127), "]".repeat(127));
+        assert!(same(&deepest), "the deepest a value holds is taken");
         for text in taken {
             assert!(same(text), "not taken: {text}");
         }
@@ -341,6 +365,7 @@ mod tests {
 
     #[test]
     fn what_it_cannot_write_exactly_is_refused_not_guessed() {
+        let deep = format!("{}{}", "[".repeat(128), "]".repeat(128));
         let refused = [
             "1.5",
             "4500.0",
@@ -358,6 +383,7 @@ mod tests {
             "[1 2]",
             "01",
             "{} x",
+            deep.as_str(),
             "",
             "tru",
             r#""unterminated"#,
