@@ -7,15 +7,23 @@
 use super::report::Figure;
 use chrono::{DateTime, Utc};
 use idemwatch::guard::canonical::canonical_json;
-use idemwatch::guard::{ChainFields, chain_hash, rfc3339};
+use idemwatch::guard::{ChainFields, Detail, chain_hash, rfc3339};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::time::Instant;
 
 fn plain(prev: &str, f: ChainFields<'_>) -> String {
+    let parsed: Value;
+    let detail = match f.detail {
+        Detail::Value(value) => value,
+        Detail::Json(text) => {
+            parsed = serde_json::from_str(text).unwrap();
+            &parsed
+        }
+    };
     let content = json!({
         "key": f.key, "tenant": f.tenant, "tool": f.tool, "seq": f.seq, "kind": f.kind,
-        "fencing_token": f.fencing_token, "actor": f.actor, "detail": f.detail,
+        "fencing_token": f.fencing_token, "actor": f.actor, "detail": detail,
         "duration_ms": f.duration_ms, "occurred_at": rfc3339(f.occurred_at),
     });
     let text = canonical_json(&content).unwrap();
@@ -45,7 +53,7 @@ pub fn run(rows: usize, figures: &mut Vec<Figure>) {
         kind: "completed",
         fencing_token: 1,
         actor: "token:payments/worker-3",
-        detail: &details[i],
+        detail: Detail::Value(&details[i]),
         duration_ms: Some(812),
         occurred_at: at,
     };

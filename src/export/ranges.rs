@@ -7,6 +7,7 @@
 
 use super::verify::ChainCheck;
 use crate::evidence::Anchor;
+use crate::guard::Detail;
 use crate::store::{KeyRange, Store, StoreError};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
@@ -90,8 +91,8 @@ async fn check_range(
         let mut check = ChainCheck::with_anchors(anchors).against_heads();
         while let Some(batch) = batches.next_blocking() {
             let batch = batch?;
-            for row in &batch {
-                check.push(row, None);
+            for read in &batch {
+                check.push_detail(&read.row, Detail::Json(&read.detail), None);
             }
             batches.give_back(batch);
         }

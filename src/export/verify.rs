@@ -12,8 +12,8 @@
 pub use super::problem::{Break, Problem};
 use super::row::ExportRow;
 pub use crate::evidence::Anchor;
-use crate::guard::GENESIS_HASH;
 use crate::guard::binding::{StateBinding, fingerprint_matches, value_sha256};
+use crate::guard::{ChainFields, Detail, GENESIS_HASH, chain_hash, chain_hash_is};
 use std::collections::HashMap;
 
 /// What a verification found. Intact when `breaks` is empty.
@@ -142,6 +142,12 @@ impl ChainCheck {
 
     /// Checks the next row; `line` is its line in a file.
     pub fn push(&mut self, row: &ExportRow, line: Option<u64>) {
+        self.push_detail(row, Detail::Value(&row.detail), line);
+    }
+
+    /// [`ChainCheck::push`] with the row's detail given apart (`row.detail` is not
+    /// read): the database's rows bring it as JSON text, parsed only on a head row.
+    pub fn push_detail(&mut self, row: &ExportRow, detail: Detail<'_>, line: Option<u64>) {
         let new_key = self.current.as_ref().is_none_or(|c| c.key != row.key);
         // The key before ends first, so its findings number before this row's: the
         // order of the findings depends only on the rows, which lets
@@ -200,9 +206,9 @@ impl ChainCheck {
                     },
                 );
             }
-            self.check_hash(&mut state, row, line);
+            self.check_hash(&mut state, row, detail, line);
             self.check_anchor(&mut state, row, line);
-            self.check_state(&mut state, row, line);
+            self.check_state(&mut state, row, detail, line);
             self.current = Some(state);
             return;
         }
@@ -227,9 +233,9 @@ impl ChainCheck {
                 };
                 self.fail(&mut state, row, line, problem);
             } else {
-                self.check_hash(&mut state, row, line);
+                self.check_hash(&mut state, row, detail, line);
                 self.check_anchor(&mut state, row, line);
-                self.check_state(&mut state, row, line);
+                self.check_state(&mut state, row, detail, line);
             }
         }
         state.last_seq = row.seq;
@@ -373,7 +379,13 @@ impl ChainCheck {
     }
 
     /// The row's own checks: its hash, and its key against its intent.
-    fn check_hash(&mut self, state: &mut KeyState, row: &ExportRow, line: Option<u64>) {
+    fn check_hash(
+        &mut self,
+        state: &mut KeyState,
+        row: &ExportRow,
+        detail: Detail<'_>,
+        line: Option<u64>,
+    ) {
         if state.broken {
             return;
         }
@@ -396,10 +408,14 @@ impl ChainCheck {
             }
             state.derived = Some(intent.map(String::clone));
         }
-        if !row.hash_is_computed() {
+        let fields = ChainFields {
+            detail,
+            ..row.chain_fields()
+        };
+        if !chain_hash_is(&row.hash, &row.prev_hash, fields) {
             let problem = Problem::HashMismatch {
                 stored: row.hash.clone(),
-                computed: row.computed_hash(),
+                computed: chain_hash(&row.prev_hash, fields),
             };
             self.fail(state, row, line, problem);
         }
@@ -421,7 +437,13 @@ impl ChainCheck {
 
     /// On the record's head row: the record's state must be what the row bound, and
     /// the fingerprint the hash of the stored arguments.
-    fn check_state(&mut self, state: &mut KeyState, row: &ExportRow, line: Option<u64>) {
+    fn check_state(
+        &mut self,
+        state: &mut KeyState,
+        row: &ExportRow,
+        detail: Detail<'_>,
+        line: Option<u64>,
+    ) {
         if state.broken || !row.is_head() {
             return;
         }
@@ -433,7 +455,17 @@ impl ChainCheck {
             self.fail(state, row, line, problem);
             return;
         }
-        match StateBinding::from_detail(&row.detail) {
+        let parsed;
+        let detail = match detail {
+            Detail::Value(value) => value,
+            Detail::Json(text) => {
+                // Text no value holds hashed as a string (`chain_hash`), so its row
+                // failed already; `null` binds nothing.
+                parsed = serde_json::from_str(text).unwrap_or(serde_json::Value::Null);
+                &parsed
+            }
+        };
+        match StateBinding::from_detail(detail) {
             None => self.report.unbound_keys += 1,
             Some(Err(why)) => self.fail(state, row, line, Problem::BadState(why)),
             Some(Ok(binding)) => {
@@ -669,6 +701,50 @@ mod tests {
             rewritten.breaks[0].problem,
             Problem::CheckpointMismatch { .. }
         ));
+    }
+
+    /// The database's rows bring `detail` as JSON text: the same rows checked that way
+    /// give the same report as with the value, intact or broken, head row included.
+    #[test]
+    fn a_detail_given_as_text_checks_as_its_value_does() {
+        let with_head = |mut rows: Vec<ExportRow>, head_detail: Option<serde_json::Value>| {
+            let last = rows.len() - 1;
+            if let Some(detail) = head_detail {
+                rows[last].detail = detail;
+                rows[last].hash = rows[last].computed_hash();
+            }
+            let (seq, hash) = (rows[last].seq, rows[last].hash.clone());
+            for r in &mut rows {
+                (r.log_seq, r.log_hash) = (seq, hash.clone());
+            }
+            rows
+        };
+        let mut edited = chain();
+        edited[1].detail["n"] = 4501.into();
+        let cases = [
+            with_head(chain(), None),
+            with_head(chain(), Some(serde_json::json!({"state": 5, "x": 1.5}))),
+            with_head(
+                chain(),
+                Some(serde_json::json!({"state": {"status": "DONE"}, "n": [1e21, -0.0]})),
+            ),
+            with_head(edited, None),
+        ];
+        for rows in cases {
+            let mut by_value = ChainCheck::new().against_heads();
+            let mut by_text = ChainCheck::new().against_heads();
+            for r in &rows {
+                by_value.push(r, None);
+                let text = serde_json::to_string_pretty(&r.detail).unwrap();
+                let blank = ExportRow {
+                    detail: serde_json::Value::Null,
+                    ..r.clone()
+                };
+                by_text.push_detail(&blank, Detail::Json(&text), None);
+            }
+            let (by_value, by_text) = (by_value.finish(false), by_text.finish(false));
+            assert_eq!(by_value, by_text);
+        }
     }
 
     #[test]

@@ -37,8 +37,13 @@ impl CanonicalError {
 /// Serialises `value` in JCS form.
 pub fn canonical_json(value: &Value) -> Result<String, CanonicalError> {
     let mut out = String::new();
-    write_value(&mut out, value).map_err(|e| e.under("$"))?;
+    write_canonical(&mut out, value)?;
     Ok(out)
+}
+
+/// Appends the JCS form of `value` to `out` (partly written on an error).
+pub(crate) fn write_canonical(out: &mut String, value: &Value) -> Result<(), CanonicalError> {
+    write_value(out, value).map_err(|e| e.under("$"))
 }
 
 fn write_value(out: &mut String, value: &Value) -> Result<(), CanonicalError> {
@@ -78,7 +83,7 @@ fn write_value(out: &mut String, value: &Value) -> Result<(), CanonicalError> {
 /// JCS orders member names by their UTF-16 code units, which differs from Rust's
 /// UTF-8 byte order only for characters above U+FFFF against U+E000..U+FFFF; names
 /// in ASCII (nearly all) compare as bytes.
-fn jcs_order(a: &str, b: &str) -> std::cmp::Ordering {
+pub(crate) fn jcs_order(a: &str, b: &str) -> std::cmp::Ordering {
     if a.is_ascii() && b.is_ascii() {
         a.cmp(b)
     } else {

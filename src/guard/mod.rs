@@ -8,6 +8,7 @@
 
 pub mod binding;
 pub mod canonical;
+mod canonical_text;
 pub mod clock;
 mod deadline;
 mod decide;
@@ -37,8 +38,8 @@ pub use operation::{ErrorClass, Operation};
 pub use policy::{DEFAULT_DUPLICATE_WINDOW, ToolPolicies, ToolPolicy};
 pub use port::{Claim, ClaimChecks, PairReview, Storage, StoreError};
 pub use record::{
-    Attempt, AttemptDraft, ChainFields, GENESIS_HASH, Record, chain_hash, chain_hash_is, rfc3339,
-    seal,
+    Attempt, AttemptDraft, ChainFields, Detail, GENESIS_HASH, Record, chain_hash, chain_hash_is,
+    rfc3339, seal,
 };
 pub use status::{
     AdmissionOutcome, AttemptKind, DuplicateVerdict, Resolution, Status, UnknownName,

@@ -1,14 +1,17 @@
 //! The rows the guard reads and writes, as domain values (no sqlx types here), and the
 //! hash chain that makes each key's attempt log tamper-evident.
 
-use super::canonical::{MAX_SAFE_INTEGER, canonical_json, write_string};
+use super::canonical::{MAX_SAFE_INTEGER, canonical_json, write_canonical, write_string};
+use super::canonical_text::write_canonical_text;
 use super::deadline::{self, LeaseState};
 use super::key::{FencingToken, IdempotencyKey, Intent};
 use super::status::{AttemptKind, Status};
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
+use std::cell::RefCell;
 use std::fmt::Write;
 
 /// One row of `idempotency_records`.
@@ -142,9 +145,17 @@ pub struct ChainFields<'a> {
     pub kind: &'a str,
     pub fencing_token: i64,
     pub actor: &'a str,
-    pub detail: &'a Value,
+    pub detail: Detail<'a>,
     pub duration_ms: Option<i64>,
     pub occurred_at: DateTime<Utc>,
+}
+
+/// A row's `detail` as the chain covers it: a value, or the JSON text the store read
+/// (`verify`, which then builds no value for the hash).
+#[derive(Debug, Clone, Copy)]
+pub enum Detail<'a> {
+    Value(&'a Value),
+    Json(&'a str),
 }
 
 /// hash = lowercase hex SHA-256 of `prev_hash`, a newline, and the JCS form of the
@@ -163,65 +174,115 @@ pub fn chain_hash_is(stored: &str, prev_hash: &str, fields: ChainFields<'_>) -> 
 }
 
 fn chain_digest(prev_hash: &str, fields: &ChainFields<'_>) -> [u8; 32] {
-    let canonical = chain_content(fields).unwrap_or_else(|| chain_content_via_value(fields));
-    let mut hash = Sha256::new();
-    hash.update(prev_hash.as_bytes());
-    hash.update(b"\n");
-    hash.update(canonical.as_bytes());
-    hash.finalize().into()
+    thread_local! {
+        /// The content of the row being hashed: one buffer per thread, reused for
+        /// every row instead of a `String` (and the detail's and time's) per row.
+        static CONTENT: RefCell<String> = const { RefCell::new(String::new()) };
+    }
+    CONTENT.with_borrow_mut(|content| {
+        content.clear();
+        if write_chain_content(content, fields).is_none() {
+            content.clear();
+            content.push_str(&chain_content_via_value(fields));
+        }
+        let mut hash = Sha256::new();
+        hash.update(prev_hash.as_bytes());
+        hash.update(b"\n");
+        hash.update(content.as_bytes());
+        hash.finalize().into()
+    })
 }
 
 /// The JCS form of the row's content written member by member, in JCS order (the
 /// names are fixed and ASCII): the same bytes as [`chain_content_via_value`] without
-/// building a JSON object per row. `verify` hashes every row of the database, so this
-/// is its hot loop. None when a number is outside what JCS represents exactly or the
-/// detail is not canonicalisable: the rare case goes the general way.
-fn chain_content(f: &ChainFields<'_>) -> Option<String> {
+/// building a JSON object per row, and for a detail given as text without parsing it
+/// into a value ([`write_canonical_text`]). `verify` hashes every row of the
+/// database, so this is its hot loop. None (with `out` part written) when a number is
+/// outside what JCS represents exactly or the detail is not canonicalisable: the rare
+/// case goes the general way.
+fn write_chain_content(out: &mut String, f: &ChainFields<'_>) -> Option<()> {
     let exact = |n: i64| n.unsigned_abs() <= MAX_SAFE_INTEGER;
     if !exact(f.seq) || !exact(f.fencing_token) || f.duration_ms.is_some_and(|d| !exact(d)) {
         return None;
     }
-    let detail = canonical_json(f.detail).ok()?;
-    /// A member's value: JSON text as it is, an integer, or a string to quote.
-    enum V<'a> {
-        Raw(&'a str),
-        Int(i64),
-        Text(&'a str),
-    }
-    let occurred_at = rfc3339(f.occurred_at);
-    let members = [
-        ("actor", V::Text(f.actor)),
-        ("detail", V::Raw(&detail)),
-        ("duration_ms", f.duration_ms.map_or(V::Raw("null"), V::Int)),
-        ("fencing_token", V::Int(f.fencing_token)),
-        ("key", V::Text(f.key)),
-        ("kind", V::Text(f.kind)),
-        ("occurred_at", V::Text(&occurred_at)),
-        ("seq", V::Int(f.seq)),
-        ("tenant", V::Text(f.tenant)),
-        ("tool", V::Text(f.tool)),
-    ];
-    let mut out = String::with_capacity(detail.len() + 160 + f.key.len() + f.actor.len());
-    for (i, (name, value)) in members.into_iter().enumerate() {
-        out.push_str(if i == 0 { "{\"" } else { ",\"" });
-        out.push_str(name);
-        out.push_str("\":");
-        match value {
-            V::Raw(text) => out.push_str(text),
-            V::Int(n) => {
-                // Writing to a String cannot fail.
-                let _ = write!(out, "{n}");
+    // Writing to a String cannot fail, so `write!`'s results are ignored.
+    out.push_str("{\"actor\":");
+    write_string(out, f.actor);
+    out.push_str(",\"detail\":");
+    match f.detail {
+        Detail::Value(value) => write_canonical(out, value).ok()?,
+        Detail::Json(text) => {
+            if write_canonical_text(out, text).is_none() {
+                // What the text way leaves to a value (a fraction, an odd escape).
+                let value: Value = serde_json::from_str(text).ok()?;
+                write_canonical(out, &value).ok()?;
             }
-            V::Text(text) => write_string(&mut out, text),
         }
     }
+    out.push_str(",\"duration_ms\":");
+    match f.duration_ms {
+        Some(ms) => {
+            let _ = write!(out, "{ms}");
+        }
+        None => out.push_str("null"),
+    }
+    let _ = write!(out, ",\"fencing_token\":{}", f.fencing_token);
+    out.push_str(",\"key\":");
+    write_string(out, f.key);
+    out.push_str(",\"kind\":");
+    write_string(out, f.kind);
+    out.push_str(",\"occurred_at\":\"");
+    write_rfc3339(out, f.occurred_at);
+    let _ = write!(out, "\",\"seq\":{}", f.seq);
+    out.push_str(",\"tenant\":");
+    write_string(out, f.tenant);
+    out.push_str(",\"tool\":");
+    write_string(out, f.tool);
     out.push('}');
-    Some(out)
+    Some(())
 }
 
-/// The row's content as a JSON object in JCS form: the definition [`chain_content`]
-/// must equal (tested), and the way for rows it does not take.
+/// [`rfc3339`] appended to `out` without a `String` of its own; its digits need no
+/// escaping. Years outside 0..=9999 and leap seconds take chrono's way.
+fn write_rfc3339(out: &mut String, t: DateTime<Utc>) {
+    let (year, nanos) = (t.year(), t.nanosecond());
+    if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
+        out.push_str(&rfc3339(t));
+        return;
+    }
+    let fields = [
+        (year as u32, 4, '-'),
+        (t.month(), 2, '-'),
+        (t.day(), 2, 'T'),
+        (t.hour(), 2, ':'),
+        (t.minute(), 2, ':'),
+        (t.second(), 2, '.'),
+        (nanos / 1000, 6, 'Z'),
+    ];
+    for (n, width, after) in fields {
+        // Fixed-width decimal digits, as `{n:0width$}` prints them, without `fmt`.
+        let mut digits = [b'0'; 6];
+        let mut rest = n;
+        for d in digits[..width].iter_mut().rev() {
+            *d = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        out.push_str(std::str::from_utf8(&digits[..width]).expect("ASCII digits"));
+        out.push(after);
+    }
+}
+
+/// The row's content as a JSON object in JCS form: the definition
+/// [`write_chain_content`] must equal (tested), and the way for rows it does not take.
 fn chain_content_via_value(fields: &ChainFields<'_>) -> String {
+    // A detail read as text that no value holds (a number beyond a double's range)
+    // hashes as that text quoted: the guard never writes one, so the row then fails.
+    let detail = match fields.detail {
+        Detail::Value(value) => Cow::Borrowed(value),
+        Detail::Json(text) => Cow::Owned(
+            serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string())),
+        ),
+    };
     let content = json!({
         "key": fields.key,
         "tenant": fields.tenant,
@@ -230,7 +291,7 @@ fn chain_content_via_value(fields: &ChainFields<'_>) -> String {
         "kind": fields.kind,
         "fencing_token": fields.fencing_token,
         "actor": fields.actor,
-        "detail": fields.detail,
+        "detail": &*detail,
         "duration_ms": fields.duration_ms,
         "occurred_at": rfc3339(fields.occurred_at),
     });
@@ -250,7 +311,7 @@ impl Attempt {
             kind: self.kind.as_str(),
             fencing_token: self.fencing_token.0,
             actor: &self.actor,
-            detail: &self.detail,
+            detail: Detail::Value(&self.detail),
             duration_ms: self.duration_ms,
             occurred_at: self.occurred_at,
         }
@@ -275,7 +336,7 @@ pub fn seal(record: &mut Record, mut draft: AttemptDraft) -> Attempt {
             kind: draft.kind.as_str(),
             fencing_token: draft.fencing_token.0,
             actor: &draft.actor,
-            detail: &draft.detail,
+            detail: Detail::Value(&draft.detail),
             duration_ms: draft.duration_ms,
             occurred_at: draft.occurred_at,
         },
@@ -308,9 +369,16 @@ pub fn rfc3339(t: DateTime<Utc>) -> String {
 pub(crate) mod tests {
     use super::*;
 
+    fn chain_content(fields: &ChainFields<'_>) -> Option<String> {
+        let mut out = String::new();
+        write_chain_content(&mut out, fields).map(|()| out)
+    }
+
     /// The member-by-member form is the JSON object's JCS form, byte for byte, for
     /// text that needs escaping, non-ASCII, nested and odd details, and the numbers at
-    /// the edge of what JCS represents (where it hands over to the general way).
+    /// the edge of what JCS represents (where it hands over to the general way); a
+    /// detail given as its JSON text (compact, or spaced as jsonb prints it) hashes
+    /// as its value does.
     #[test]
     fn chain_content_written_directly_equals_the_json_objects_jcs_form() {
         let t = DateTime::parse_from_rfc3339("2026-11-29T14:02:11.000402Z")
@@ -335,8 +403,16 @@ pub(crate) mod tests {
             "",
         ];
         let mut checked = 0;
-        for (i, detail) in details.iter().enumerate() {
+        let as_text: Vec<[String; 2]> = details
+            .iter()
+            .map(|d| [d.to_string(), serde_json::to_string_pretty(d).unwrap()])
+            .collect();
+        for (i, value) in details.iter().enumerate() {
             for (j, n) in numbers.iter().enumerate() {
+                let detail = match j % 3 {
+                    0 => Detail::Value(value),
+                    k => Detail::Json(&as_text[i][k - 1]),
+                };
                 let text = texts[(i + j) % texts.len()];
                 let fields = ChainFields {
                     key: text,
@@ -350,7 +426,11 @@ pub(crate) mod tests {
                     duration_ms: (j % 2 == 0).then_some(*n),
                     occurred_at: t,
                 };
-                let general = chain_content_via_value(&fields);
+                let general = chain_content_via_value(&ChainFields {
+                    detail: Detail::Value(value),
+                    ..fields
+                });
+                assert_eq!(chain_content_via_value(&fields), general);
                 if let Some(direct) = chain_content(&fields) {
                     assert_eq!(direct, general, "{fields:?}");
                     checked += 1;
@@ -370,6 +450,31 @@ pub(crate) mod tests {
             checked >= 15,
             "the direct form was taken only {checked} times"
         );
+    }
+
+    #[test]
+    fn times_are_written_as_rfc3339_writes_them() {
+        let times = [
+            "2026-11-29T14:02:11.000402Z",
+            "2026-01-01T00:00:00Z",
+            "0001-02-03T04:05:06.999999999Z",
+            "9999-12-31T23:59:59.123456789Z",
+            "2016-12-31T23:59:60.5Z",
+            "1969-07-20T20:17:40.000001Z",
+        ];
+        let mut all: Vec<DateTime<Utc>> = times
+            .iter()
+            .map(|t| DateTime::parse_from_rfc3339(t).unwrap().to_utc())
+            .collect();
+        all.extend([DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC]);
+        all.extend((0..2000i64).map(|i| {
+            DateTime::UNIX_EPOCH + chrono::TimeDelta::microseconds(i * 7_919_000_003_917)
+        }));
+        for t in all {
+            let mut out = String::from("x");
+            write_rfc3339(&mut out, t);
+            assert_eq!(out[1..], rfc3339(t), "{t:?}");
+        }
     }
 
     pub(crate) fn record() -> Record {

@@ -17,7 +17,7 @@ pub use range::KeyRange;
 pub use row::{COLUMNS, ExportRow, micros};
 
 use super::{Store, StoreError, on_pool};
-use carry::{DecodeInto, KeyContext, blank_row};
+use carry::{DecodeInto, KeyContext, VerifyRow, blank_row};
 use futures::stream::{BoxStream, StreamExt};
 use serde_json::Value;
 use sqlx::types::Json;
@@ -238,8 +238,8 @@ impl Store {
     async fn send_verify_rows(
         &self,
         range: &KeyRange,
-        tx: &tokio::sync::mpsc::Sender<Result<Vec<ExportRow>, StoreError>>,
-        spent: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<ExportRow>>,
+        tx: &tokio::sync::mpsc::Sender<Result<Vec<VerifyRow>, StoreError>>,
+        spent: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<VerifyRow>>,
     ) -> Result<(), StoreError> {
         // A batch checked and given back, or a new one while none has come back yet
         // (at most the channel's 4, the one being checked and the one being filled).

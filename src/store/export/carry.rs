@@ -11,27 +11,39 @@
 //! key's first row (`lag` over its order, exact even when a key's first rows were
 //! deleted), and that window cost the server more than the columns it saves
 //! (docs/PERFORMANCE.md, "Making verify faster").
+//!
+//! A row's `detail` is kept as the JSON text the database sent ([`VerifyRow`]): the
+//! hash covers its JCS form, which is written from the text, and only a key's head
+//! row needs it as a value (its bound state), parsed then by the check.
 
 use super::ExportRow;
 use crate::guard::{AttemptKind, Intent, Status, UnknownName};
 use crate::store::StoreError;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use sqlx::types::Json;
+
+/// A row as `verify` reads it: `row.detail` is not decoded (it stays `null`), `detail`
+/// holds the column's JSON text instead.
+pub struct VerifyRow {
+    pub row: ExportRow,
+    pub detail: String,
+}
 
 /// The batches of one key range, and the way back for batches checked.
 pub struct VerifyRows {
-    pub(super) batches: tokio::sync::mpsc::Receiver<Result<Vec<ExportRow>, StoreError>>,
-    pub(super) spent: tokio::sync::mpsc::UnboundedSender<Vec<ExportRow>>,
+    pub(super) batches: tokio::sync::mpsc::Receiver<Result<Vec<VerifyRow>, StoreError>>,
+    pub(super) spent: tokio::sync::mpsc::UnboundedSender<Vec<VerifyRow>>,
 }
 
 impl VerifyRows {
     /// The next batch, waiting for it; for a blocking thread, not the runtime's.
-    pub fn next_blocking(&mut self) -> Option<Result<Vec<ExportRow>, StoreError>> {
+    pub fn next_blocking(&mut self) -> Option<Result<Vec<VerifyRow>, StoreError>> {
         self.batches.blocking_recv()
     }
 
     /// Hands a checked batch back to the reader, which decodes the next rows into it.
-    pub fn give_back(&self, batch: Vec<ExportRow>) {
+    pub fn give_back(&self, batch: Vec<VerifyRow>) {
         // The reader may have finished: then the batch is simply dropped.
         let _ = self.spent.send(batch);
     }
@@ -53,8 +65,8 @@ pub(super) struct KeyContext {
 
 /// A row to decode into when no checked one has come back yet; every field is
 /// overwritten by [`DecodeInto::decode_into`].
-pub(super) fn blank_row() -> ExportRow {
-    ExportRow {
+pub(super) fn blank_row() -> VerifyRow {
+    let row = ExportRow {
         attempt_id: 0,
         key: String::new(),
         seq: 0,
@@ -81,6 +93,10 @@ pub(super) fn blank_row() -> ExportRow {
         error: None,
         log_seq: 0,
         log_hash: String::new(),
+    };
+    VerifyRow {
+        row,
+        detail: String::new(),
     }
 }
 
@@ -98,7 +114,7 @@ fn set_opt(to: &mut Option<String>, from: Option<&str>) {
 
 /// One [`VERIFY`](super::VERIFY) row decoded by column position into `out`.
 pub(super) trait DecodeInto {
-    fn decode_into(&self, ctx: &mut KeyContext, out: &mut ExportRow) -> Result<(), sqlx::Error>;
+    fn decode_into(&self, ctx: &mut KeyContext, out: &mut VerifyRow) -> Result<(), sqlx::Error>;
 }
 
 macro_rules! decode_into {
@@ -107,7 +123,7 @@ macro_rules! decode_into {
             fn decode_into(
                 &self,
                 ctx: &mut KeyContext,
-                out: &mut ExportRow,
+                out: &mut VerifyRow,
             ) -> Result<(), sqlx::Error> {
                 use sqlx::Row;
                 let r = self;
@@ -150,7 +166,7 @@ macro_rules! decode_into {
                     error,
                     log_seq,
                     log_hash,
-                } = out;
+                } = &mut out.row;
                 let Intent {
                     tenant,
                     tool,
@@ -173,7 +189,12 @@ macro_rules! decode_into {
                 set(actor, r.try_get(12)?);
                 *fencing_token = r.try_get(13)?;
                 *duration_ms = r.try_get(14)?;
-                *detail = r.try_get::<Json<Value>, _>(15)?.0;
+                *detail = Value::Null;
+                // Checked to be JSON, as the value it replaces was.
+                set(
+                    &mut out.detail,
+                    r.try_get::<Json<&RawValue>, _>(15)?.0.get(),
+                );
                 set(prev_hash, r.try_get(16)?);
                 set(hash, r.try_get(17)?);
                 set(fingerprint, r.try_get(18)?);

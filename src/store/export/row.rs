@@ -4,7 +4,7 @@
 //! selects the columns in this order and is decoded by position.
 
 use crate::guard::binding::RecordState;
-use crate::guard::{AttemptKind, ChainFields, Intent, Status, chain_hash, chain_hash_is};
+use crate::guard::{AttemptKind, ChainFields, Detail, Intent, Status, chain_hash};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -89,7 +89,7 @@ impl ExportRow {
             kind: self.kind.as_str(),
             fencing_token: self.fencing_token,
             actor: &self.actor,
-            detail: &self.detail,
+            detail: Detail::Value(&self.detail),
             duration_ms: self.duration_ms,
             occurred_at: self.occurred_at,
         }
@@ -121,11 +121,6 @@ impl ExportRow {
     /// The hash this row's content and `prev_hash` must have.
     pub fn computed_hash(&self) -> String {
         chain_hash(&self.prev_hash, self.chain_fields())
-    }
-
-    /// Whether the stored `hash` is [`Self::computed_hash`], without building it.
-    pub fn hash_is_computed(&self) -> bool {
-        chain_hash_is(&self.hash, &self.prev_hash, self.chain_fields())
     }
 }
 

@@ -114,16 +114,17 @@ fn the_documented_hash_chain_example_verifies() {
         kind: "claimed",
         fencing_token: 1,
         actor: "worker-1",
-        detail: &detail,
+        detail: idemwatch::guard::Detail::Value(&detail),
         duration_ms: None,
         occurred_at,
     };
     let hash = chain_hash(GENESIS_HASH, fields);
     assert!(doc.contains(&hash), "docs/GUARD.md should show hash {hash}");
+    let empty = serde_json::json!({});
     let second = idemwatch::guard::ChainFields {
         seq: 2,
         kind: "completed",
-        detail: &serde_json::json!({}),
+        detail: idemwatch::guard::Detail::Value(&empty),
         duration_ms: Some(1180),
         occurred_at: occurred_at + chrono::TimeDelta::milliseconds(1205),
         ..fields

@@ -5,7 +5,7 @@ use super::*;
 use crate::both_backends;
 use crate::support::as_key;
 use idemwatch::export::{Problem, Report, verify_csv, verify_database, verify_ndjson};
-use idemwatch::guard::{ChainFields, chain_hash};
+use idemwatch::guard::{ChainFields, Detail, chain_hash};
 use std::collections::BTreeMap;
 
 /// `n` DONE keys with three rows each (claimed, completed, replayed), sorted.
@@ -38,7 +38,7 @@ async fn insert_forged_row(store: &Store, key: &str) {
     let fields = ChainFields {
         seq,
         kind: "replayed",
-        detail: &detail,
+        detail: Detail::Value(&detail),
         duration_ms: None,
         ..last.chain_fields()
     };
