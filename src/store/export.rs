@@ -18,6 +18,7 @@ pub use row::{COLUMNS, ExportRow, micros};
 
 use super::{Store, StoreError, on_pool};
 use carry::{DecodeInto, KeyContext, blank_row};
+use futures::FutureExt;
 use futures::stream::{BoxStream, StreamExt};
 use serde_json::Value;
 use sqlx::types::Json;
@@ -202,9 +203,9 @@ export_row_by_index!(sqlx::sqlite::SqliteRow);
 
 impl Store {
     /// Every attempt `filter` selects, with its record's context and chain head, in
-    /// (key, seq) order, streamed from the database. On PostgreSQL a task of its own
-    /// reads and decodes the rows in batches of [`EXPORT_BATCH`], so decoding the next
-    /// rows overlaps with encoding these; dropping the stream stops it.
+    /// (key, seq) order, streamed from the database. On PostgreSQL the rows are read
+    /// in a transaction of their own with [`SERIAL_EXPORT_POSTGRES`]'s plan, and
+    /// handed over in batches of [`EXPORT_BATCH`]; dropping the stream stops it.
     pub fn export_rows(
         &self,
         filter: &ExportFilter,
@@ -225,7 +226,11 @@ impl Store {
             Store::Postgres(pool) => {
                 let (tx, batches) = tokio::sync::mpsc::channel(4);
                 let (pool, f) = (pool.clone(), filter.clone());
-                tokio::spawn(async move {
+                // The reader owns its transaction; it runs on the consumer's task
+                // (polled beside the rows it sends), not a spawned one: rows freed on
+                // another thread than the one that decoded them cost the allocator
+                // more than the overlap gained on a busy machine (docs/PERFORMANCE.md).
+                let read = async move {
                     let read = async {
                         let mut t = pool.begin().await?;
                         sqlx::query(SERIAL_EXPORT_POSTGRES).execute(&mut *t).await?;
@@ -249,8 +254,8 @@ impl Store {
                     if let Err(e) = read.await {
                         let _ = tx.send(Err(e)).await;
                     }
-                });
-                futures::stream::unfold(batches, |mut rx| async move {
+                };
+                let rows = futures::stream::unfold(batches, |mut rx| async move {
                     rx.recv().await.map(|batch| (batch, rx))
                 })
                 .flat_map(|batch| {
@@ -259,8 +264,10 @@ impl Store {
                         Err(e) => vec![Err(e)],
                     };
                     futures::stream::iter(rows)
-                })
-                .boxed()
+                });
+                futures::stream::select(rows.map(Some), read.into_stream().map(|()| None))
+                    .filter_map(futures::future::ready)
+                    .boxed()
             }
             Store::Sqlite(pools) => bound!(filter.clone())
                 .fetch(pools)
