@@ -258,12 +258,9 @@ impl Store {
                 let rows = futures::stream::unfold(batches, |mut rx| async move {
                     rx.recv().await.map(|batch| (batch, rx))
                 })
-                .flat_map(|batch| {
-                    let rows: Vec<_> = match batch {
-                        Ok(rows) => rows.into_iter().map(Ok).collect(),
-                        Err(e) => vec![Err(e)],
-                    };
-                    futures::stream::iter(rows)
+                .flat_map(|batch| match batch {
+                    Ok(rows) => futures::stream::iter(rows.into_iter().map(Ok)).left_stream(),
+                    Err(e) => futures::stream::once(futures::future::ready(Err(e))).right_stream(),
                 });
                 futures::stream::select(rows.map(Some), read.into_stream().map(|()| None))
                     .filter_map(futures::future::ready)
