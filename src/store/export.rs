@@ -142,7 +142,7 @@ pub const SERIAL_EXPORT_POSTGRES: &str =
     "SELECT set_config('max_parallel_workers_per_gather', '0', true)";
 
 /// Rows a batch of [`Store::export_rows`] holds on PostgreSQL.
-pub const EXPORT_BATCH: usize = 256;
+pub const EXPORT_BATCH: usize = 64;
 
 /// Records whose attempt rows are all gone (the verifier reports them).
 pub const RECORDS_WITHOUT_ATTEMPTS: &str = "SELECT r.key FROM idempotency_records r \
@@ -224,7 +224,8 @@ impl Store {
         }
         match self {
             Store::Postgres(pool) => {
-                let (tx, batches) = tokio::sync::mpsc::channel(4);
+                // Few rows in flight: each holds its own strings and JSON trees.
+                let (tx, batches) = tokio::sync::mpsc::channel(2);
                 let (pool, f) = (pool.clone(), filter.clone());
                 // The reader owns its transaction; it runs on the consumer's task
                 // (polled beside the rows it sends), not a spawned one: rows freed on
