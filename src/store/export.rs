@@ -18,6 +18,7 @@ pub use row::{COLUMNS, ExportRow, micros};
 
 use super::{Store, StoreError, on_pool};
 use carry::{DecodeInto, KeyContext, VerifyRow, blank_row};
+use futures::FutureExt;
 use futures::stream::{BoxStream, StreamExt};
 use serde_json::Value;
 use sqlx::types::Json;
@@ -129,6 +130,20 @@ pub const SERIAL_PLAN_POSTGRES: &str = "SELECT \
     set_config('enable_bitmapscan', 'off', true), \
     set_config('enable_sort', 'off', true)";
 
+/// For [`EXPORT`] on PostgreSQL, in its own transaction: no parallel workers. For a
+/// whole export the planner then streams both primary-key indexes side by side (a
+/// merge join, already in (key, seq) order, no sort), where it otherwise picks a
+/// parallel nested loop with an incremental sort, or for an `occurred_at` window a
+/// parallel hash join and an external sort of every wide row: about three
+/// processes' CPU for the rows one gives (docs/PERFORMANCE.md, Issue 17, export
+/// plan). Only parallelism is turned off, not [`SERIAL_PLAN_POSTGRES`]'s join and
+/// sort methods: a selective filter (one key, a recent window) still gets its index.
+pub const SERIAL_EXPORT_POSTGRES: &str =
+    "SELECT set_config('max_parallel_workers_per_gather', '0', true)";
+
+/// Rows a batch of [`Store::export_rows`] holds on PostgreSQL.
+pub const EXPORT_BATCH: usize = 64;
+
 /// Records whose attempt rows are all gone (the verifier reports them).
 pub const RECORDS_WITHOUT_ATTEMPTS: &str = "SELECT r.key FROM idempotency_records r \
     WHERE NOT EXISTS (SELECT 1 FROM idempotency_attempts a WHERE a.key = r.key) \
@@ -188,22 +203,75 @@ export_row_by_index!(sqlx::sqlite::SqliteRow);
 
 impl Store {
     /// Every attempt `filter` selects, with its record's context and chain head, in
-    /// (key, seq) order, streamed from the database.
+    /// (key, seq) order, streamed from the database. On PostgreSQL the rows are read
+    /// in a transaction of their own with [`SERIAL_EXPORT_POSTGRES`]'s plan, and
+    /// handed over in batches of [`EXPORT_BATCH`]; dropping the stream stops it.
     pub fn export_rows(
         &self,
         filter: &ExportFilter,
     ) -> BoxStream<'_, Result<ExportRow, StoreError>> {
-        let f = filter.clone();
-        on_pool!(self, pool => sqlx::query_as::<_, ExportRow>(EXPORT)
-            .bind(f.since)
-            .bind(f.until)
-            .bind(f.tenant)
-            .bind(f.tool)
-            .bind(f.key.map(String::from))
-            .bind(f.business_ref)
-            .fetch(pool)
-            .map(|r| r.map_err(StoreError::from))
-            .boxed())
+        macro_rules! bound {
+            ($f:expr) => {{
+                let f = $f;
+                sqlx::query_as::<_, ExportRow>(EXPORT)
+                    .bind(f.since)
+                    .bind(f.until)
+                    .bind(f.tenant)
+                    .bind(f.tool)
+                    .bind(f.key.map(String::from))
+                    .bind(f.business_ref)
+            }};
+        }
+        match self {
+            Store::Postgres(pool) => {
+                // Few rows in flight: each holds its own strings and JSON trees.
+                let (tx, batches) = tokio::sync::mpsc::channel(2);
+                let (pool, f) = (pool.clone(), filter.clone());
+                // The reader owns its transaction; it runs on the consumer's task
+                // (polled beside the rows it sends), not a spawned one: rows freed on
+                // another thread than the one that decoded them cost the allocator
+                // more than the overlap gained on a busy machine (docs/PERFORMANCE.md).
+                let read = async move {
+                    let read = async {
+                        let mut t = pool.begin().await?;
+                        sqlx::query(SERIAL_EXPORT_POSTGRES).execute(&mut *t).await?;
+                        let mut rows = bound!(f).fetch(&mut *t);
+                        let mut batch = Vec::with_capacity(EXPORT_BATCH);
+                        while let Some(row) = rows.next().await {
+                            batch.push(row?);
+                            if batch.len() == EXPORT_BATCH {
+                                let full =
+                                    std::mem::replace(&mut batch, Vec::with_capacity(EXPORT_BATCH));
+                                if tx.send(Ok(full)).await.is_err() {
+                                    return Ok(()); // the export stopped
+                                }
+                            }
+                        }
+                        if !batch.is_empty() {
+                            let _ = tx.send(Ok(batch)).await;
+                        }
+                        Ok::<_, StoreError>(())
+                    };
+                    if let Err(e) = read.await {
+                        let _ = tx.send(Err(e)).await;
+                    }
+                };
+                let rows = futures::stream::unfold(batches, |mut rx| async move {
+                    rx.recv().await.map(|batch| (batch, rx))
+                })
+                .flat_map(|batch| match batch {
+                    Ok(rows) => futures::stream::iter(rows.into_iter().map(Ok)).left_stream(),
+                    Err(e) => futures::stream::once(futures::future::ready(Err(e))).right_stream(),
+                });
+                futures::stream::select(rows.map(Some), read.into_stream().map(|()| None))
+                    .filter_map(futures::future::ready)
+                    .boxed()
+            }
+            Store::Sqlite(pools) => bound!(filter.clone())
+                .fetch(pools)
+                .map(|r| r.map_err(StoreError::from))
+                .boxed(),
+        }
     }
 
     /// The attempts of the keys in `range` with their records, as
