@@ -189,9 +189,19 @@ fn chain_digest(prev_hash: &str, fields: &ChainFields<'_>) -> [u8; 32] {
         hash.update(prev_hash.as_bytes());
         hash.update(b"\n");
         hash.update(content.as_bytes());
-        hash.finalize().into()
+        let digest = hash.finalize().into();
+        // One outsized row (an edited detail of megabytes) must not pin its size on
+        // this thread for the life of the process.
+        if content.capacity() > MAX_KEPT_CONTENT {
+            *content = String::new();
+        }
+        digest
     })
 }
+
+/// The largest row content [`chain_digest`]'s buffer keeps between rows; the guard's
+/// rows are under 1 KiB.
+const MAX_KEPT_CONTENT: usize = 64 << 10;
 
 /// The JCS form of the row's content written member by member, in JCS order (the
 /// names are fixed and ASCII): the same bytes as [`chain_content_via_value`] without
