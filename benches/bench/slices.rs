@@ -83,6 +83,79 @@ where
     (all, started.elapsed())
 }
 
+/// Runs `op` on `workers` tasks for `duration` at `rate` operations/s in all (open
+/// loop): each task has its own fixed schedule, staggered against the others, and
+/// starts an operation when it is due whether or not the system kept up. A latency is
+/// counted from when the operation was due if the task's previous one overran into it
+/// (the wait is the system's), else from when it actually started: tokio's timer wakes
+/// up to 1 ms late, which is the load generator's lateness, not the subject's.
+pub async fn drive_paced<F, Fut>(
+    workers: usize,
+    duration: Duration,
+    rate: f64,
+    op: F,
+) -> (Vec<Duration>, Duration)
+where
+    F: Fn() -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = ()> + Send,
+{
+    let started = Instant::now();
+    let every = Duration::from_secs_f64(workers as f64 / rate);
+    let mut set = tokio::task::JoinSet::new();
+    for w in 0..workers {
+        let op = op.clone();
+        set.spawn(async move {
+            let mut samples = Vec::new();
+            let mut due = started + every.mul_f64(w as f64 / workers as f64);
+            let mut overran = false;
+            while due < started + duration {
+                tokio::time::sleep_until(due.into()).await;
+                let from = if overran { due } else { Instant::now() };
+                op().await;
+                let end = Instant::now();
+                samples.push(end - from);
+                due += every;
+                overran = end > due;
+            }
+            samples
+        });
+    }
+    let mut all = Vec::new();
+    for samples in set.join_all().await {
+        all.extend(samples);
+    }
+    (all, started.elapsed())
+}
+
+/// [`alternate`] at a fixed offered rate ([`drive_paced`]) instead of as fast as each
+/// side goes: both sides get the same arrivals, so their latencies compare at a load
+/// the system is not saturated by.
+pub async fn alternate_paced<A, AF, B, BF>(
+    plan: Plan,
+    workers: usize,
+    rate: f64,
+    a: A,
+    b: B,
+) -> (Latencies, Latencies)
+where
+    A: Fn() -> AF + Clone + Send + 'static,
+    AF: Future<Output = ()> + Send,
+    B: Fn() -> BF + Clone + Send + 'static,
+    BF: Future<Output = ()> + Send,
+{
+    let (mut la, mut lb) = (Vec::new(), Vec::new());
+    for round in 0..plan.rounds {
+        for which in [round % 2, 1 - round % 2] {
+            if which == 0 {
+                la.extend(drive_paced(workers, plan.slice, rate, a.clone()).await.0);
+            } else {
+                lb.extend(drive_paced(workers, plan.slice, rate, b.clone()).await.0);
+            }
+        }
+    }
+    (Latencies::new(la), Latencies::new(lb))
+}
+
 /// Subject `a` and baseline `b`, `plan.rounds` slices each, alternating which goes first.
 pub async fn alternate<A, AF, B, BF>(plan: Plan, workers: usize, a: A, b: B) -> (Side, Side)
 where
