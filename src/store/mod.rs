@@ -154,6 +154,11 @@ impl Store {
                     // A writer waits in the queue as long as it would have waited for
                     // the lock in the busy handler.
                     .acquire_timeout(SQLITE_BUSY_TIMEOUT.max(options.acquire_timeout))
+                    // No ping before each write transaction: a hop to the connection's
+                    // worker thread that every queued writer waits for, to test a
+                    // connection that only this process uses and that the statements
+                    // right after would find broken just as well.
+                    .test_before_acquire(false)
                     .connect_with(connect.clone())
                     .await?;
                 let wal = wal::Checkpointer::start(&connect, write.clone()).await?;

@@ -206,6 +206,48 @@ pub const INSERT_ATTEMPT: &str = concat!(
 
 pub const ATTEMPTS_OF_KEY: &str = concat!(select_attempts!(), "WHERE key = $1 ORDER BY seq");
 
+/// SQLite: the claim's writes — the record (`$1`–`$22`, as [`CLAIM`]), its sealed
+/// `claimed` attempt (`$23`–`$34`) and, when the probe found one, the
+/// suspected-duplicate pair (`$35`, the other key; NULL for none) — as **one batch of
+/// statements sent once** to the writer, inside the claim's `BEGIN IMMEDIATE`
+/// transaction. SQLite has no data-modifying CTE, but each statement sent to the
+/// connection costs a hop to its worker thread and back, and with one writer every
+/// hop is time all other writers wait (docs/PERFORMANCE.md, issue 17).
+///
+/// Correctness, the argument of [`CLAIM_AND_APPEND_POSTGRES`] with SQLite's means:
+/// - the transaction holds the write lock from its start, so nothing else writes
+///   between the statements;
+/// - each later insert runs only if the statement before it wrote its row
+///   (`changes()`: the rows written by the connection's last INSERT, UPDATE or
+///   DELETE, without a trigger's): if the key existed the batch writes nothing, and
+///   the caller sees 0 rows written and rolls back;
+/// - the numbered parameters are bound by number in every statement of the batch.
+pub const CLAIM_AND_APPEND_SQLITE: &str = concat!(
+    "INSERT INTO idempotency_records (",
+    record_columns!(),
+    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+     $18, $19, $20, $21, $22) ON CONFLICT (key) DO NOTHING; \
+     INSERT INTO idempotency_attempts (",
+    attempt_columns!(),
+    ") SELECT $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34 WHERE changes() = 1; \
+     INSERT INTO idempotency_suspected_duplicates (key, other_key, tenant, tool, detected_at) \
+     SELECT $1, $35, $2, $3, $19 WHERE changes() = 1 AND $35 IS NOT NULL"
+);
+
+/// SQLite: [`UPDATE_RECORD_IF_HEAD_AND_APPEND_POSTGRES`] as one batch of two
+/// statements in a `BEGIN IMMEDIATE` transaction: the fenced update with the expected
+/// head (`$25` `log_seq`, `$26` `log_hash`), then the attempt (`$13`–`$24`) only if the
+/// update wrote the row (`changes() = 1`, as in [`CLAIM_AND_APPEND_SQLITE`]). Two rows
+/// written, or none: the caller commits only the first case. Correct for the reason
+/// given at the PostgreSQL statement (an unchanged head is an unchanged record); the
+/// write lock, held from the transaction's start, stands in for the row lock.
+pub const UPDATE_RECORD_IF_HEAD_AND_APPEND_SQLITE: &str = concat!(
+    fenced_update!(),
+    " AND log_seq = $25 AND log_hash = $26; INSERT INTO idempotency_attempts (",
+    attempt_columns!(),
+    ") SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 WHERE changes() = 1"
+);
+
 /// The SQL of [`crate::guard::LeaseState::Expired`] at `$1`: the one spelling of an
 /// expired lease in every count, page and gauge.
 macro_rules! lease_expired {

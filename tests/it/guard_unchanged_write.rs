@@ -1,7 +1,7 @@
-//! The settle's single conditional write (`Storage::write_if_unchanged`): on
-//! PostgreSQL it applies only while the stored record is the one the writer knows
+//! The settle's single conditional write (`Storage::write_if_unchanged`): on both
+//! backends it applies only while the stored record is the one the writer knows
 //! (same head, same token), and writes nothing otherwise, so the guard falls back to
-//! the locked read; SQLite always takes the locked path.
+//! the locked read.
 
 use crate::both_backends;
 use crate::support::fixture::refund;
@@ -11,7 +11,6 @@ use idemwatch::guard::{
     Admission, AttemptDraft, AttemptKind, FencingToken, Guard, GuardSettings, Record, Status,
     Storage, SystemClock,
 };
-use idemwatch::store::Backend;
 use std::sync::Arc;
 
 /// The decision a settle makes: DONE under `token`, one `completed` row.
@@ -64,8 +63,8 @@ both_backends!(
         assert_eq!(after.status, Status::InProgress);
         assert_eq!(db.store.attempts(&key).await.unwrap().len(), rows_before);
 
-        // On the record as stored now, PostgreSQL writes in one statement; SQLite
-        // declines (its locked read is in process) and leaves the key untouched.
+        // On the record as stored now it writes: in one statement on PostgreSQL, in
+        // one batch of two in a write transaction on SQLite.
         let fresh = db
             .store
             .write_if_unchanged(&after, complete(token))
@@ -73,21 +72,12 @@ both_backends!(
             .unwrap();
         let stored = Storage::record(&db.store, &key).await.unwrap().unwrap();
         let attempts = db.store.attempts(&key).await.unwrap();
-        match db.store.backend() {
-            Backend::Postgres => {
-                assert_eq!(fresh, Some(()));
-                assert_eq!(stored.status, Status::Done);
-                assert_eq!(attempts.len(), rows_before + 1);
-                let last = attempts.last().unwrap();
-                assert_eq!(last.kind, AttemptKind::Completed);
-                assert_eq!((stored.log_seq, &stored.log_hash), (last.seq, &last.hash));
-            }
-            Backend::Sqlite => {
-                assert_eq!(fresh, None);
-                assert_eq!(stored, after);
-                assert_eq!(attempts.len(), rows_before);
-            }
-        }
+        assert_eq!(fresh, Some(()));
+        assert_eq!(stored.status, Status::Done);
+        assert_eq!(attempts.len(), rows_before + 1);
+        let last = attempts.last().unwrap();
+        assert_eq!(last.kind, AttemptKind::Completed);
+        assert_eq!((stored.log_seq, &stored.log_hash), (last.seq, &last.hash));
         let report = verify_database(&db.store).await.unwrap();
         assert!(report.breaks.is_empty(), "{:#?}", report.breaks);
     }
