@@ -335,7 +335,7 @@ mod tests {
 
     #[test]
     fn cells_from_the_database_text_are_written_as_the_row_is() {
-        let mut rows = vec![sample(), sample()];
+        let mut rows = [sample(), sample()];
         // Formula-like, quoted and empty cells; a number and JSON the text way
         // leaves to a value (a fraction, an exponent).
         rows[1].actor = "=cmd|' /C calc'!A0".into();
