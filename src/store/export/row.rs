@@ -9,10 +9,11 @@ use crate::store::StoreError;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use serde_json::value::RawValue;
-use sqlx::postgres::PgRow;
-use sqlx::sqlite::SqliteRow;
+use sqlx::error::BoxDynError;
+use sqlx::postgres::{PgRow, PgTypeInfo, PgValueFormat, PgValueRef, Postgres};
+use sqlx::sqlite::{Sqlite, SqliteRow, SqliteTypeInfo, SqliteValueRef};
 use sqlx::types::Json;
+use sqlx::{Decode, Type, ValueRef};
 
 /// The CSV header, in order. NDJSON objects carry the same members in the same
 /// order, after `"type": "attempt"`.
@@ -250,6 +251,57 @@ impl ExportCells<'_> {
     }
 }
 
+/// A JSON column's text, borrowed and not parsed: whoever reads it parses it (the
+/// canonicaliser, or serde_json into a value), so checking it here as
+/// `Json<&RawValue>` does was a second parse of every JSON byte (6 % of the CSV
+/// export's CPU, docs/PERFORMANCE.md). Text that is not JSON fails there, as
+/// [`JsonText::value`]'s column error.
+struct Unparsed<'r>(&'r str);
+
+/// A `json` or `jsonb` column, as for `Json<T>`.
+impl Type<Postgres> for Unparsed<'_> {
+    fn type_info() -> PgTypeInfo {
+        <Json<()> as Type<Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &PgTypeInfo) -> bool {
+        <Json<()> as Type<Postgres>>::compatible(ty)
+    }
+}
+
+impl<'r> Decode<'r, Postgres> for Unparsed<'r> {
+    fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
+        let binary_jsonb = value.format() == PgValueFormat::Binary
+            && *value.type_info() == <Json<()> as Type<Postgres>>::type_info();
+        let mut bytes = value.as_bytes()?;
+        if binary_jsonb {
+            // A binary jsonb is a version byte (1, the only one) and the text.
+            match bytes.split_first() {
+                Some((1, text)) => bytes = text,
+                _ => return Err("unsupported JSONB format version (expected 1)".into()),
+            }
+        }
+        Ok(Unparsed(std::str::from_utf8(bytes)?))
+    }
+}
+
+/// SQLite stores JSON as text.
+impl Type<Sqlite> for Unparsed<'_> {
+    fn type_info() -> SqliteTypeInfo {
+        <&str as Type<Sqlite>>::type_info()
+    }
+
+    fn compatible(ty: &SqliteTypeInfo) -> bool {
+        <&str as Type<Sqlite>>::compatible(ty)
+    }
+}
+
+impl<'r> Decode<'r, Sqlite> for Unparsed<'r> {
+    fn decode(value: SqliteValueRef<'r>) -> Result<Self, BoxDynError> {
+        <&str as Decode<Sqlite>>::decode(value).map(Unparsed)
+    }
+}
+
 /// Decoding by column position, in the export statement's order: `FromRow`'s derive
 /// looks every column up by name, 24 hash lookups a row, a measurable share of an
 /// export's CPU (docs/PERFORMANCE.md, export).
@@ -273,10 +325,8 @@ macro_rules! decode_cells {
                 let corrupt = |e: crate::guard::UnknownName| {
                     sqlx::Error::Decode(format!("attempt {attempt_id}: {e}").into())
                 };
-                // `Json<&RawValue>` checks the text is JSON and borrows it (a jsonb
-                // arrives as its version byte and text).
                 let json = |column: usize| -> Result<JsonText<'r>, sqlx::Error> {
-                    let text = r.try_get::<Json<&RawValue>, _>(column)?.0.get();
+                    let text = r.try_get::<Unparsed<'r>, _>(column)?.0;
                     Ok(JsonText { column, text })
                 };
                 Ok(ExportCells {
@@ -300,12 +350,10 @@ macro_rules! decode_cells {
                     hash: r.try_get(17)?,
                     fingerprint: r.try_get(18)?,
                     business_args: json(19)?,
-                    result: r
-                        .try_get::<Option<Json<&RawValue>>, _>(20)?
-                        .map(|j| JsonText {
-                            column: 20,
-                            text: j.0.get(),
-                        }),
+                    result: r.try_get::<Option<Unparsed<'r>>, _>(20)?.map(|j| JsonText {
+                        column: 20,
+                        text: j.0,
+                    }),
                     error: r.try_get(21)?,
                     log_seq: r.try_get(22)?,
                     log_hash: r.try_get(23)?,
