@@ -3,15 +3,36 @@
 //! file, stdout or an HTTP body as it likes: nothing here holds more than one row.
 
 use super::manifest::{CsvCells, Format, HASH_CHAIN, MANIFEST_VERSION, Manifest, ORDER, Source};
-use super::row::{COLUMNS, ExportRow};
+use super::rfc4180::Record;
+use super::row::{COLUMNS, ExportRow, write_canonical_cell};
 use crate::evidence::EvidenceSource;
-use crate::store::ExportFilter;
+use crate::guard::rfc3339;
+use crate::store::{ExportCells, ExportFilter, JsonText, RawExportRow, StoreError};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
-use std::borrow::Cow;
-use std::io;
-use std::sync::{Arc, Mutex};
+use std::fmt::Write;
+use std::sync::Arc;
+
+/// A row the encoder takes: an [`ExportRow`] (the pruner's archive, files read
+/// back), or a row as the database sent it, whose CSV cells are written from its
+/// text without an [`ExportRow`] in between.
+pub trait EncodeRow {
+    fn encode(&self, encoder: &mut Encoder, out: &mut Vec<u8>) -> Result<(), StoreError>;
+}
+
+impl EncodeRow for ExportRow {
+    fn encode(&self, encoder: &mut Encoder, out: &mut Vec<u8>) -> Result<(), StoreError> {
+        encoder.row(self, out);
+        Ok(())
+    }
+}
+
+impl EncodeRow for RawExportRow {
+    fn encode(&self, encoder: &mut Encoder, out: &mut Vec<u8>) -> Result<(), StoreError> {
+        encoder.cells(&self.cells()?, out)
+    }
+}
 
 /// The NDJSON line of one row: `{"type":"attempt", …the row's members…}`.
 #[derive(Serialize)]
@@ -26,8 +47,9 @@ pub struct Encoder {
     format: Format,
     source: Source,
     filter: ExportFilter,
-    csv: Option<(csv::Writer<Shared>, Shared)>,
     csv_cells: CsvCells,
+    /// A number's or a JSON column's cell text, reused from row to row.
+    scratch: String,
     digest: Sha256,
     rows: u64,
     keys: u64,
@@ -55,22 +77,12 @@ impl Encoder {
 
     /// Starts a file: for CSV the header row is appended to `out`.
     pub fn start(format: Format, source: Source, filter: ExportFilter, out: &mut Vec<u8>) -> Self {
-        let csv = (format == Format::Csv).then(|| {
-            let shared = Shared::default();
-            let writer = csv::WriterBuilder::new()
-                // RFC 4180: CRLF after every record; quotes only where needed (a
-                // comma, a quote, CR or LF), quotes doubled inside.
-                .terminator(csv::Terminator::CRLF)
-                .quote_style(csv::QuoteStyle::Necessary)
-                .from_writer(shared.clone());
-            (writer, shared)
-        });
         let mut encoder = Encoder {
             format,
             source,
             filter,
-            csv,
             csv_cells: CsvCells::Neutralised,
+            scratch: String::new(),
             digest: Sha256::new(),
             rows: 0,
             keys: 0,
@@ -80,9 +92,13 @@ impl Encoder {
             evidence: None,
             exported: Vec::new(),
         };
-        if let Some((w, shared)) = encoder.csv.as_mut() {
+        if format == Format::Csv {
             let start = out.len();
-            write_csv(w, shared, COLUMNS, out);
+            let mut header = Record::start(out, CsvCells::Raw);
+            for name in COLUMNS {
+                header.cell(name);
+            }
+            header.end();
             encoder.digest.update(&out[start..]);
         }
         encoder
@@ -91,18 +107,15 @@ impl Encoder {
     /// Appends one row to `out`.
     pub fn row(&mut self, row: &ExportRow, out: &mut Vec<u8>) {
         let start = out.len();
-        match self.csv.as_mut() {
-            Some((w, shared)) => {
-                let cells = self.csv_cells;
-                let fields = row.csv_fields();
-                // Borrowed cells stay borrowed: no copy of a row's text per cell.
-                let cells = fields.iter().map(|f| match cells.write(f) {
-                    Cow::Borrowed(s) => Cow::Borrowed(s.as_bytes()),
-                    Cow::Owned(s) => Cow::Owned(s.into_bytes()),
-                });
-                write_csv(w, shared, cells, out)
+        match self.format {
+            Format::Csv => {
+                let mut record = Record::start(out, self.csv_cells);
+                for field in row.csv_fields() {
+                    record.cell(&field);
+                }
+                record.end();
             }
-            None => {
+            Format::Ndjson => {
                 let line = Tagged {
                     kind: "attempt",
                     inner: row,
@@ -112,25 +125,71 @@ impl Encoder {
             }
         }
         self.digest.update(&out[start..]);
+        self.count(&row.key, row.seq, row.occurred_at);
+    }
+
+    /// Appends one row borrowed from the database's row to `out`: for CSV its cells
+    /// are written from the row's text, the JSON columns canonicalised from theirs
+    /// (the same bytes as [`Encoder::row`]); NDJSON serialises the [`ExportRow`].
+    pub fn cells(&mut self, row: &ExportCells<'_>, out: &mut Vec<u8>) -> Result<(), StoreError> {
+        if self.format == Format::Ndjson {
+            self.row(&row.to_row()?, out);
+            return Ok(());
+        }
+        let start = out.len();
+        let s = &mut self.scratch;
+        let mut r = Record::start(out, self.csv_cells);
+        number(&mut r, s, Some(row.attempt_id));
+        r.cell(row.key);
+        number(&mut r, s, Some(row.seq));
+        r.cell(&rfc3339(row.occurred_at));
+        for text in [
+            row.tenant,
+            row.tool,
+            row.workflow_id,
+            row.step_id,
+            row.intent_id,
+            row.business_ref.unwrap_or_default(),
+            row.current_status.as_str(),
+            row.kind.as_str(),
+            row.actor,
+        ] {
+            r.cell(text);
+        }
+        number(&mut r, s, Some(row.fencing_token));
+        number(&mut r, s, row.duration_ms);
+        json(&mut r, s, Some(&row.detail))?;
+        r.cell(row.prev_hash);
+        r.cell(row.hash);
+        r.cell(row.fingerprint);
+        json(&mut r, s, Some(&row.business_args))?;
+        json(&mut r, s, row.result.as_ref())?;
+        r.cell(row.error.unwrap_or_default());
+        number(&mut r, s, Some(row.log_seq));
+        r.cell(row.log_hash);
+        r.end();
+        self.digest.update(&out[start..]);
+        self.count(row.key, row.seq, row.occurred_at);
+        Ok(())
+    }
+
+    /// Counts a row written for the manifest.
+    fn count(&mut self, key: &str, seq: i64, occurred_at: DateTime<Utc>) {
         self.rows += 1;
-        if self.last_key.as_deref() != Some(row.key.as_str()) {
+        if self.last_key.as_deref() != Some(key) {
             self.keys += 1;
-            self.last_key = Some(row.key.clone());
+            let last = self.last_key.get_or_insert_with(String::new);
+            last.clear();
+            last.push_str(key);
             if self.evidence.is_some() {
-                self.exported.push((row.key.clone(), row.seq));
+                self.exported.push((key.to_owned(), seq));
             }
         }
         if let Some(last) = self.exported.last_mut() {
-            last.1 = row.seq;
+            last.1 = seq;
         }
-        self.first_at = Some(
-            self.first_at
-                .map_or(row.occurred_at, |t| t.min(row.occurred_at)),
-        );
-        self.last_at = Some(
-            self.last_at
-                .map_or(row.occurred_at, |t| t.max(row.occurred_at)),
-        );
+        self.first_at = Some(self.first_at.map_or(occurred_at, |t| t.min(occurred_at)));
+        self.last_at = Some(self.last_at.map_or(occurred_at, |t| t.max(occurred_at)));
     }
 
     /// Ends the file. For NDJSON the manifest line is appended to `out` (and is not
@@ -166,36 +225,28 @@ impl Encoder {
     }
 }
 
-/// Where the csv writer puts its bytes until they are moved to the caller's buffer
-/// (`csv::Writer` does not lend its inner writer out mutably).
-#[derive(Clone, Default)]
-struct Shared(Arc<Mutex<Vec<u8>>>);
-
-impl io::Write for Shared {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        lock(&self.0).extend_from_slice(bytes);
-        Ok(bytes.len())
+/// A number's cell; `None` is an empty cell.
+fn number(record: &mut Record<'_>, scratch: &mut String, n: Option<i64>) {
+    scratch.clear();
+    if let Some(n) = n {
+        // Writing to a String cannot fail.
+        let _ = write!(scratch, "{n}");
     }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
+    record.cell(scratch);
 }
 
-fn lock(m: &Mutex<Vec<u8>>) -> std::sync::MutexGuard<'_, Vec<u8>> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn write_csv<I, T>(w: &mut csv::Writer<Shared>, shared: &Shared, fields: I, out: &mut Vec<u8>)
-where
-    I: IntoIterator<Item = T>,
-    T: AsRef<[u8]>,
-{
-    // Writing into memory cannot fail; flush moves csv's buffer into `shared`.
-    w.write_record(fields).expect("writing CSV into memory");
-    w.flush().expect("writing CSV into memory");
-    let mut bytes = lock(&shared.0);
-    out.extend_from_slice(&bytes);
-    bytes.clear();
+/// A JSON column's cell, its canonical (JCS) text; `None` (SQL NULL) is an empty cell.
+fn json(
+    record: &mut Record<'_>,
+    scratch: &mut String,
+    json: Option<&JsonText<'_>>,
+) -> Result<(), StoreError> {
+    scratch.clear();
+    if let Some(json) = json {
+        write_canonical_cell(scratch, json)?;
+    }
+    record.cell(scratch);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -249,6 +300,105 @@ mod tests {
             hex::encode(Sha256::digest(&out[..rows_end]))
         );
         assert_eq!((manifest.row_count, manifest.key_count), (2, 1));
+    }
+
+    /// `row` as the database's cells, its JSON columns given as `json` texts.
+    fn cells<'a>(row: &'a ExportRow, json: [&'a str; 3]) -> ExportCells<'a> {
+        let text = |column, text| JsonText { column, text };
+        ExportCells {
+            attempt_id: row.attempt_id,
+            key: &row.key,
+            seq: row.seq,
+            occurred_at: row.occurred_at,
+            tenant: &row.intent.tenant,
+            tool: &row.intent.tool,
+            workflow_id: &row.intent.workflow_id,
+            step_id: &row.intent.step_id,
+            intent_id: &row.intent.intent_id,
+            business_ref: row.business_ref.as_deref(),
+            current_status: row.current_status,
+            kind: row.kind,
+            actor: &row.actor,
+            fencing_token: row.fencing_token,
+            duration_ms: row.duration_ms,
+            detail: text(15, json[0]),
+            prev_hash: &row.prev_hash,
+            hash: &row.hash,
+            fingerprint: &row.fingerprint,
+            business_args: text(19, json[1]),
+            result: row.result.as_ref().map(|_| text(20, json[2])),
+            error: row.error.as_deref(),
+            log_seq: row.log_seq,
+            log_hash: &row.log_hash,
+        }
+    }
+
+    #[test]
+    fn cells_from_the_database_text_are_written_as_the_row_is() {
+        let mut rows = [sample(), sample()];
+        // Formula-like, quoted and empty cells; a number and JSON the text way
+        // leaves to a value (a fraction, an exponent).
+        rows[1].actor = "=cmd|' /C calc'!A0".into();
+        rows[1].intent.step_id = "-1".into();
+        rows[1].business_ref = None;
+        rows[1].fencing_token = -3;
+        rows[1].duration_ms = Some(12);
+        rows[1].error = Some("@err, \"x\"\r\n".into());
+        rows[1].result = None;
+        // As PostgreSQL prints jsonb: spaces, its own member order.
+        let texts = [
+            [
+                r#"{"n": 4500, "reason": "line one,\r\nline \"two\" \u2014 €"}"#,
+                r#"{"amount_p": 4500}"#,
+                r#"{"refund_id": "rf_1"}"#,
+            ],
+            [
+                r#"{"reason": "line one,\r\nline \"two\" — €", "n": 4500}"#,
+                r#"{"big": 1e30, "amount": 45.50}"#,
+                "",
+            ],
+        ];
+        // The rows hold what the database's text parses to, as when decoded whole.
+        for (row, json) in rows.iter_mut().zip(texts) {
+            row.detail = serde_json::from_str(json[0]).unwrap();
+            row.business_args = serde_json::from_str(json[1]).unwrap();
+            if row.result.is_some() {
+                row.result = Some(serde_json::from_str(json[2]).unwrap());
+            }
+        }
+        for format in [Format::Csv, Format::Ndjson] {
+            for csv_cells in [CsvCells::Neutralised, CsvCells::Raw] {
+                let (mut want, mut got) = (Vec::new(), Vec::new());
+                let mut a = start(format, &mut want).csv_cells(csv_cells);
+                let mut b = start(format, &mut got).csv_cells(csv_cells);
+                for (row, json) in rows.iter().zip(texts) {
+                    a.row(row, &mut want);
+                    b.cells(&cells(row, json), &mut got).unwrap();
+                }
+                // Before the manifests, whose `generated_at` differ.
+                assert_eq!(
+                    String::from_utf8(got.clone()).unwrap(),
+                    String::from_utf8(want.clone()).unwrap(),
+                    "{format} {csv_cells:?}"
+                );
+                let (a, b) = (a.finish(&mut want), b.finish(&mut got));
+                assert_eq!(
+                    (a.sha256, a.row_count, a.key_count),
+                    (b.sha256, b.row_count, b.key_count)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_json_cell_that_is_not_json_is_corrupt_data() {
+        let row = sample();
+        let mut out = Vec::new();
+        let mut e = start(Format::Csv, &mut out);
+        let err = e
+            .cells(&cells(&row, ["{\"a\": ", "{}", "null"]), &mut out)
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
     }
 
     #[test]

@@ -81,11 +81,12 @@ pub enum CsvCells {
 impl CsvCells {
     const TRIGGERS: [char; 7] = ['=', '+', '-', '@', '\t', '\r', '\''];
 
-    /// The cell as written to the file.
-    pub fn write(self, cell: &str) -> std::borrow::Cow<'_, str> {
+    /// What is written before the cell in the file: `'` for a cell that is
+    /// neutralised, else nothing.
+    pub fn mark(self, cell: &str) -> &'static str {
         match self {
-            CsvCells::Neutralised if cell.starts_with(Self::TRIGGERS) => format!("'{cell}").into(),
-            _ => cell.into(),
+            CsvCells::Neutralised if cell.starts_with(Self::TRIGGERS) => "'",
+            _ => "",
         }
     }
 

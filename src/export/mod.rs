@@ -14,12 +14,13 @@ mod pipeline;
 mod problem;
 mod ranges;
 mod read;
+mod rfc4180;
 mod row;
 mod verify;
 
 pub use crate::store::{ExportFilter, FilterError, parse_time};
 pub use database::{Outside, verify_database, verify_database_split, verify_database_with};
-pub use encode::Encoder;
+pub use encode::{EncodeRow, Encoder};
 pub use manifest::{CsvCells, Format, Manifest, Source};
 pub use pipeline::{CHUNK, ChunkSink, Discard, ExportError, Job, Writer, encode, export_into};
 pub use ranges::Split;

@@ -4,10 +4,10 @@
 //! `idemwatch export`, the HTTP downloads, the manifest endpoint and the pruner's
 //! archive all run [`encode`], so they cannot disagree on a byte or a hash.
 
-use super::encode::Encoder;
+use super::encode::{EncodeRow, Encoder};
 use super::manifest::{CsvCells, Format, Manifest, Source};
 use crate::evidence::EvidenceSource;
-use crate::store::{ExportFilter, ExportRow, Store, StoreError};
+use crate::store::{ExportFilter, Store, StoreError};
 use futures::{Stream, StreamExt};
 use std::future::Future;
 use std::io;
@@ -63,9 +63,10 @@ pub struct Job {
 
 /// Encodes `rows` into `sink` and returns the manifest (for NDJSON also written as
 /// the file's last line). Stops at the first error of either side.
-pub async fn encode<R, S>(job: Job, rows: R, sink: &mut S) -> Result<Manifest, ExportError>
+pub async fn encode<R, T, S>(job: Job, rows: R, sink: &mut S) -> Result<Manifest, ExportError>
 where
-    R: Stream<Item = Result<ExportRow, StoreError>>,
+    R: Stream<Item = Result<T, StoreError>>,
+    T: EncodeRow,
     S: ChunkSink,
 {
     let mut rows = std::pin::pin!(rows);
@@ -74,7 +75,7 @@ where
         .with_evidence(job.evidence)
         .csv_cells(job.cells);
     while let Some(row) = rows.next().await {
-        encoder.row(&row?, &mut buf);
+        row?.encode(&mut encoder, &mut buf)?;
         if buf.len() >= CHUNK {
             let full = std::mem::replace(&mut buf, Vec::with_capacity(CHUNK * 2));
             sink.chunk(full).await?;

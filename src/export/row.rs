@@ -3,8 +3,10 @@
 //! store's, which yields it; NDJSON is its serde form.
 
 use crate::guard::canonical::canonical_json;
+use crate::guard::canonical_text::write_canonical_text;
 use crate::guard::{Intent, rfc3339};
 pub use crate::store::{COLUMNS, ExportRow};
+use crate::store::{JsonText, StoreError};
 use chrono::DateTime;
 use serde_json::Value;
 use std::borrow::Cow;
@@ -125,6 +127,16 @@ impl ExportRow {
 /// that was edited into something that is not still prints (and then fails verify).
 pub fn canonical_detail(detail: &Value) -> String {
     canonical_json(detail).unwrap_or_else(|_| detail.to_string())
+}
+
+/// Appends [`canonical_detail`]'s text of a JSON column to `out`, from the column's
+/// text where [`write_canonical_text`] is sure of it (the guard's rows always), through
+/// a value otherwise: no map or `String` per member for a row's three JSON columns.
+pub fn write_canonical_cell(out: &mut String, json: &JsonText<'_>) -> Result<(), StoreError> {
+    if write_canonical_text(out, json.text).is_none() {
+        out.push_str(&canonical_detail(&json.value()?));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 
 pub mod binding;
 pub mod canonical;
-mod canonical_text;
+pub(crate) mod canonical_text;
 pub mod clock;
 mod deadline;
 mod decide;

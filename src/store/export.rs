@@ -1,5 +1,5 @@
 //! The export query: attempts joined with their record, sorted by (key, seq), as a
-//! stream of [`ExportRow`]s (`fetch`, never `fetch_all`): memory stays flat however
+//! stream of [`RawExportRow`]s (`fetch`, never `fetch_all`): memory stays flat however
 //! many rows. The export, the database verification and the pruner's archive all
 //! read it; the row type and its filter live here, below them, so the store never
 //! imports the layers that use it.
@@ -14,14 +14,12 @@ mod row;
 
 pub use filter::{ExportFilter, FilterError, parse_time};
 pub use range::KeyRange;
-pub use row::{COLUMNS, ExportRow, micros};
+pub use row::{COLUMNS, ExportCells, ExportRow, JsonText, RawExportRow, micros};
 
 use super::{Store, StoreError, on_pool};
 use carry::{DecodeInto, KeyContext, VerifyRow, blank_row};
 use futures::FutureExt;
 use futures::stream::{BoxStream, StreamExt};
-use serde_json::Value;
-use sqlx::types::Json;
 
 /// The columns of [`ExportRow`], in its order (a test checks the names against
 /// [`COLUMNS`]); the export and the pruner's archive read them.
@@ -149,71 +147,20 @@ pub const RECORDS_WITHOUT_ATTEMPTS: &str = "SELECT r.key FROM idempotency_record
     WHERE NOT EXISTS (SELECT 1 FROM idempotency_attempts a WHERE a.key = r.key) \
     ORDER BY r.key LIMIT 100";
 
-/// Decodes by column position, in [`export_select!`]'s order: `FromRow`'s derive
-/// looks every column up by name, 24 hash lookups a row, a measurable share of an
-/// export's CPU (docs/PERFORMANCE.md, export). A name that is no status or kind is a
-/// decode error, which the store reports as corrupt data.
-macro_rules! export_row_by_index {
-    ($row:ty) => {
-        impl<'r> sqlx::FromRow<'r, $row> for ExportRow {
-            fn from_row(r: &'r $row) -> Result<Self, sqlx::Error> {
-                use sqlx::Row;
-                let attempt_id: i64 = r.try_get(0)?;
-                let name = |i: usize| -> Result<&str, sqlx::Error> { r.try_get(i) };
-                let corrupt = |e: crate::guard::UnknownName| {
-                    sqlx::Error::Decode(format!("attempt {attempt_id}: {e}").into())
-                };
-                let json = |i: usize| -> Result<Value, sqlx::Error> {
-                    Ok(r.try_get::<Json<Value>, _>(i)?.0)
-                };
-                Ok(ExportRow {
-                    attempt_id,
-                    key: r.try_get(1)?,
-                    seq: r.try_get(2)?,
-                    occurred_at: r.try_get(3)?,
-                    intent: crate::guard::Intent {
-                        tenant: r.try_get(4)?,
-                        tool: r.try_get(5)?,
-                        workflow_id: r.try_get(6)?,
-                        step_id: r.try_get(7)?,
-                        intent_id: r.try_get(8)?,
-                    },
-                    business_ref: r.try_get(9)?,
-                    current_status: name(10)?.parse().map_err(corrupt)?,
-                    kind: name(11)?.parse().map_err(corrupt)?,
-                    actor: r.try_get(12)?,
-                    fencing_token: r.try_get(13)?,
-                    duration_ms: r.try_get(14)?,
-                    detail: json(15)?,
-                    prev_hash: r.try_get(16)?,
-                    hash: r.try_get(17)?,
-                    fingerprint: r.try_get(18)?,
-                    business_args: json(19)?,
-                    result: r.try_get::<Option<Json<Value>>, _>(20)?.map(|j| j.0),
-                    error: r.try_get(21)?,
-                    log_seq: r.try_get(22)?,
-                    log_hash: r.try_get(23)?,
-                })
-            }
-        }
-    };
-}
-export_row_by_index!(sqlx::postgres::PgRow);
-export_row_by_index!(sqlx::sqlite::SqliteRow);
-
 impl Store {
     /// Every attempt `filter` selects, with its record's context and chain head, in
-    /// (key, seq) order, streamed from the database. On PostgreSQL the rows are read
-    /// in a transaction of their own with [`SERIAL_EXPORT_POSTGRES`]'s plan, and
-    /// handed over in batches of [`EXPORT_BATCH`]; dropping the stream stops it.
+    /// (key, seq) order, streamed from the database as it sent them, decoded where
+    /// they are used ([`RawExportRow::cells`]). On PostgreSQL the rows are read in a transaction of
+    /// their own with [`SERIAL_EXPORT_POSTGRES`]'s plan, and handed over in batches of
+    /// [`EXPORT_BATCH`]; dropping the stream stops it.
     pub fn export_rows(
         &self,
         filter: &ExportFilter,
-    ) -> BoxStream<'_, Result<ExportRow, StoreError>> {
+    ) -> BoxStream<'_, Result<RawExportRow, StoreError>> {
         macro_rules! bound {
             ($f:expr) => {{
                 let f = $f;
-                sqlx::query_as::<_, ExportRow>(EXPORT)
+                sqlx::query(EXPORT)
                     .bind(f.since)
                     .bind(f.until)
                     .bind(f.tenant)
@@ -224,7 +171,7 @@ impl Store {
         }
         match self {
             Store::Postgres(pool) => {
-                // Few rows in flight: each holds its own strings and JSON trees.
+                // Few rows in flight: each holds its text until the consumer is done.
                 let (tx, batches) = tokio::sync::mpsc::channel(2);
                 let (pool, f) = (pool.clone(), filter.clone());
                 // The reader owns its transaction; it runs on the consumer's task
@@ -238,7 +185,7 @@ impl Store {
                         let mut rows = bound!(f).fetch(&mut *t);
                         let mut batch = Vec::with_capacity(EXPORT_BATCH);
                         while let Some(row) = rows.next().await {
-                            batch.push(row?);
+                            batch.push(RawExportRow::postgres(row?));
                             if batch.len() == EXPORT_BATCH {
                                 let full =
                                     std::mem::replace(&mut batch, Vec::with_capacity(EXPORT_BATCH));
@@ -269,7 +216,7 @@ impl Store {
             }
             Store::Sqlite(pools) => bound!(filter.clone())
                 .fetch(pools)
-                .map(|r| r.map_err(StoreError::from))
+                .map(|r| r.map(RawExportRow::sqlite).map_err(StoreError::from))
                 .boxed(),
         }
     }

@@ -33,7 +33,10 @@ pub use browse::{
 pub use duplicates::SuspectedPair;
 pub use error::StoreError;
 pub use evidence::{Checkpoint, CheckpointBody, Leaf, StoredCheckpoint};
-pub use export::{COLUMNS, ExportFilter, ExportRow, FilterError, KeyRange, micros, parse_time};
+pub use export::{
+    COLUMNS, ExportCells, ExportFilter, ExportRow, FilterError, JsonText, KeyRange, RawExportRow,
+    micros, parse_time,
+};
 pub use pools::{SqlitePools, WritePool};
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use sessions::SessionRow;

@@ -1,13 +1,19 @@
 //! One exported row: an attempt with its record's context, as the store yields it and
 //! both export formats write it. The column order here is the public contract of the
 //! CSV header and of the NDJSON member order (docs/EXPORT.md); the export query
-//! selects the columns in this order and is decoded by position.
+//! selects the columns in this order and is decoded by position ([`ExportCells`]).
 
 use crate::guard::binding::RecordState;
 use crate::guard::{AttemptKind, ChainFields, Detail, Intent, Status, chain_hash};
+use crate::store::StoreError;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sqlx::error::BoxDynError;
+use sqlx::postgres::{PgRow, PgTypeInfo, PgValueFormat, PgValueRef, Postgres};
+use sqlx::sqlite::{Sqlite, SqliteRow, SqliteTypeInfo, SqliteValueRef};
+use sqlx::types::Json;
+use sqlx::{Decode, Type, ValueRef};
 
 /// The CSV header, in order. NDJSON objects carry the same members in the same
 /// order, after `"type": "attempt"`.
@@ -123,6 +129,248 @@ impl ExportRow {
         chain_hash(&self.prev_hash, self.chain_fields())
     }
 }
+
+/// An export row as the database sent it, not yet decoded. The CSV export reads
+/// its cells in place ([`RawExportRow::cells`]): a row's text is borrowed, not
+/// copied into the `String`s and JSON trees of an [`ExportRow`], which were most of
+/// the exporter's allocations (docs/PERFORMANCE.md, Issue 17).
+pub struct RawExportRow(Raw);
+
+enum Raw {
+    Postgres(PgRow),
+    Sqlite(SqliteRow),
+}
+
+impl RawExportRow {
+    pub(super) fn postgres(row: PgRow) -> Self {
+        RawExportRow(Raw::Postgres(row))
+    }
+
+    pub(super) fn sqlite(row: SqliteRow) -> Self {
+        RawExportRow(Raw::Sqlite(row))
+    }
+
+    /// The row's cells, borrowed from it. A name that is no status or kind is
+    /// corrupt data, as is a JSON column that is not JSON.
+    pub fn cells(&self) -> Result<ExportCells<'_>, StoreError> {
+        Ok(match &self.0 {
+            Raw::Postgres(r) => ExportCells::decode(r)?,
+            Raw::Sqlite(r) => ExportCells::decode(r)?,
+        })
+    }
+}
+
+/// A JSON column's text, as the database sent it: a `jsonb`'s text form on
+/// PostgreSQL (checked to be JSON), the stored text on SQLite.
+#[derive(Debug, Clone, Copy)]
+pub struct JsonText<'r> {
+    /// The column's position, for the error of [`JsonText::value`].
+    pub column: usize,
+    pub text: &'r str,
+}
+
+impl JsonText<'_> {
+    /// The text as a value, failing as decoding the column as `Json<Value>` would.
+    pub fn value(&self) -> Result<Value, StoreError> {
+        Ok(self.decode()?)
+    }
+
+    fn decode(&self) -> Result<Value, sqlx::Error> {
+        serde_json::from_str(self.text).map_err(|e| sqlx::Error::ColumnDecode {
+            index: format!("{:?}", self.column),
+            source: e.into(),
+        })
+    }
+}
+
+/// One export row borrowed from the database's row, in [`COLUMNS`] order: numbers,
+/// times and names decoded, text and JSON as sent.
+#[derive(Debug, Clone, Copy)]
+pub struct ExportCells<'r> {
+    pub attempt_id: i64,
+    pub key: &'r str,
+    pub seq: i64,
+    pub occurred_at: DateTime<Utc>,
+    pub tenant: &'r str,
+    pub tool: &'r str,
+    pub workflow_id: &'r str,
+    pub step_id: &'r str,
+    pub intent_id: &'r str,
+    pub business_ref: Option<&'r str>,
+    pub current_status: Status,
+    pub kind: AttemptKind,
+    pub actor: &'r str,
+    pub fencing_token: i64,
+    pub duration_ms: Option<i64>,
+    pub detail: JsonText<'r>,
+    pub prev_hash: &'r str,
+    pub hash: &'r str,
+    pub fingerprint: &'r str,
+    pub business_args: JsonText<'r>,
+    pub result: Option<JsonText<'r>>,
+    pub error: Option<&'r str>,
+    pub log_seq: i64,
+    pub log_hash: &'r str,
+}
+
+impl ExportCells<'_> {
+    /// The row with its own strings and JSON values (NDJSON, the archive).
+    pub fn to_row(&self) -> Result<ExportRow, StoreError> {
+        Ok(self.decode_row()?)
+    }
+
+    fn decode_row(&self) -> Result<ExportRow, sqlx::Error> {
+        Ok(ExportRow {
+            attempt_id: self.attempt_id,
+            key: self.key.into(),
+            seq: self.seq,
+            occurred_at: self.occurred_at,
+            intent: Intent {
+                tenant: self.tenant.into(),
+                tool: self.tool.into(),
+                workflow_id: self.workflow_id.into(),
+                step_id: self.step_id.into(),
+                intent_id: self.intent_id.into(),
+            },
+            business_ref: self.business_ref.map(String::from),
+            current_status: self.current_status,
+            kind: self.kind,
+            actor: self.actor.into(),
+            fencing_token: self.fencing_token,
+            duration_ms: self.duration_ms,
+            detail: self.detail.decode()?,
+            prev_hash: self.prev_hash.into(),
+            hash: self.hash.into(),
+            fingerprint: self.fingerprint.into(),
+            business_args: self.business_args.decode()?,
+            result: self.result.map(|j| j.decode()).transpose()?,
+            error: self.error.map(String::from),
+            log_seq: self.log_seq,
+            log_hash: self.log_hash.into(),
+        })
+    }
+}
+
+/// A JSON column's text, borrowed and not parsed: whoever reads it parses it (the
+/// canonicaliser, or serde_json into a value), so checking it here as
+/// `Json<&RawValue>` does was a second parse of every JSON byte (6 % of the CSV
+/// export's CPU, docs/PERFORMANCE.md). Text that is not JSON fails there, as
+/// [`JsonText::value`]'s column error.
+struct Unparsed<'r>(&'r str);
+
+/// A `json` or `jsonb` column, as for `Json<T>`.
+impl Type<Postgres> for Unparsed<'_> {
+    fn type_info() -> PgTypeInfo {
+        <Json<()> as Type<Postgres>>::type_info()
+    }
+
+    fn compatible(ty: &PgTypeInfo) -> bool {
+        <Json<()> as Type<Postgres>>::compatible(ty)
+    }
+}
+
+impl<'r> Decode<'r, Postgres> for Unparsed<'r> {
+    fn decode(value: PgValueRef<'r>) -> Result<Self, BoxDynError> {
+        let binary_jsonb = value.format() == PgValueFormat::Binary
+            && *value.type_info() == <Json<()> as Type<Postgres>>::type_info();
+        let mut bytes = value.as_bytes()?;
+        if binary_jsonb {
+            // A binary jsonb is a version byte (1, the only one) and the text.
+            match bytes.split_first() {
+                Some((1, text)) => bytes = text,
+                _ => return Err("unsupported JSONB format version (expected 1)".into()),
+            }
+        }
+        Ok(Unparsed(std::str::from_utf8(bytes)?))
+    }
+}
+
+/// SQLite stores JSON as text.
+impl Type<Sqlite> for Unparsed<'_> {
+    fn type_info() -> SqliteTypeInfo {
+        <&str as Type<Sqlite>>::type_info()
+    }
+
+    fn compatible(ty: &SqliteTypeInfo) -> bool {
+        <&str as Type<Sqlite>>::compatible(ty)
+    }
+}
+
+impl<'r> Decode<'r, Sqlite> for Unparsed<'r> {
+    fn decode(value: SqliteValueRef<'r>) -> Result<Self, BoxDynError> {
+        <&str as Decode<Sqlite>>::decode(value).map(Unparsed)
+    }
+}
+
+/// Decoding by column position, in the export statement's order: `FromRow`'s derive
+/// looks every column up by name, 24 hash lookups a row, a measurable share of an
+/// export's CPU (docs/PERFORMANCE.md, export).
+trait DecodeCells<'r> {
+    fn decode_cells(&'r self) -> Result<ExportCells<'r>, sqlx::Error>;
+}
+
+impl<'r> ExportCells<'r> {
+    fn decode<R: DecodeCells<'r>>(row: &'r R) -> Result<Self, sqlx::Error> {
+        row.decode_cells()
+    }
+}
+
+macro_rules! decode_cells {
+    ($row:ty) => {
+        impl<'r> DecodeCells<'r> for $row {
+            fn decode_cells(&'r self) -> Result<ExportCells<'r>, sqlx::Error> {
+                use sqlx::Row;
+                let r = self;
+                let attempt_id: i64 = r.try_get(0)?;
+                let corrupt = |e: crate::guard::UnknownName| {
+                    sqlx::Error::Decode(format!("attempt {attempt_id}: {e}").into())
+                };
+                let json = |column: usize| -> Result<JsonText<'r>, sqlx::Error> {
+                    let text = r.try_get::<Unparsed<'r>, _>(column)?.0;
+                    Ok(JsonText { column, text })
+                };
+                Ok(ExportCells {
+                    attempt_id,
+                    key: r.try_get(1)?,
+                    seq: r.try_get(2)?,
+                    occurred_at: r.try_get(3)?,
+                    tenant: r.try_get(4)?,
+                    tool: r.try_get(5)?,
+                    workflow_id: r.try_get(6)?,
+                    step_id: r.try_get(7)?,
+                    intent_id: r.try_get(8)?,
+                    business_ref: r.try_get(9)?,
+                    current_status: r.try_get::<&str, _>(10)?.parse().map_err(corrupt)?,
+                    kind: r.try_get::<&str, _>(11)?.parse().map_err(corrupt)?,
+                    actor: r.try_get(12)?,
+                    fencing_token: r.try_get(13)?,
+                    duration_ms: r.try_get(14)?,
+                    detail: json(15)?,
+                    prev_hash: r.try_get(16)?,
+                    hash: r.try_get(17)?,
+                    fingerprint: r.try_get(18)?,
+                    business_args: json(19)?,
+                    result: r.try_get::<Option<Unparsed<'r>>, _>(20)?.map(|j| JsonText {
+                        column: 20,
+                        text: j.0,
+                    }),
+                    error: r.try_get(21)?,
+                    log_seq: r.try_get(22)?,
+                    log_hash: r.try_get(23)?,
+                })
+            }
+        }
+
+        /// The pruner's archive reads whole rows; decoded as the export's cells.
+        impl<'r> sqlx::FromRow<'r, $row> for ExportRow {
+            fn from_row(r: &'r $row) -> Result<Self, sqlx::Error> {
+                ExportCells::decode(r)?.decode_row()
+            }
+        }
+    };
+}
+decode_cells!(PgRow);
+decode_cells!(SqliteRow);
 
 /// Times in exports, manifests and checkpoints: RFC 3339 UTC with microseconds, the
 /// form the hash covers.
