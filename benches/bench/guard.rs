@@ -219,7 +219,7 @@ pub async fn run(store: &Store, backend: &str, plan: Plan, figures: &mut Vec<Fig
             )),
         ));
         sized(&guard, store, backend, plan, workers, figures).await;
-        if let (Store::Postgres(_), 8) = (store, workers) {
+        if let (Store::Postgres(_), 1 | 8) = (store, workers) {
             cpu_per_op(&guard, store, plan, workers, figures).await;
         }
     }
@@ -328,20 +328,21 @@ fn cpu_seconds(pid: &str) -> Option<f64> {
     Some(ticks as f64 / 100.0)
 }
 
-/// The CPU seconds so far of this database's backends (the pool's connections), by pid.
-async fn backends_cpu(store: &Store) -> HashMap<String, f64> {
-    let pids: Vec<i32> =
-        sqlx::query_scalar("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
-            .fetch_all(super::seed::pg(store))
-            .await
-            .unwrap();
+/// The CPU seconds so far of the server's processes, by pid: every backend (the pool's
+/// connections among them) and the background processes (WAL writer, checkpointer,
+/// autovacuum), all of which `pg_stat_activity` lists.
+async fn server_cpu(store: &Store) -> HashMap<String, f64> {
+    let pids: Vec<i32> = sqlx::query_scalar("SELECT pid FROM pg_stat_activity")
+        .fetch_all(super::seed::pg(store))
+        .await
+        .unwrap();
     pids.into_iter()
         .filter_map(|pid| Some((pid.to_string(), cpu_seconds(&pid.to_string())?)))
         .collect()
 }
 
 /// CPU per operation, guard against the baseline, on a local PostgreSQL: this
-/// process's (the guard's own work, sqlx, tokio) and its backends' (the statements).
+/// process's (the guard's own work, sqlx, tokio) and the server's (the statements).
 /// Each side runs alone in its slice, so what the counters moved by in a slice is that
 /// side's; CPU time, unlike wall time, holds on a machine shared with other work.
 async fn cpu_per_op(
@@ -368,14 +369,14 @@ async fn cpu_per_op(
     let mut sums = [(0usize, 0.0, 0.0); 2];
     for round in 0..plan.rounds {
         for which in [round % 2, 1 - round % 2] {
-            let (client, server) = (cpu_seconds(&me).unwrap(), backends_cpu(store).await);
+            let (client, server) = (cpu_seconds(&me).unwrap(), server_cpu(store).await);
             let ops = if which == 0 {
                 drive(workers, plan.slice, subject.clone()).await.0.len()
             } else {
                 drive(workers, plan.slice, baseline.clone()).await.0.len()
             };
             let client = cpu_seconds(&me).unwrap() - client;
-            let server: f64 = backends_cpu(store)
+            let server: f64 = server_cpu(store)
                 .await
                 .iter()
                 .map(|(pid, after)| after - server.get(pid).unwrap_or(&0.0))
@@ -388,7 +389,7 @@ async fn cpu_per_op(
     let [(go, gc, gs), (bo, bc, bs)] = sums;
     for (what, guard_us, base_us) in [
         ("client", per_op((go, gc)), per_op((bo, bc))),
-        ("PostgreSQL backends'", per_op((go, gs)), per_op((bo, bs))),
+        ("PostgreSQL server", per_op((go, gs)), per_op((bo, bs))),
     ] {
         figures.push(Figure::ratio(
             format!("{what} CPU per claim+complete, {workers} workers (PostgreSQL)"),
