@@ -3,13 +3,14 @@
 //! on the same pool.
 
 use super::report::Figure;
-use super::slices::{Plan, alternate};
+use super::slices::{Plan, alternate, drive};
 use chrono::{TimeDelta, Utc};
 use idemwatch::guard::{
     Guard, GuardSettings, IdempotencyKey, Intent, Operation, SystemClock, ToolCall,
 };
 use idemwatch::store::{Store, WritePool};
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -218,6 +219,9 @@ pub async fn run(store: &Store, backend: &str, plan: Plan, figures: &mut Vec<Fig
             )),
         ));
         sized(&guard, store, backend, plan, workers, figures).await;
+        if let (Store::Postgres(_), 1 | 8) = (store, workers) {
+            cpu_per_op(&guard, store, plan, workers, figures).await;
+        }
     }
     replay(&guard, backend, plan, figures).await;
 }
@@ -309,6 +313,89 @@ async fn replay(guard: &Guard<Store>, backend: &str, plan: Plan, figures: &mut V
                 l.p50_ms(),
                 side.median_rate()
             ),
+            None,
+        ));
+    }
+}
+
+/// CPU seconds (user + system) that process `pid` has used, from `/proc/<pid>/stat`
+/// (Linux; its clock ticks are USER_HZ, 100 a second). None for a process gone.
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name: state is the first, utime the 12th, stime the 13th.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+/// The CPU seconds so far of the server's processes, by pid: every backend (the pool's
+/// connections among them) and the background processes (WAL writer, checkpointer,
+/// autovacuum), all of which `pg_stat_activity` lists.
+async fn server_cpu(store: &Store) -> HashMap<String, f64> {
+    let pids: Vec<i32> = sqlx::query_scalar("SELECT pid FROM pg_stat_activity")
+        .fetch_all(super::seed::pg(store))
+        .await
+        .unwrap();
+    pids.into_iter()
+        .filter_map(|pid| Some((pid.to_string(), cpu_seconds(&pid.to_string())?)))
+        .collect()
+}
+
+/// CPU per operation, guard against the baseline, on a local PostgreSQL: this
+/// process's (the guard's own work, sqlx, tokio) and the server's (the statements).
+/// Each side runs alone in its slice, so what the counters moved by in a slice is that
+/// side's; CPU time, unlike wall time, holds on a machine shared with other work.
+async fn cpu_per_op(
+    guard: &Guard<Store>,
+    store: &Store,
+    plan: Plan,
+    workers: usize,
+    figures: &mut Vec<Figure>,
+) {
+    let g = guard.clone();
+    let subject = move || {
+        let g = g.clone();
+        async move {
+            g.run(&call("guard"), &Instant0).await.unwrap();
+        }
+    };
+    let (s, placeholders) = (store.clone(), Arc::new(placeholder_bytes()));
+    let baseline = move || {
+        let (s, b) = (s.clone(), placeholders.clone());
+        async move { baseline_op(&s, &call("base"), &b).await }
+    };
+    let me = std::process::id().to_string();
+    // Per side: operations, client CPU seconds, server CPU seconds.
+    let mut sums = [(0usize, 0.0, 0.0); 2];
+    for round in 0..plan.rounds {
+        for which in [round % 2, 1 - round % 2] {
+            let (client, server) = (cpu_seconds(&me).unwrap(), server_cpu(store).await);
+            let ops = if which == 0 {
+                drive(workers, plan.slice, subject.clone()).await.0.len()
+            } else {
+                drive(workers, plan.slice, baseline.clone()).await.0.len()
+            };
+            let client = cpu_seconds(&me).unwrap() - client;
+            let server: f64 = server_cpu(store)
+                .await
+                .iter()
+                .map(|(pid, after)| after - server.get(pid).unwrap_or(&0.0))
+                .sum();
+            let side = &mut sums[which];
+            *side = (side.0 + ops, side.1 + client, side.2 + server);
+        }
+    }
+    let per_op = |(ops, secs): (usize, f64)| secs * 1e6 / ops as f64;
+    let [(go, gc, gs), (bo, bc, bs)] = sums;
+    for (what, guard_us, base_us) in [
+        ("client", per_op((go, gc)), per_op((bo, bc))),
+        ("PostgreSQL server", per_op((go, gs)), per_op((bo, bs))),
+    ] {
+        figures.push(Figure::ratio(
+            format!("{what} CPU per claim+complete, {workers} workers (PostgreSQL)"),
+            "µs",
+            guard_us,
+            base_us,
             None,
         ));
     }

@@ -1,7 +1,7 @@
 //! The values the guard derives from a tool call: the key (from the intent) and the
 //! fingerprint (from the business arguments).
 
-use super::canonical::{CanonicalError, canonical_json};
+use super::canonical::{CanonicalError, canonical_json, write_string};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -63,10 +63,37 @@ impl Intent {
     /// `{"intent_id","step_id","tenant","tool","workflow_id"}`.
     pub fn key(&self) -> Result<IdempotencyKey, KeyError> {
         self.validate()?;
-        let material = serde_json::to_value(self).expect("an Intent is plain strings");
-        Ok(IdempotencyKey(sha256_hex(
-            canonical_json(&material)?.as_bytes(),
-        )))
+        Ok(IdempotencyKey(sha256_hex(self.key_material().as_bytes())))
+    }
+
+    /// The JCS form the key hashes, written member by member: the names are fixed ASCII
+    /// and already in JCS order, and the values are strings, so no JSON object is built
+    /// and sorted for every call (the guard derives a key on each one).
+    fn key_material(&self) -> String {
+        let mut out = String::with_capacity(
+            80 + self.intent_id.len()
+                + self.step_id.len()
+                + self.tenant.len()
+                + self.tool.len()
+                + self.workflow_id.len(),
+        );
+        for (i, (name, value)) in [
+            ("intent_id", &self.intent_id),
+            ("step_id", &self.step_id),
+            ("tenant", &self.tenant),
+            ("tool", &self.tool),
+            ("workflow_id", &self.workflow_id),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            out.push_str(if i == 0 { "{\"" } else { ",\"" });
+            out.push_str(name);
+            out.push_str("\":");
+            write_string(&mut out, value);
+        }
+        out.push('}');
+        out
     }
 }
 
@@ -217,6 +244,31 @@ mod tests {
             intent().key().unwrap().as_str(),
             sha256_hex(material.as_bytes())
         );
+    }
+
+    /// The member-by-member material is the JCS form of the intent as a JSON object,
+    /// for text that needs escaping and non-ASCII too.
+    #[test]
+    fn the_key_material_is_the_intents_jcs_form() {
+        let odd = [
+            "acme \"q\"",
+            "tab\there\n",
+            "ünï€😀",
+            "back\\slash",
+            "\u{1}",
+        ];
+        for (i, text) in odd.iter().enumerate() {
+            let mut intent = intent();
+            match i % 5 {
+                0 => intent.tenant = text.to_string(),
+                1 => intent.tool = text.to_string(),
+                2 => intent.workflow_id = text.to_string(),
+                3 => intent.step_id = text.to_string(),
+                _ => intent.intent_id = text.to_string(),
+            }
+            let value = serde_json::to_value(&intent).unwrap();
+            assert_eq!(intent.key_material(), canonical_json(&value).unwrap());
+        }
     }
 
     #[test]
