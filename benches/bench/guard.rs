@@ -5,6 +5,7 @@
 use super::report::Figure;
 use super::slices::{Plan, alternate, drive};
 use chrono::{TimeDelta, Utc};
+use futures::future::BoxFuture;
 use idemwatch::guard::{
     Guard, GuardSettings, IdempotencyKey, Intent, Operation, SystemClock, ToolCall,
 };
@@ -150,6 +151,18 @@ async fn baseline_op(store: &Store, c: &ToolCall, bytes: &RowBytes) {
     }
 }
 
+/// The subject of the guard's figures: one claim + complete through `Guard::run`, a new
+/// intent each time, the provider answering at once.
+fn guarded(guard: &Guard<Store>) -> impl Fn() -> BoxFuture<'static, ()> + Clone + Send + 'static {
+    let g = guard.clone();
+    move || {
+        let g = g.clone();
+        Box::pin(async move {
+            g.run(&call("guard"), &Instant0).await.unwrap();
+        })
+    }
+}
+
 pub async fn run(store: &Store, backend: &str, plan: Plan, figures: &mut Vec<Figure>) {
     let guard = Guard::new(
         store.clone(),
@@ -158,13 +171,7 @@ pub async fn run(store: &Store, backend: &str, plan: Plan, figures: &mut Vec<Fig
     );
     let mut one_worker: Option<f64> = None;
     for workers in [1usize, 8, 32] {
-        let g = guard.clone();
-        let subject = move || {
-            let g = g.clone();
-            async move {
-                g.run(&call("guard"), &Instant0).await.unwrap();
-            }
-        };
+        let subject = guarded(&guard);
         let s = store.clone();
         let placeholders = Arc::new(placeholder_bytes());
         let baseline = move || {
@@ -238,13 +245,7 @@ async fn sized(
     workers: usize,
     figures: &mut Vec<Figure>,
 ) {
-    let g = guard.clone();
-    let subject = move || {
-        let g = g.clone();
-        async move {
-            g.run(&call("guard"), &Instant0).await.unwrap();
-        }
-    };
+    let subject = guarded(guard);
     let (s, bytes) = (store.clone(), Arc::new(guard_sized_bytes()));
     let baseline = move || {
         let (s, b) = (s.clone(), bytes.clone());
@@ -352,13 +353,7 @@ async fn cpu_per_op(
     workers: usize,
     figures: &mut Vec<Figure>,
 ) {
-    let g = guard.clone();
-    let subject = move || {
-        let g = g.clone();
-        async move {
-            g.run(&call("guard"), &Instant0).await.unwrap();
-        }
-    };
+    let subject = guarded(guard);
     let (s, placeholders) = (store.clone(), Arc::new(placeholder_bytes()));
     let baseline = move || {
         let (s, b) = (s.clone(), placeholders.clone());

@@ -182,29 +182,31 @@ impl Storage for Store {
         expected: &Record,
         decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
     ) -> Result<Option<T>, StoreError> {
-        let pool = match self {
-            Store::Postgres(pool) => pool,
-            Store::Sqlite(pools) => {
-                return write_if_unchanged_sqlite(pools, expected, decide).await;
-            }
-        };
         let mut next = expected.clone();
         let (drafts, value) = decide(&mut next);
         let Ok([draft]) = <[AttemptDraft; 1]>::try_from(drafts) else {
             return Ok(None);
         };
         let attempt = seal(&mut next, draft);
-        let q = bind_update!(
-            sqlx::query(sql::UPDATE_RECORD_IF_HEAD_AND_APPEND_POSTGRES),
-            next,
-            expected.fencing_token
-        );
-        let written = bind_attempt!(q, attempt)
-            .bind(expected.log_seq)
-            .bind(&expected.log_hash)
-            .execute(pool)
-            .await?;
-        Ok((written.rows_affected() == 1).then_some(value))
+        let written = match self {
+            Store::Postgres(pool) => {
+                let q = bind_update!(
+                    sqlx::query(sql::UPDATE_RECORD_IF_HEAD_AND_APPEND_POSTGRES),
+                    next,
+                    expected.fencing_token
+                );
+                let written = bind_attempt!(q, attempt)
+                    .bind(expected.log_seq)
+                    .bind(&expected.log_hash)
+                    .execute(pool)
+                    .await?;
+                written.rows_affected() == 1
+            }
+            Store::Sqlite(pools) => {
+                write_if_unchanged_sqlite(pools, expected, &next, &attempt).await?
+            }
+        };
+        Ok(written.then_some(value))
     }
 
     #[tracing::instrument(skip_all, fields(key = %key))]
@@ -434,22 +436,18 @@ async fn claim_sqlite(
     })
 }
 
-/// [`Storage::write_if_unchanged`] on SQLite: decided before the write lock is taken
-/// (as on PostgreSQL), then `BEGIN IMMEDIATE`, the conditional update and its attempt
-/// as one batch ([`sql::UPDATE_RECORD_IF_HEAD_AND_APPEND_SQLITE`]), `COMMIT` — three
-/// statements on the one writer where the locked path sends five (it also reads the
-/// record and sends the update and the insert apart).
-async fn write_if_unchanged_sqlite<T: Send>(
+/// [`Storage::write_if_unchanged`]'s write on SQLite (the decision is made before,
+/// as on PostgreSQL, outside the write lock): `BEGIN IMMEDIATE`, the conditional update
+/// and its attempt as one batch ([`sql::UPDATE_RECORD_IF_HEAD_AND_APPEND_SQLITE`]),
+/// `COMMIT` — three statements on the one writer where the locked path sends five (it
+/// also reads the record and sends the update and the insert apart). Whether both rows
+/// were written.
+async fn write_if_unchanged_sqlite(
     pools: &SqlitePools,
     expected: &Record,
-    decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
-) -> Result<Option<T>, StoreError> {
-    let mut next = expected.clone();
-    let (drafts, value) = decide(&mut next);
-    let Ok([draft]) = <[AttemptDraft; 1]>::try_from(drafts) else {
-        return Ok(None);
-    };
-    let attempt = seal(&mut next, draft);
+    next: &Record,
+    attempt: &Attempt,
+) -> Result<bool, StoreError> {
     let mut tx = pools.begin_write().await?;
     let q = bind_update!(
         sqlx::query(sql::UPDATE_RECORD_IF_HEAD_AND_APPEND_SQLITE),
@@ -465,8 +463,8 @@ async fn write_if_unchanged_sqlite<T: Send>(
     // Both rows, or none: the head moved (or the key is gone), nothing was written,
     // and dropping the transaction ends it; the caller takes the locked path.
     if written != 2 {
-        return Ok(None);
+        return Ok(false);
     }
     tx.commit().await?;
-    Ok(Some(value))
+    Ok(true)
 }
