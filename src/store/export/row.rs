@@ -161,7 +161,8 @@ impl RawExportRow {
 }
 
 /// A JSON column's text, as the database sent it: a `jsonb`'s text form on
-/// PostgreSQL (checked to be JSON), the stored text on SQLite.
+/// PostgreSQL, the stored text on SQLite. Not parsed yet: its reader (the
+/// canonicaliser, or [`JsonText::value`]) finds text that is not JSON.
 #[derive(Debug, Clone, Copy)]
 pub struct JsonText<'r> {
     /// The column's position, for the error of [`JsonText::value`].
