@@ -111,7 +111,7 @@ pub const VERIFY_TO_END: &str = verify_select!("WHERE a.key >= $1 AND r.key >= $
 /// Rows a batch of [`Store::verify_rows`] holds.
 pub const VERIFY_BATCH: usize = 512;
 
-/// For [`VERIFY`], in its own transaction: the plan that streams both primary-key
+/// For [`VERIFY`] and an unfiltered [`EXPORT`], in its own transaction: the plan that streams both primary-key
 /// indexes side by side (a merge join, already in (key, seq) order, no sort) with no
 /// parallel workers. PostgreSQL otherwise picks a parallel nested loop with an
 /// incremental sort, which took about 1.7 times the server CPU for the same rows
@@ -128,16 +128,47 @@ pub const SERIAL_PLAN_POSTGRES: &str = "SELECT \
     set_config('enable_bitmapscan', 'off', true), \
     set_config('enable_sort', 'off', true)";
 
-/// For [`EXPORT`] on PostgreSQL, in its own transaction: no parallel workers. For a
-/// whole export the planner then streams both primary-key indexes side by side (a
-/// merge join, already in (key, seq) order, no sort), where it otherwise picks a
-/// parallel nested loop with an incremental sort, or for an `occurred_at` window a
-/// parallel hash join and an external sort of every wide row: about three
-/// processes' CPU for the rows one gives (docs/PERFORMANCE.md, Issue 17, export
-/// plan). Only parallelism is turned off, not [`SERIAL_PLAN_POSTGRES`]'s join and
-/// sort methods: a selective filter (one key, a recent window) still gets its index.
+/// For a filtered [`EXPORT`] on PostgreSQL, in its own transaction: no parallel
+/// workers. For an `occurred_at` window the planner otherwise picks a parallel hash
+/// join and an external sort of every wide row: about three processes' CPU for the
+/// rows one gives (docs/PERFORMANCE.md, Issue 17, export plan). Only parallelism is
+/// turned off, not [`SERIAL_PLAN_POSTGRES`]'s join and sort methods: a selective
+/// filter (one key, a recent window, a small tenant) still gets its index and a sort
+/// of the few rows it selects.
+///
+/// An export without a filter gets [`SERIAL_PLAN_POSTGRES`] instead
+/// ([`export_plan`]): it wants every row in the primary key's order, which the
+/// merge join of the two primary-key indexes gives without a sort. Left to itself
+/// the serial planner chooses that join at 1 M attempts but, from a few million on,
+/// a sequential scan and an external sort of the whole log (7 GB of temporary files
+/// at 10 M attempts, and no row sent until the sort is done): 101 s of server time
+/// against the index join's 63 s there (docs/PERFORMANCE.md, "The whole log in index
+/// order").
 pub const SERIAL_EXPORT_POSTGRES: &str =
     "SELECT set_config('max_parallel_workers_per_gather', '0', true)";
+
+/// The plan settings of an export that `filter` selects: see
+/// [`SERIAL_EXPORT_POSTGRES`].
+pub fn export_plan(filter: &ExportFilter) -> &'static str {
+    if *filter == ExportFilter::default() {
+        SERIAL_PLAN_POSTGRES
+    } else {
+        SERIAL_EXPORT_POSTGRES
+    }
+}
+
+/// Binds `filter` (an owned [`ExportFilter`]) to [`EXPORT`]'s `$1`–`$6`.
+macro_rules! bind_filter {
+    ($q:expr, $f:expr) => {{
+        let f: ExportFilter = $f;
+        $q.bind(f.since)
+            .bind(f.until)
+            .bind(f.tenant)
+            .bind(f.tool)
+            .bind(f.key.map(String::from))
+            .bind(f.business_ref)
+    }};
+}
 
 /// Rows a batch of [`Store::export_rows`] holds on PostgreSQL.
 pub const EXPORT_BATCH: usize = 64;
@@ -151,29 +182,17 @@ impl Store {
     /// Every attempt `filter` selects, with its record's context and chain head, in
     /// (key, seq) order, streamed from the database as it sent them, decoded where
     /// they are used ([`RawExportRow::cells`]). On PostgreSQL the rows are read in a transaction of
-    /// their own with [`SERIAL_EXPORT_POSTGRES`]'s plan, and handed over in batches of
+    /// their own with [`export_plan`]'s settings, and handed over in batches of
     /// [`EXPORT_BATCH`]; dropping the stream stops it.
     pub fn export_rows(
         &self,
         filter: &ExportFilter,
     ) -> BoxStream<'_, Result<RawExportRow, StoreError>> {
-        macro_rules! bound {
-            ($f:expr) => {{
-                let f = $f;
-                sqlx::query(EXPORT)
-                    .bind(f.since)
-                    .bind(f.until)
-                    .bind(f.tenant)
-                    .bind(f.tool)
-                    .bind(f.key.map(String::from))
-                    .bind(f.business_ref)
-            }};
-        }
         match self {
             Store::Postgres(pool) => {
                 // Few rows in flight: each holds its text until the consumer is done.
                 let (tx, batches) = tokio::sync::mpsc::channel(2);
-                let (pool, f) = (pool.clone(), filter.clone());
+                let (pool, f, plan) = (pool.clone(), filter.clone(), export_plan(filter));
                 // The reader owns its transaction; it runs on the consumer's task
                 // (polled beside the rows it sends), not a spawned one: rows freed on
                 // another thread than the one that decoded them cost the allocator
@@ -181,8 +200,8 @@ impl Store {
                 let read = async move {
                     let read = async {
                         let mut t = pool.begin().await?;
-                        sqlx::query(SERIAL_EXPORT_POSTGRES).execute(&mut *t).await?;
-                        let mut rows = bound!(f).fetch(&mut *t);
+                        sqlx::query(plan).execute(&mut *t).await?;
+                        let mut rows = bind_filter!(sqlx::query(EXPORT), f).fetch(&mut *t);
                         let mut batch = Vec::with_capacity(EXPORT_BATCH);
                         while let Some(row) = rows.next().await {
                             batch.push(RawExportRow::postgres(row?));
@@ -214,11 +233,30 @@ impl Store {
                     .filter_map(futures::future::ready)
                     .boxed()
             }
-            Store::Sqlite(pools) => bound!(filter.clone())
+            Store::Sqlite(pools) => bind_filter!(sqlx::query(EXPORT), filter.clone())
                 .fetch(pools)
                 .map(|r| r.map(RawExportRow::sqlite).map_err(StoreError::from))
                 .boxed(),
         }
+    }
+
+    /// PostgreSQL's plan for the export `filter` selects, under [`export_plan`]'s
+    /// settings, as `EXPLAIN` prints it; `None` on SQLite. For tests that pin the plan.
+    pub async fn explain_export(
+        &self,
+        filter: &ExportFilter,
+    ) -> Result<Option<String>, StoreError> {
+        let Store::Postgres(pool) = self else {
+            return Ok(None);
+        };
+        let mut t = pool.begin().await?;
+        sqlx::query(export_plan(filter)).execute(&mut *t).await?;
+        let explain = sqlx::AssertSqlSafe(format!("EXPLAIN {EXPORT}"));
+        let lines: Vec<String> = bind_filter!(sqlx::query_scalar(explain), filter.clone())
+            .fetch_all(&mut *t)
+            .await?;
+        t.rollback().await?;
+        Ok(Some(lines.join("\n")))
     }
 
     /// The attempts of the keys in `range` with their records, as
@@ -340,6 +378,28 @@ mod tests {
                 })
                 .collect();
             assert_eq!(names, COLUMNS, "{select}");
+        }
+    }
+
+    #[test]
+    fn only_a_whole_export_pins_the_index_join() {
+        assert_eq!(export_plan(&ExportFilter::default()), SERIAL_PLAN_POSTGRES);
+        let filtered = [
+            ExportFilter {
+                since: Some(chrono::Utc::now()),
+                ..ExportFilter::default()
+            },
+            ExportFilter {
+                tenant: Some("acme".into()),
+                ..ExportFilter::default()
+            },
+            ExportFilter {
+                business_ref: Some("order:A-88214".into()),
+                ..ExportFilter::default()
+            },
+        ];
+        for f in filtered {
+            assert_eq!(export_plan(&f), SERIAL_EXPORT_POSTGRES, "{f:?}");
         }
     }
 }

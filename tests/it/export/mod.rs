@@ -7,6 +7,7 @@ mod evidence;
 mod files;
 mod formulas;
 mod http;
+mod plan;
 mod prune;
 mod public_key;
 mod ranges;
