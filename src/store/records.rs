@@ -253,9 +253,12 @@ fn with_suspect(draft: AttemptDraft, suspect: Option<&str>) -> AttemptDraft {
     }
 }
 
-/// [`Storage::claim`] on PostgreSQL without a natural key: the probe (with whether the
-/// key exists), then [`sql::CLAIM_AND_APPEND_POSTGRES`] — two round trips, one when
-/// the call names no business ref, instead of a transaction of five.
+/// [`Storage::claim`] on PostgreSQL without a natural key: one round trip, with
+/// [`sql::CLAIM_PROBED_POSTGRES`] when the call names a business ref (the probe and
+/// the claim together) or [`sql::CLAIM_AND_APPEND_POSTGRES`] when it does not. Only
+/// when the probe finds another key does the claim go the long way
+/// ([`claim_with_finding`]): the finding is sealed into the `claimed` row, so it must
+/// be known before the row is written.
 async fn claim_in_one_statement(
     pool: &sqlx::PgPool,
     build: impl FnOnce() -> (Record, AttemptDraft) + Send,
@@ -263,21 +266,63 @@ async fn claim_in_one_statement(
 ) -> Result<Claim, StoreError> {
     let (mut record, draft) = build();
     record_claim_span(&record);
-    let mut suspect: Option<String> = None;
-    if let Some(business_ref) = &record.business_ref {
-        let (found, exists): (Option<String>, bool) = bind_probe!(
-            sqlx::query_as(sql::CLAIM_PROBE_POSTGRES),
-            record,
-            business_ref,
-            checks
-        )
+    let Some(business_ref) = record.business_ref.clone() else {
+        return claim_and_append(pool, record, draft, None).await;
+    };
+    // The claim's row is the chain's first: sealing changes only the head, which a
+    // long way below starts again from here.
+    let unsealed = (record.log_seq, record.log_hash.clone(), draft.clone());
+    let attempt = seal(&mut record, draft);
+    let q = bind_claim!(sqlx::query_as(sql::CLAIM_PROBED_POSTGRES), record);
+    let (inserted, found): (Option<String>, Option<String>) = bind_attempt!(q, attempt)
+        .bind(record.created_at - checks.duplicate_window)
         .fetch_one(pool)
         .await?;
-        if exists {
-            return Ok(Claim::Exists);
+    match (inserted, found) {
+        (Some(_), _) => Ok(Claim::Created {
+            record: Box::new(record),
+        }),
+        (None, None) => Ok(Claim::Exists),
+        (None, Some(_)) => {
+            let (log_seq, log_hash, draft) = unsealed;
+            record.log_seq = log_seq;
+            record.log_hash = log_hash;
+            claim_with_finding(pool, record, draft, &business_ref, checks).await
         }
-        suspect = found;
     }
+}
+
+/// The long way of a claim whose probe found another key: the probe again (with
+/// whether the key exists: then nothing is sent), and the claim with the finding.
+async fn claim_with_finding(
+    pool: &sqlx::PgPool,
+    record: Record,
+    draft: AttemptDraft,
+    business_ref: &str,
+    checks: ClaimChecks<'_>,
+) -> Result<Claim, StoreError> {
+    let (found, exists): (Option<String>, bool) = bind_probe!(
+        sqlx::query_as(sql::CLAIM_PROBE_POSTGRES),
+        record,
+        business_ref,
+        checks
+    )
+    .fetch_one(pool)
+    .await?;
+    if exists {
+        return Ok(Claim::Exists);
+    }
+    claim_and_append(pool, record, draft, found).await
+}
+
+/// [`sql::CLAIM_AND_APPEND_POSTGRES`]: the record, its `claimed` row sealed with the
+/// probe's finding `suspect`, and the suspected pair.
+async fn claim_and_append(
+    pool: &sqlx::PgPool,
+    mut record: Record,
+    draft: AttemptDraft,
+    suspect: Option<String>,
+) -> Result<Claim, StoreError> {
     let attempt = seal(&mut record, with_suspect(draft, suspect.as_deref()));
     let q = bind_claim!(sqlx::query_scalar(sql::CLAIM_AND_APPEND_POSTGRES), record);
     let inserted: Option<String> = bind_attempt!(q, attempt)

@@ -80,12 +80,30 @@ pub const NATURAL_KEY_HOLDER: &str = "SELECT key FROM idempotency_natural_keys \
 /// The suspected-duplicate probe of a claim: the newest other key with the same
 /// tenant, tool, business ref and fingerprint created since `$5`. One probe of
 /// `idempotency_records_duplicate_probe`.
+/// The parameters are given as their placeholders (tenant, tool, business ref,
+/// fingerprint, window start, the claiming key), so that the probe can also be a
+/// part of a statement that binds these values at other places
+/// ([`CLAIM_PROBED_POSTGRES`]).
 macro_rules! duplicate_probe {
     () => {
-        "SELECT key FROM idempotency_records \
-         WHERE tenant = $1 AND tool = $2 AND business_ref = $3 AND fingerprint = $4 \
-         AND created_at >= $5 AND key <> $6 AND business_ref IS NOT NULL \
-         ORDER BY created_at DESC LIMIT 1"
+        duplicate_probe!("$1", "$2", "$3", "$4", "$5", "$6")
+    };
+    ($tenant:literal, $tool:literal, $business_ref:literal, $fingerprint:literal, $since:literal, $key:literal) => {
+        concat!(
+            "SELECT key FROM idempotency_records WHERE tenant = ",
+            $tenant,
+            " AND tool = ",
+            $tool,
+            " AND business_ref = ",
+            $business_ref,
+            " AND fingerprint = ",
+            $fingerprint,
+            " AND created_at >= ",
+            $since,
+            " AND key <> ",
+            $key,
+            " AND business_ref IS NOT NULL ORDER BY created_at DESC LIMIT 1"
+        )
     };
 }
 
@@ -134,6 +152,38 @@ pub const CLAIM_AND_APPEND_POSTGRES: &str = concat!(
      (key, other_key, tenant, tool, detected_at) \
      SELECT key, $35, $2, $3, $19 FROM claimed WHERE $35 IS NOT NULL) \
      SELECT key FROM claimed"
+);
+
+/// PostgreSQL, a claim that names a business ref: the probe and the claim in **one
+/// autocommit statement**, written for the common case, where the probe finds no
+/// other key. The record (`$1`–`$22`, as [`CLAIM`]) and its sealed `claimed` attempt
+/// (`$23`–`$34`) are inserted only if the probe (on the record's own tenant, tool,
+/// business ref, fingerprint and key, from `$35`) finds nothing. Returns the claimed
+/// key (NULL when nothing was inserted) and the probe's finding.
+///
+/// Correctness (beside [`CLAIM_AND_APPEND_POSTGRES`]'s, which holds for the insert):
+/// - the attempt was sealed without a `suspected_duplicate_of`, and is written only
+///   when the probe, in the same statement, found no other key: what the row says
+///   is what the probe saw. The probe sees the statement's snapshot, taken no earlier
+///   than the separate probe of [`CLAIM_PROBE_POSTGRES`] would have been;
+/// - when the probe finds a key, nothing is written and the caller goes the long
+///   way: [`CLAIM_PROBE_POSTGRES`], then [`CLAIM_AND_APPEND_POSTGRES`] with the
+///   finding sealed in. A finding is the rare case (a second key for the same
+///   business action), so it pays the extra round trip;
+/// - a key that already exists makes the insert do nothing (`ON CONFLICT`), as the
+///   `EXISTS` of [`CLAIM_PROBE_POSTGRES`] did: the caller gets "exists" either way.
+pub const CLAIM_PROBED_POSTGRES: &str = concat!(
+    "WITH probe AS (",
+    duplicate_probe!("$2", "$3", "$7", "$8", "$35", "$1"),
+    "), claimed AS (INSERT INTO idempotency_records (",
+    record_columns!(),
+    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+     $18, $19, $20, $21, $22 WHERE NOT EXISTS (SELECT 1 FROM probe) \
+     ON CONFLICT (key) DO NOTHING RETURNING key), \
+     appended AS (INSERT INTO idempotency_attempts (",
+    attempt_columns!(),
+    ") SELECT $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34 FROM claimed) \
+     SELECT (SELECT key FROM claimed), (SELECT key FROM probe)"
 );
 
 pub const INSERT_SUSPECTED_DUPLICATE: &str = "INSERT INTO idempotency_suspected_duplicates \
