@@ -175,21 +175,44 @@ impl Checkpointer {
     }
 }
 
-/// `checkpoint-<seq, 12 digits>.json`, created new (never overwritten), fsynced.
+/// `checkpoint-<seq, 12 digits>.json`, created new (never overwritten), fsynced, and
+/// complete whenever it can be seen: the text goes to `<name>.partial` first, which is
+/// then linked under its name (a link, unlike a rename, fails when the name exists)
+/// and removed. A reader polling the directory, or a crash halfway, never leaves an
+/// empty or cut-off checkpoint that every later `verify --checkpoint-dir` would
+/// refuse; a leftover `.partial` is not a checkpoint to [`read_dir`].
 async fn write_file(dir: &Path, c: &Checkpoint) -> anyhow::Result<()> {
     use anyhow::Context;
     use tokio::io::AsyncWriteExt;
     tokio::fs::create_dir_all(dir).await?;
     let path = dir.join(file_name(c.body.seq));
-    let mut file = tokio::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)
+    let partial = dir.join(format!("{}.partial", file_name(c.body.seq)));
+    let mut file = tokio::fs::File::create(&partial)
         .await
-        .with_context(|| format!("cannot create {}", path.display()))?;
+        .with_context(|| format!("cannot create {}", partial.display()))?;
     file.write_all(format!("{}\n", c.to_json_line()).as_bytes())
         .await?;
     file.sync_all().await?;
+    drop(file);
+    match tokio::fs::hard_link(&partial, &path).await {
+        Ok(()) => tokio::fs::remove_file(&partial).await?,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            tokio::fs::remove_file(&partial).await?;
+            return Err(e).with_context(|| format!("cannot create {}", path.display()));
+        }
+        // A file system without hard links (some object-store mounts): a rename,
+        // after looking. Only one checkpoint has each seq (the database's), so the
+        // look cannot lose a race with another writer of the same name.
+        Err(_) => {
+            if tokio::fs::try_exists(&path).await? {
+                tokio::fs::remove_file(&partial).await?;
+                anyhow::bail!("cannot create {}: it exists", path.display());
+            }
+            tokio::fs::rename(&partial, &path).await?;
+        }
+    }
+    // The new name itself survives a crash only once the directory is synced.
+    tokio::fs::File::open(dir).await?.sync_all().await?;
     Ok(())
 }
 
@@ -217,4 +240,87 @@ pub fn read_dir(dir: &Path) -> anyhow::Result<Vec<Checkpoint>> {
     }
     out.sort_by_key(|c: &Checkpoint| c.body.seq);
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::merkle::empty_root;
+    use chrono::Utc;
+
+    fn checkpoint(seq_from: Option<&Checkpoint>) -> Checkpoint {
+        let key = SigningKey::from_bytes(&[7; 32]);
+        Checkpoint::next_body(
+            seq_from,
+            Utc::now().trunc_subsecs(6),
+            3,
+            &empty_root(),
+            3,
+            &key.verifying_key(),
+        )
+        .sign(&key)
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_file_appears_whole_once_and_is_never_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = checkpoint(None);
+        write_file(dir.path(), &first).await.unwrap();
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [file_name(first.body.seq)],
+            "no .partial left behind"
+        );
+        assert_eq!(read_dir(dir.path()).unwrap(), std::slice::from_ref(&first));
+
+        // Another checkpoint under the same seq: refused, the first file untouched.
+        let path = dir.path().join(file_name(first.body.seq));
+        let before = std::fs::read(&path).unwrap();
+        let mut other = checkpoint(None);
+        other.body.tree_size = 99;
+        let err = write_file(dir.path(), &other).await.unwrap_err();
+        assert!(format!("{err:#}").contains("cannot create"), "{err:#}");
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+
+        // A crash's leftover: a cut-off `.partial` is no checkpoint to read_dir.
+        std::fs::write(
+            dir.path().join("checkpoint-000000000002.json.partial"),
+            "{\"bo",
+        )
+        .unwrap();
+        assert_eq!(read_dir(dir.path()).unwrap(), [first]);
+    }
+
+    /// An auditor's script (or `verify --checkpoint-dir`) may list the directory while
+    /// serve writes: whatever it finds under a checkpoint's name must be the whole
+    /// checkpoint. A reader polls for each new name and reads it the moment it exists.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reader_never_sees_a_checkpoint_file_before_it_is_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut prev: Option<Checkpoint> = None;
+        for _ in 0..200 {
+            let c = checkpoint(prev.as_ref());
+            let path = dir.path().join(file_name(c.body.seq));
+            let reader = std::thread::spawn(move || {
+                loop {
+                    if let Ok(text) = std::fs::read_to_string(&path) {
+                        return text;
+                    }
+                }
+            });
+            write_file(dir.path(), &c).await.unwrap();
+            let seen = reader.join().unwrap();
+            assert_eq!(
+                seen,
+                format!("{}\n", c.to_json_line()),
+                "seq {}",
+                c.body.seq
+            );
+            prev = Some(c);
+        }
+    }
 }
