@@ -181,6 +181,101 @@ pub async fn run(store: &Store, url: &str, bin: &Path, sizes: &[u64], figures: &
     }
 }
 
+/// One key's export (what support runs for "what happened to order A-88214?") before
+/// and after the first signed checkpoint over every key, alternated runs: with
+/// checkpoints on, the manifest carries that key's inclusion proof, gathered from an
+/// index lookup and one streamed pass over the leaf hashes, so peak RSS must not grow
+/// with the head log. Then the whole export with evidence, whose manifest holds a proof
+/// per key (reported, no target). Leaves the checkpoint in the database.
+pub async fn with_evidence(store: &Store, url: &str, bin: &Path, figures: &mut Vec<Figure>) {
+    let key: String = sqlx::query_scalar(
+        "SELECT key FROM idempotency_records ORDER BY key OFFSET (SELECT count(*) / 2 FROM idempotency_records) LIMIT 1",
+    )
+    .fetch_one(seed::pg(store))
+    .await
+    .unwrap();
+    let one_key = || {
+        let mut cmd = Command::new(bin);
+        cmd.args([
+            "export",
+            "--format",
+            "csv",
+            "--database-url",
+            url,
+            "--key",
+            &key,
+        ]);
+        cmd
+    };
+    let runs = 5;
+    let (mut before, mut before_kb) = (Vec::new(), 0);
+    for _ in 0..runs {
+        let (t, kb, _) = run_measured(one_key());
+        before.push(t.as_secs_f64() * 1000.0);
+        before_kb = before_kb.max(kb);
+    }
+    let writer = idemwatch::evidence::Checkpointer::new(
+        store.clone(),
+        ed25519_dalek::SigningKey::from_bytes(&[3; 32]),
+        std::sync::Arc::new(idemwatch::guard::SystemClock),
+    );
+    let leaves = writer
+        .checkpoint()
+        .await
+        .unwrap()
+        .expect("a first checkpoint")
+        .body
+        .tree_size;
+    let (mut after, mut after_kb) = (Vec::new(), 0);
+    for _ in 0..runs {
+        let (t, kb, _) = run_measured(one_key());
+        after.push(t.as_secs_f64() * 1000.0);
+        after_kb = after_kb.max(kb);
+    }
+    let (base, with) = (
+        super::slices::median(&before),
+        super::slices::median(&after),
+    );
+    let mut f = Figure::ratio(
+        format!("one key's export with its proof, {leaves} leaves (PostgreSQL)"),
+        "ms",
+        with,
+        base,
+        None,
+    );
+    f.note = format!(
+        "baseline: the same export before the first checkpoint; medians of {runs}; the proof \
+         costs one pass over the leaf hashes"
+    );
+    figures.push(f);
+    let ratio = after_kb as f64 / before_kb as f64;
+    figures.push(Figure::plain(
+        format!("one key's export, peak RSS with {leaves} leaves ÷ without"),
+        "ratio",
+        ratio,
+        format!(
+            "{:.1} MiB against {:.1} MiB (VmHWM)",
+            after_kb as f64 / 1024.0,
+            before_kb as f64 / 1024.0
+        ),
+        Some(("≤ 1.2 (flat)", ratio <= 1.2)),
+    ));
+    let mut whole = Command::new(bin);
+    whole.args(["export", "--format", "csv", "--database-url", url]);
+    let (t, kb, _) = run_measured(whole);
+    figures.push(Figure::plain(
+        format!("whole export with a proof per key, {leaves} keys, peak RSS"),
+        "MiB",
+        kb as f64 / 1024.0,
+        format!(
+            "{:.1} s; the manifest holds one inclusion proof per key (~1.7 kB of JSON), so \
+             this grows with the keys exported",
+            t.as_secs_f64()
+        ),
+        None,
+    ));
+}
+
 /// `serve` against the seeded database: idle RSS once /readyz answers and it has
 /// been idle 5 s (tailer, backlog refresher and pruner running), and the binary size.
 pub async fn footprint(url: &str, bin: &Path, figures: &mut Vec<Figure>) {

@@ -178,6 +178,10 @@ async fn main() {
             if wants("footprint") {
                 export::footprint(&url, bin, &mut figures).await;
             }
+            if wants("export") {
+                // Last: it leaves a checkpoint behind.
+                export::with_evidence(&pg, &url, bin, &mut figures).await;
+            }
         }
         if wants("exporter") {
             exporter::scrape(&pg, plan, &mut figures).await;

@@ -111,7 +111,9 @@ pub async fn export_command(args: ExportArgs) -> anyhow::Result<()> {
             let mut out = BufWriter::new(tokio::io::stdout());
             let manifest = export::export_to(&store, &filter, args.format, cells, &mut out).await?;
             if args.format == Format::Csv {
-                eprint!("{}", manifest.to_pretty_json());
+                manifest
+                    .write_pretty(std::io::stderr().lock())
+                    .context("cannot write the manifest to stderr")?;
             }
             Ok(())
         }
@@ -152,7 +154,10 @@ async fn export_file(
     let whole = file_sha256(path).await?;
     tokio::fs::write(sidecar(path, "sha256"), format!("{whole}  {name}\n")).await?;
     if format == Format::Csv {
-        tokio::fs::write(sidecar(path, "manifest.json"), manifest.to_pretty_json()).await?;
+        let sidecar = sidecar(path, "manifest.json");
+        std::fs::File::create(&sidecar)
+            .and_then(|file| manifest.write_pretty(file))
+            .with_context(|| format!("cannot write {}", sidecar.display()))?;
     }
     eprintln!(
         "wrote {} rows ({} keys) to {}; sha256 {whole}",

@@ -96,8 +96,9 @@ pub fn parse_hash(text: &str) -> Result<Hash, String> {
         .map_err(|_| format!("{text:?} is not 32 bytes"))
 }
 
-/// Every level of a tree built from its leaf hashes, for inclusion proofs (an export
-/// builds it once; memory 64 bytes a leaf).
+/// Every level of a tree built from its leaf hashes, for inclusion proofs of any leaf
+/// (memory 64 bytes a leaf; an export uses [`PathCollector`] instead, and the tests
+/// check it against this).
 pub struct Tree {
     levels: Vec<Vec<Hash>>,
 }
@@ -147,6 +148,96 @@ impl Tree {
         }
         path
     }
+}
+
+/// The audit paths of a few leaves, gathered while every leaf hash of the tree streams
+/// past once in index order: memory is the paths plus one pending node a level, not the
+/// tree ([`Tree`] keeps 64 bytes a leaf). The same paths as [`Tree::inclusion_proof`]:
+/// level `l` has `ceil(size / 2^l)` nodes, a node without a right sibling is promoted
+/// unchanged, and a leaf's path holds its ancestors' siblings that exist, bottom up.
+pub struct PathCollector {
+    size: u64,
+    pushed: u64,
+    /// Each wanted node (level, index) and the (path, slot) pairs it fills.
+    wanted: std::collections::HashMap<(u32, u64), Vec<(usize, usize)>>,
+    paths: Vec<Vec<Hash>>,
+    /// A left child waiting for its right sibling, by level.
+    pending: Vec<Option<Hash>>,
+}
+
+impl PathCollector {
+    /// Collects the paths of `leaves` (indices below `size`) in a tree of `size` leaves.
+    pub fn new(size: u64, leaves: &[u64]) -> PathCollector {
+        let mut wanted: std::collections::HashMap<_, Vec<_>> = Default::default();
+        let mut paths = Vec::with_capacity(leaves.len());
+        for (n, &leaf) in leaves.iter().enumerate() {
+            debug_assert!(leaf < size, "leaf {leaf} of a tree of {size}");
+            let mut slots = 0;
+            let (mut i, mut level) = (leaf, 0u32);
+            while level_len(size, level) > 1 {
+                let sibling = i ^ 1;
+                if sibling < level_len(size, level) {
+                    wanted.entry((level, sibling)).or_default().push((n, slots));
+                    slots += 1;
+                }
+                i /= 2;
+                level += 1;
+            }
+            paths.push(vec![[0u8; 32]; slots]);
+        }
+        PathCollector {
+            size,
+            pushed: 0,
+            wanted,
+            paths,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Takes the next leaf hash, in index order.
+    pub fn push(&mut self, leaf: Hash) {
+        let (mut level, mut index, mut hash) = (0u32, self.pushed, leaf);
+        self.pushed += 1;
+        loop {
+            if let Some(fills) = self.wanted.get(&(level, index)) {
+                for &(path, slot) in fills {
+                    self.paths[path][slot] = hash;
+                }
+            }
+            let len = level_len(self.size, level);
+            if len <= 1 {
+                return;
+            }
+            if self.pending.len() <= level as usize {
+                self.pending.resize(level as usize + 1, None);
+            }
+            if index % 2 == 1 {
+                let left = self.pending[level as usize]
+                    .take()
+                    .expect("a right child follows its left sibling");
+                hash = node_hash(&left, &hash);
+            } else if index + 1 < len {
+                self.pending[level as usize] = Some(hash);
+                return;
+            }
+            level += 1;
+            index /= 2;
+        }
+    }
+
+    /// The paths, in the order the leaves were given; `None` unless exactly `size`
+    /// leaves were pushed.
+    pub fn finish(self) -> Option<Vec<Vec<Hash>>> {
+        (self.pushed == self.size).then_some(self.paths)
+    }
+}
+
+/// Nodes at `level` of a tree of `size` leaves.
+fn level_len(size: u64, level: u32) -> u64 {
+    if level >= 64 {
+        return u64::from(size > 0);
+    }
+    size.div_ceil(1u64 << level)
 }
 
 /// RFC 9162 §2.1.3.2: whether `path` proves leaf `index` (hash `leaf`) in the tree of
@@ -211,6 +302,32 @@ mod tests {
             let again = Frontier::from_hex(f.size(), &f.to_hex()).unwrap();
             assert_eq!(again, f);
         }
+    }
+
+    #[test]
+    fn streamed_paths_are_the_trees_paths() {
+        for n in 1..70u64 {
+            let l = leaves(n as usize);
+            let tree = Tree::new(l.clone());
+            // Every leaf at once, one leaf, and a repeated leaf.
+            let sets: Vec<Vec<u64>> = vec![(0..n).collect(), vec![n - 1], vec![n / 2, n / 2]];
+            for set in sets {
+                let mut c = PathCollector::new(n, &set);
+                for h in &l {
+                    c.push(*h);
+                }
+                let paths = c.finish().expect("every leaf pushed");
+                for (leaf, path) in set.iter().zip(&paths) {
+                    assert_eq!(*path, tree.inclusion_proof(*leaf), "n {n} leaf {leaf}");
+                }
+            }
+        }
+        let mut short = PathCollector::new(4, &[1]);
+        short.push(leaf_hash(b"only one"));
+        assert!(
+            short.finish().is_none(),
+            "a tree with leaves missing has no paths"
+        );
     }
 
     #[test]

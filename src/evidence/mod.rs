@@ -10,5 +10,5 @@ mod proof;
 mod writer;
 
 pub use checkpoint::{CHECKPOINT_VERSION, Checkpoint, CheckpointBody, Leaf, check_sequence};
-pub use proof::{Anchor, EvidenceSource, ExportEvidence, KeyProof, LeafLog};
+pub use proof::{Anchor, ExportEvidence, KeyProof, LeafLog};
 pub use writer::{CheckpointMetrics, Checkpointer, hash_prefix, read_dir};

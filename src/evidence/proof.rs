@@ -3,7 +3,7 @@
 //! §2.1.3) under that checkpoint's root.
 
 use super::checkpoint::{Checkpoint, Leaf};
-use super::merkle::{Frontier, Tree, parse_hash, verify_inclusion};
+use super::merkle::{Frontier, parse_hash, verify_inclusion};
 use ed25519_dalek::VerifyingKey;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -84,12 +84,11 @@ impl ExportEvidence {
     }
 }
 
-/// The head log read back: each key's newest leaf and its index, the leaf hashes, and
-/// the checkpoint each leaf first appeared in. Built by streaming the leaves in index
-/// order; memory grows with the number of leaves (about 100 bytes each).
+/// The head log read back for `verify`: each key's newest leaf and its index, and the
+/// root. Built by streaming the leaves in index order; memory grows with the number of
+/// keys. (An export proves its keys without it: `export::EvidenceSource`.)
 #[derive(Default)]
 pub struct LeafLog {
-    hashes: Vec<super::merkle::Hash>,
     latest: HashMap<String, (u64, Leaf)>,
     frontier: Frontier,
 }
@@ -106,7 +105,6 @@ impl LeafLog {
         }
         let h = leaf.hash();
         self.frontier.push(h);
-        self.hashes.push(h);
         self.latest.insert(leaf.key.clone(), (idx, leaf));
         Ok(())
     }
@@ -137,56 +135,5 @@ impl LeafLog {
                 )
             })
             .collect()
-    }
-
-    /// Proofs for exports under `checkpoint`, which must cover exactly these leaves.
-    pub fn into_source(self, checkpoint: Checkpoint) -> EvidenceSource {
-        EvidenceSource {
-            checkpoint,
-            latest: self.latest,
-            tree: Tree::new(self.hashes),
-        }
-    }
-}
-
-/// What an export needs to prove its keys: the newest checkpoint and its tree.
-pub struct EvidenceSource {
-    checkpoint: Checkpoint,
-    latest: HashMap<String, (u64, Leaf)>,
-    tree: Tree,
-}
-
-impl EvidenceSource {
-    pub fn proof(&self, key: &str) -> Option<KeyProof> {
-        let (idx, leaf) = self.latest.get(key)?;
-        Some(KeyProof {
-            leaf: leaf.clone(),
-            leaf_index: *idx,
-            path: self
-                .tree
-                .inclusion_proof(*idx)
-                .iter()
-                .map(hex::encode)
-                .collect(),
-        })
-    }
-
-    /// The evidence for the exported keys, each with the last seq the export holds
-    /// (in key order). A key is proved only when the file holds its checkpointed
-    /// row: an export cut off by `until` before it is "uncovered", not broken.
-    pub fn evidence(&self, exported: &[(String, i64)]) -> ExportEvidence {
-        let mut proofs = Vec::new();
-        let mut uncovered = 0;
-        for (k, last_seq) in exported {
-            match self.proof(k) {
-                Some(p) if !p.leaf.pruned && p.leaf.log_seq <= *last_seq => proofs.push(p),
-                _ => uncovered += 1,
-            }
-        }
-        ExportEvidence {
-            checkpoint: self.checkpoint.clone(),
-            proofs,
-            uncovered_keys: uncovered,
-        }
     }
 }

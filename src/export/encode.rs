@@ -5,14 +5,13 @@
 use super::manifest::{CsvCells, Format, HASH_CHAIN, MANIFEST_VERSION, Manifest, ORDER, Source};
 use super::rfc4180::Record;
 use super::row::{COLUMNS, ExportRow, write_canonical_cell};
-use crate::evidence::EvidenceSource;
+use crate::evidence::ExportEvidence;
 use crate::guard::rfc3339;
 use crate::store::{ExportCells, ExportFilter, JsonText, RawExportRow, StoreError};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use std::fmt::Write;
-use std::sync::Arc;
 
 /// A row the encoder takes: an [`ExportRow`] (the pruner's archive, files read
 /// back), or a row as the database sent it, whose CSV cells are written from its
@@ -56,17 +55,24 @@ pub struct Encoder {
     last_key: Option<String>,
     first_at: Option<DateTime<Utc>>,
     last_at: Option<DateTime<Utc>>,
-    evidence: Option<Arc<EvidenceSource>>,
-    /// Each exported key with its last exported seq (only with evidence).
+    /// Whether the manifest will carry evidence, so the exported keys are kept.
+    proving: bool,
+    /// Each exported key with its last exported seq (only when proving).
     exported: Vec<(String, i64)>,
 }
 
 impl Encoder {
-    /// Puts the newest checkpoint and the inclusion proofs of the exported keys into
-    /// the manifest.
-    pub fn with_evidence(mut self, evidence: Option<Arc<EvidenceSource>>) -> Self {
-        self.evidence = evidence;
+    /// Keeps each exported key and its last seq, for the evidence the manifest will
+    /// carry ([`Encoder::exported`], then [`Encoder::finish`]).
+    pub fn proving(mut self, proving: bool) -> Self {
+        self.proving = proving;
         self
+    }
+
+    /// Each exported key so far with its last exported seq, in key order (empty
+    /// unless [`Encoder::proving`]).
+    pub fn exported(&self) -> &[(String, i64)] {
+        &self.exported
     }
 
     /// Writes CSV cells as stored ([`CsvCells::Raw`]) or neutralised (the default).
@@ -89,7 +95,7 @@ impl Encoder {
             last_key: None,
             first_at: None,
             last_at: None,
-            evidence: None,
+            proving: false,
             exported: Vec::new(),
         };
         if format == Format::Csv {
@@ -181,7 +187,7 @@ impl Encoder {
             let last = self.last_key.get_or_insert_with(String::new);
             last.clear();
             last.push_str(key);
-            if self.evidence.is_some() {
+            if self.proving {
                 self.exported.push((key.to_owned(), seq));
             }
         }
@@ -192,9 +198,10 @@ impl Encoder {
         self.last_at = Some(self.last_at.map_or(occurred_at, |t| t.max(occurred_at)));
     }
 
-    /// Ends the file. For NDJSON the manifest line is appended to `out` (and is not
-    /// covered by its own `sha256`); for CSV the manifest goes beside the file.
-    pub fn finish(self, out: &mut Vec<u8>) -> Manifest {
+    /// Ends the file with `evidence` in its manifest. For NDJSON the manifest line is
+    /// appended to `out` (and is not covered by its own `sha256`); for CSV the manifest
+    /// goes beside the file.
+    pub fn finish(self, out: &mut Vec<u8>, evidence: Option<ExportEvidence>) -> Manifest {
         let manifest = Manifest {
             manifest_version: MANIFEST_VERSION,
             source: self.source,
@@ -210,7 +217,7 @@ impl Encoder {
             sha256: hex::encode(self.digest.finalize()),
             sha256_covers: self.format.sha256_covers().into(),
             hash_chain: HASH_CHAIN.into(),
-            evidence: self.evidence.as_ref().map(|e| e.evidence(&self.exported)),
+            evidence,
             csv_cells: (self.format == Format::Csv).then_some(self.csv_cells),
         };
         if self.format == Format::Ndjson {
@@ -263,7 +270,7 @@ mod tests {
         let mut out = Vec::new();
         let mut e = start(Format::Csv, &mut out);
         e.row(&sample(), &mut out);
-        let manifest = e.finish(&mut out);
+        let manifest = e.finish(&mut out, None);
         let text = String::from_utf8(out.clone()).unwrap();
         assert!(
             text.starts_with("attempt_id,key,seq,occurred_at,tenant,"),
@@ -289,7 +296,7 @@ mod tests {
         row.seq = 2;
         e.row(&row, &mut out);
         let rows_end = out.len();
-        let manifest = e.finish(&mut out);
+        let manifest = e.finish(&mut out, None);
         let text = String::from_utf8(out.clone()).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
@@ -381,7 +388,7 @@ mod tests {
                     String::from_utf8(want.clone()).unwrap(),
                     "{format} {csv_cells:?}"
                 );
-                let (a, b) = (a.finish(&mut want), b.finish(&mut got));
+                let (a, b) = (a.finish(&mut want, None), b.finish(&mut got, None));
                 assert_eq!(
                     (a.sha256, a.row_count, a.key_count),
                     (b.sha256, b.row_count, b.key_count)
@@ -405,7 +412,7 @@ mod tests {
     fn an_empty_export_is_a_header_or_a_lone_manifest() {
         let mut out = Vec::new();
         let e = start(Format::Csv, &mut out);
-        let m = e.finish(&mut out);
+        let m = e.finish(&mut out, None);
         assert_eq!(
             out,
             COLUMNS
@@ -419,7 +426,7 @@ mod tests {
 
         let mut out = Vec::new();
         let e = start(Format::Ndjson, &mut out);
-        let m = e.finish(&mut out);
+        let m = e.finish(&mut out, None);
         assert_eq!(String::from_utf8(out).unwrap().lines().count(), 1);
         assert_eq!(m.sha256, hex::encode(Sha256::digest(b"")));
     }

@@ -155,6 +155,16 @@ impl Manifest {
         text
     }
 
+    /// [`Manifest::to_pretty_json`] written straight to `out`: with checkpoint evidence a
+    /// whole export's manifest holds a proof a key (~1.7 kB), so it is not built twice.
+    pub fn write_pretty(&self, out: impl std::io::Write) -> std::io::Result<()> {
+        use std::io::Write as _;
+        let mut out = std::io::BufWriter::new(out);
+        serde_json::to_writer_pretty(&mut out, self)?;
+        out.write_all(b"\n")?;
+        out.flush()
+    }
+
     pub fn time_filtered_start(&self) -> bool {
         self.filters.since.is_some()
     }

@@ -9,6 +9,7 @@
 
 mod database;
 mod encode;
+mod evidence;
 mod manifest;
 mod pipeline;
 mod problem;
@@ -21,6 +22,7 @@ mod verify;
 pub use crate::store::{ExportFilter, FilterError, parse_time};
 pub use database::{Outside, verify_database, verify_database_split, verify_database_with};
 pub use encode::{EncodeRow, Encoder};
+pub use evidence::EvidenceSource;
 pub use manifest::{CsvCells, Format, Manifest, Source};
 pub use pipeline::{CHUNK, ChunkSink, Discard, ExportError, Job, Writer, encode, export_into};
 pub use ranges::Split;
@@ -31,9 +33,7 @@ pub use read::{
 pub use row::{COLUMNS, ExportRow, canonical_detail};
 pub use verify::{Break, ChainCheck, Problem, Report};
 
-use crate::evidence::{EvidenceSource, LeafLog};
-use crate::store::{Store, StoreError};
-use futures::StreamExt;
+use crate::store::Store;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 #[cfg(test)]
@@ -51,23 +51,4 @@ pub async fn export_to<W: AsyncWrite + Unpin + Send>(
     let manifest = export_into(store, filter, format, cells, &mut Writer(&mut *out)).await?;
     out.flush().await?;
     Ok(manifest)
-}
-
-/// The newest checkpoint and its tree, for the proofs an export carries; `None`
-/// before the first checkpoint.
-pub async fn evidence_source(store: &Store) -> Result<Option<EvidenceSource>, StoreError> {
-    let Some(latest) = store.latest_checkpoint().await? else {
-        return Ok(None);
-    };
-    let size = latest.checkpoint.body.tree_size;
-    let mut log = LeafLog::default();
-    let mut leaves = store.checkpoint_leaves();
-    while let Some(item) = leaves.next().await {
-        let (idx, leaf) = item?;
-        if idx >= size {
-            break;
-        }
-        log.push(idx, leaf).map_err(StoreError::Corrupt)?;
-    }
-    Ok(Some(log.into_source(latest.checkpoint)))
 }

@@ -5,13 +5,12 @@
 //! archive all run [`encode`], so they cannot disagree on a byte or a hash.
 
 use super::encode::{EncodeRow, Encoder};
+use super::evidence::EvidenceSource;
 use super::manifest::{CsvCells, Format, Manifest, Source};
-use crate::evidence::EvidenceSource;
 use crate::store::{ExportFilter, Store, StoreError};
 use futures::{Stream, StreamExt};
 use std::future::Future;
 use std::io;
-use std::sync::Arc;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// Bytes gathered before a write: large enough for few syscalls, small enough that
@@ -58,7 +57,7 @@ pub struct Job {
     pub source: Source,
     pub filter: ExportFilter,
     pub cells: CsvCells,
-    pub evidence: Option<Arc<EvidenceSource>>,
+    pub evidence: Option<EvidenceSource>,
 }
 
 /// Encodes `rows` into `sink` and returns the manifest (for NDJSON also written as
@@ -72,7 +71,7 @@ where
     let mut rows = std::pin::pin!(rows);
     let mut buf = Vec::with_capacity(CHUNK * 2);
     let mut encoder = Encoder::start(job.format, job.source, job.filter, &mut buf)
-        .with_evidence(job.evidence)
+        .proving(job.evidence.is_some())
         .csv_cells(job.cells);
     while let Some(row) = rows.next().await {
         row?.encode(&mut encoder, &mut buf)?;
@@ -81,7 +80,11 @@ where
             sink.chunk(full).await?;
         }
     }
-    let manifest = encoder.finish(&mut buf);
+    let evidence = match &job.evidence {
+        Some(source) => Some(source.evidence(encoder.exported()).await?),
+        None => None,
+    };
+    let manifest = encoder.finish(&mut buf, evidence);
     sink.chunk(buf).await?;
     Ok(manifest)
 }
@@ -99,7 +102,7 @@ pub async fn export_into<S: ChunkSink>(
         source: Source::Export,
         filter: filter.clone(),
         cells,
-        evidence: super::evidence_source(store).await?.map(Arc::new),
+        evidence: EvidenceSource::newest(store).await?,
     };
     encode(job, store.export_rows(filter), sink).await
 }

@@ -324,7 +324,7 @@ mod tests {
         row.prev_hash = row.hash.clone();
         row.hash = row.computed_hash();
         e.row(&row, &mut out);
-        let m = e.finish(&mut out);
+        let m = e.finish(&mut out, None);
         (out, m)
     }
 

@@ -56,6 +56,16 @@ pub const INSERT_LEAVES_SQLITE: &str = "INSERT INTO evidence_leaves \
 
 pub const LEAVES: &str = "SELECT idx, key, log_seq, log_hash, pruned FROM evidence_leaves \
     ORDER BY idx";
+/// The leaves below a checkpoint's size, for the hashes of its tree.
+pub const LEAVES_BELOW: &str = "SELECT idx, key, log_seq, log_hash, pruned FROM evidence_leaves \
+    WHERE idx < $2 ORDER BY idx";
+/// Each of some keys' newest leaf below a checkpoint's size (index `evidence_leaves_key`).
+pub const NEWEST_LEAVES_POSTGRES: &str = "SELECT DISTINCT ON (key) idx, key, log_seq, log_hash, \
+    pruned FROM evidence_leaves WHERE key = ANY($1) AND idx < $2 ORDER BY key, idx DESC";
+/// SQLite takes the other columns of an aggregate query from the row that holds the max.
+pub const NEWEST_LEAVES_SQLITE: &str = "SELECT max(idx) AS idx, key, log_seq, log_hash, pruned \
+    FROM evidence_leaves WHERE key IN (SELECT value FROM json_each($1)) AND idx < $2 \
+    GROUP BY key";
 pub const RECEIPT_OF_KEY: &str = "SELECT log_seq, log_hash FROM evidence_pruned \
     WHERE key = $1 ORDER BY log_seq DESC LIMIT 1";
 pub const PRUNE_RECEIPTS_POSTGRES: &str = "INSERT INTO evidence_pruned \
@@ -145,6 +155,20 @@ struct LeafDb {
     log_seq: i64,
     log_hash: String,
     pruned: bool,
+}
+
+impl LeafDb {
+    fn into_pair(self) -> (u64, Leaf) {
+        (
+            self.idx as u64,
+            Leaf {
+                key: self.key,
+                log_seq: self.log_seq,
+                log_hash: self.log_hash,
+                pruned: self.pruned,
+            },
+        )
+    }
 }
 
 /// What changed since the last checkpoint: the leaves to append, tombstones first
@@ -311,20 +335,48 @@ impl Store {
     pub fn checkpoint_leaves(&self) -> BoxStream<'_, Result<(u64, Leaf), StoreError>> {
         on_pool!(self, pool => sqlx::query_as::<_, LeafDb>(LEAVES)
             .fetch(pool)
-            .map(|r| {
-                r.map_err(StoreError::from).map(|l| {
-                    (
-                        l.idx as u64,
-                        Leaf {
-                            key: l.key,
-                            log_seq: l.log_seq,
-                            log_hash: l.log_hash,
-                            pruned: l.pruned,
-                        },
-                    )
-                })
-            })
+            .map(|r| r.map_err(StoreError::from).map(LeafDb::into_pair))
             .boxed())
+    }
+
+    /// The leaves of the first `size`, in index order, streamed.
+    pub fn checkpoint_leaves_below(
+        &self,
+        size: u64,
+    ) -> BoxStream<'_, Result<(u64, Leaf), StoreError>> {
+        // $1 is unused: the same numbering as NEWEST_LEAVES_*.
+        on_pool!(self, pool => sqlx::query_as::<_, LeafDb>(LEAVES_BELOW)
+            .bind(0i64)
+            .bind(size as i64)
+            .fetch(pool)
+            .map(|r| r.map_err(StoreError::from).map(LeafDb::into_pair))
+            .boxed())
+    }
+
+    /// Each of `keys`' newest leaf among the first `size` (keys without one are left
+    /// out), in no particular order.
+    pub async fn newest_leaves(
+        &self,
+        keys: &[String],
+        size: u64,
+    ) -> Result<Vec<(u64, Leaf)>, StoreError> {
+        let rows: Vec<LeafDb> = match self {
+            Store::Postgres(pool) => {
+                sqlx::query_as(NEWEST_LEAVES_POSTGRES)
+                    .bind(keys)
+                    .bind(size as i64)
+                    .fetch_all(pool)
+                    .await?
+            }
+            Store::Sqlite(pool) => {
+                sqlx::query_as(NEWEST_LEAVES_SQLITE)
+                    .bind(Json(keys))
+                    .bind(size as i64)
+                    .fetch_all(pool)
+                    .await?
+            }
+        };
+        Ok(rows.into_iter().map(LeafDb::into_pair).collect())
     }
 
     /// The newest pruning receipt of `key`: (log_seq, log_hash) it had when pruned.

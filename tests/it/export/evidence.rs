@@ -416,3 +416,93 @@ both_backends!(
         let _ = keys::key_id(&pk);
     }
 );
+
+both_backends!(
+    async fn each_exported_key_is_proved_by_its_newest_leaf_across_checkpoints(db: TestDb) {
+        let f = Fixture::new(&db);
+        let writer = checkpointer(&f, None);
+        let keys = done_keys(&f, 5).await;
+        checkpoint_to(&f.store, &writer, 5).await;
+        // Two keys change after the first checkpoint: their newest leaves are in the
+        // second one, and the tree (7 leaves) is not a power of two.
+        let mut changed = Vec::new();
+        for i in [1, 3] {
+            let call = refund(&format!("E-{i}"), 100 + i as i64, "1");
+            f.guard.run(&call, &f.client([])).await.unwrap();
+            changed.push(call.intent.key().unwrap().to_string());
+        }
+        let second = checkpoint_to(&f.store, &writer, 7).await;
+        assert_eq!(second.body.tree_size, 7);
+
+        // One key's export proves that key alone, by its newest leaf.
+        for key in [&changed[0], &keys[0]] {
+            let filter = ExportFilter {
+                key: Some(as_key(key)),
+                ..ExportFilter::default()
+            };
+            let (bytes, manifest) = export(&f.store, &filter, Format::Ndjson).await;
+            let evidence = manifest.evidence.as_ref().expect("evidence");
+            assert_eq!(evidence.proofs.len(), 1, "{key}");
+            assert_eq!(&evidence.proofs[0].leaf.key, key);
+            let newest = f.store.record(&as_key(key)).await.unwrap().unwrap();
+            assert_eq!(evidence.proofs[0].leaf.log_seq, newest.log_seq, "{key}");
+            assert_eq!(
+                evidence.proofs[0].leaf_index >= 5,
+                changed.contains(key),
+                "{key}: a changed key is proved by its leaf in the second checkpoint"
+            );
+            let report = verify_file(&bytes, &signing_key());
+            assert!(report.is_intact(), "{key}: {:#?}", report.breaks);
+            assert_eq!(report.anchored_keys, 1);
+        }
+
+        // The whole export: every key proved, whatever the lookup batch.
+        let (bytes, manifest) = export(&f.store, &ExportFilter::default(), Format::Ndjson).await;
+        let evidence = manifest.evidence.clone().expect("evidence");
+        assert_eq!(evidence.proofs.len(), 5);
+        let report = verify_file(&bytes, &signing_key());
+        assert!(report.is_intact(), "{:#?}", report.breaks);
+        assert_eq!(report.anchored_keys, 5);
+        let exported: Vec<(String, i64)> = evidence
+            .proofs
+            .iter()
+            .map(|p| (p.leaf.key.clone(), p.leaf.log_seq))
+            .collect();
+        let source = idemwatch::export::EvidenceSource::newest(&f.store)
+            .await
+            .unwrap()
+            .expect("a checkpoint");
+        for batch in [1, 2, 3, 1000] {
+            assert_eq!(
+                source.evidence_by(&exported, batch).await.unwrap(),
+                evidence,
+                "lookup batch {batch}"
+            );
+        }
+    }
+);
+
+both_backends!(
+    async fn an_export_whose_proofs_need_deleted_leaves_fails_and_says_so(db: TestDb) {
+        let f = Fixture::new(&db);
+        let keys = done_keys(&f, 3).await;
+        checkpoint_to(&f.store, &checkpointer(&f, None), 3).await;
+        // The head log's last leaf removed (by someone with the database's rights).
+        dba(&f.store, "DELETE FROM evidence_leaves WHERE idx = 2").await;
+        let filter = ExportFilter {
+            key: Some(as_key(&keys[0])),
+            ..ExportFilter::default()
+        };
+        let mut out = Vec::new();
+        let err = idemwatch::export::export_to(
+            &f.store,
+            &filter,
+            Format::Ndjson,
+            CsvCells::Neutralised,
+            &mut out,
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().contains("leaves were deleted"), "{err}");
+    }
+);
