@@ -7,6 +7,14 @@ use sha2::{Digest, Sha256};
 
 pub type Hash = [u8; 32];
 
+/// Blocks of 2^10 leaves: the perfect subtrees whose roots the database keeps beside
+/// the leaves (`evidence_blocks`). A block that lies wholly below a tree's size is a
+/// node of that tree (RFC 9162 splits at powers of two, so every left subtree is
+/// perfect and aligned), so one leaf's audit path needs its block's leaves and the
+/// block roots, not every leaf.
+pub const BLOCK_HEIGHT: u32 = 10;
+pub const BLOCK_LEAVES: u64 = 1 << BLOCK_HEIGHT;
+
 /// MTH({}) = SHA-256 of the empty string.
 pub fn empty_root() -> Hash {
     Sha256::digest([]).into()
@@ -42,16 +50,30 @@ impl Frontier {
     }
 
     pub fn push(&mut self, leaf: Hash) {
+        self.push_noting(leaf, u32::MAX);
+    }
+
+    /// [`Frontier::push`], returning the perfect subtree of `height` this leaf
+    /// completes, if it completes one: (its index among the subtrees of that height,
+    /// its root). The checkpoint writer keeps these as [`BLOCK_HEIGHT`] blocks.
+    pub fn push_noting(&mut self, leaf: Hash, height: u32) -> Option<(u64, Hash)> {
+        let mut completed = None;
         let mut node = (0u32, leaf);
-        while let Some(&(height, left)) = self.peaks.last() {
-            if height != node.0 {
-                break;
+        loop {
+            if node.0 == height {
+                completed = Some((((self.size + 1) >> height) - 1, node.1));
             }
-            self.peaks.pop();
-            node = (height + 1, node_hash(&left, &node.1));
+            match self.peaks.last() {
+                Some(&(h, left)) if h == node.0 => {
+                    self.peaks.pop();
+                    node = (h + 1, node_hash(&left, &node.1));
+                }
+                _ => break,
+            }
         }
         self.peaks.push(node);
         self.size += 1;
+        completed
     }
 
     /// MTH of the leaves pushed so far: the peaks folded right to left.
@@ -301,6 +323,24 @@ mod tests {
             assert_eq!(Tree::new(l.clone()).root(), mth(&l), "tree, n = {n}");
             let again = Frontier::from_hex(f.size(), &f.to_hex()).unwrap();
             assert_eq!(again, f);
+        }
+    }
+
+    #[test]
+    fn the_frontier_notes_each_block_it_completes_once() {
+        for height in [0, 1, 2, 3] {
+            let block = 1usize << height;
+            let l = leaves(40);
+            let mut f = Frontier::default();
+            let noted: Vec<(u64, Hash)> =
+                l.iter().filter_map(|h| f.push_noting(*h, height)).collect();
+            let expected: Vec<(u64, Hash)> = l
+                .chunks_exact(block)
+                .enumerate()
+                .map(|(i, chunk)| (i as u64, mth(chunk)))
+                .collect();
+            assert_eq!(noted, expected, "height {height}");
+            assert_eq!(f.root(), mth(&l), "noting changes nothing else");
         }
     }
 

@@ -4,11 +4,12 @@
 //! and to three gauges, so copies exist where the database's writers cannot reach.
 
 use super::checkpoint::Checkpoint;
-use super::merkle::Frontier;
+use super::merkle::{BLOCK_HEIGHT, BLOCK_LEAVES, Frontier};
 use crate::guard::Clock;
-use crate::store::{Store, StoreError, StoredCheckpoint};
+use crate::store::{NewCheckpoint, Store, StoreError, StoredCheckpoint};
 use chrono::SubsecRound;
 use ed25519_dalek::SigningKey;
+use futures::StreamExt;
 use prometheus::{IntGauge, Registry};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -94,6 +95,12 @@ impl Checkpointer {
     /// Writes a checkpoint of what changed since the last one; `None` when nothing did.
     #[tracing::instrument(skip_all)]
     pub async fn checkpoint(&self) -> anyhow::Result<Option<Checkpoint>> {
+        if let Err(why) = self.backfill_blocks().await {
+            tracing::warn!(
+                error = %why,
+                "block roots of older leaves not written; one-key exports read every leaf until they are"
+            );
+        }
         // Microseconds: the precision checkpoints are stored, signed and compared at.
         let now = self.clock.now().trunc_subsecs(6);
         let key = self.key.clone();
@@ -105,9 +112,11 @@ impl Checkpointer {
                         .map_err(|e| StoreError::Corrupt(format!("checkpoint frontier: {e}")))?,
                     None => Frontier::default(),
                 };
-                for leaf in leaves {
-                    frontier.push(leaf.hash());
-                }
+                let blocks = leaves
+                    .iter()
+                    .filter_map(|leaf| frontier.push_noting(leaf.hash(), BLOCK_HEIGHT))
+                    .map(|(idx, root)| (idx, hex::encode(root)))
+                    .collect();
                 // Never earlier than the checkpoint before, whatever the clock says.
                 let created_at = last.map_or(now, |l| now.max(l.checkpoint.body.created_at));
                 let body = Checkpoint::next_body(
@@ -118,7 +127,11 @@ impl Checkpointer {
                     leaves.len() as u64,
                     &key.verifying_key(),
                 );
-                Ok((body.sign(&key), frontier.to_hex()))
+                Ok(NewCheckpoint {
+                    checkpoint: body.sign(&key),
+                    frontier: frontier.to_hex(),
+                    blocks,
+                })
             })
             .await?;
         let Some(StoredCheckpoint { checkpoint, .. }) = written else {
@@ -126,6 +139,43 @@ impl Checkpointer {
         };
         self.publish(&checkpoint).await?;
         Ok(Some(checkpoint))
+    }
+
+    /// Writes the roots of complete blocks that have none: leaves checkpointed before
+    /// `evidence_blocks` existed (migration 0008), or by a replica that predates it.
+    /// Each checkpoint writes the blocks it completes, so after the first pass this is
+    /// one count. An optimisation only: an export without the roots reads every leaf.
+    async fn backfill_blocks(&self) -> Result<(), StoreError> {
+        const BATCH: usize = 1_000;
+        let Some(last) = self.store.latest_checkpoint().await? else {
+            return Ok(());
+        };
+        let complete = last.checkpoint.body.tree_size / BLOCK_LEAVES;
+        if self.store.checkpoint_block_count(complete).await? == complete {
+            return Ok(());
+        }
+        let mut frontier = Frontier::default();
+        let mut blocks = Vec::new();
+        let mut leaves = self.store.checkpoint_leaves_below(complete * BLOCK_LEAVES);
+        while let Some(item) = leaves.next().await {
+            let (idx, leaf) = item?;
+            if idx != frontier.size() {
+                return Err(StoreError::Corrupt(format!(
+                    "leaf {idx} follows leaf {}: leaves were deleted",
+                    frontier.size().wrapping_sub(1)
+                )));
+            }
+            if let Some((block, root)) = frontier.push_noting(leaf.hash(), BLOCK_HEIGHT) {
+                blocks.push((block, hex::encode(root)));
+                if blocks.len() == BATCH {
+                    self.store.insert_checkpoint_blocks(&blocks).await?;
+                    blocks.clear();
+                }
+            }
+        }
+        self.store.insert_checkpoint_blocks(&blocks).await?;
+        tracing::info!(blocks = complete, "block roots of older leaves written");
+        Ok(())
     }
 
     /// The copies outside the database: the file, the log line, the gauges.

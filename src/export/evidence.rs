@@ -2,13 +2,16 @@
 //! checkpoint, chosen before the first row is read, and the inclusion proof of each
 //! exported key's newest leaf under it, gathered after the last row. Memory grows with
 //! the exported keys, not with the head log: each key's newest leaf is looked up by
-//! index, and the tree's leaf hashes stream past once ([`PathCollector`]). So one
-//! key's export holds one proof whatever the number of leaves.
+//! index. Its path comes from its block of 1,024 leaves and the stored block roots
+//! (`evidence_blocks`), so one key's export reads about a thousand leaves whatever the
+//! log's size; an export of keys spread over most blocks streams every leaf hash past
+//! once instead ([`PathCollector`]).
 
-use crate::evidence::merkle::PathCollector;
+use crate::evidence::merkle::{BLOCK_LEAVES, Frontier, Hash, PathCollector, parse_hash};
 use crate::evidence::{Checkpoint, ExportEvidence, KeyProof, Leaf};
 use crate::store::{Store, StoreError};
 use futures::StreamExt;
+use std::collections::HashMap;
 
 /// Keys looked up a statement.
 const LOOKUP_BATCH: usize = 1_000;
@@ -89,9 +92,115 @@ impl EvidenceSource {
         })
     }
 
+    /// The audit paths of leaves `indices` in the checkpoint's tree: from their blocks
+    /// and the block roots when that reads less than half the leaves, else (or when
+    /// the roots are missing or wrong) from one ordered pass over every leaf.
+    async fn paths(&self, indices: &[u64]) -> Result<Vec<Vec<Hash>>, StoreError> {
+        if let Some(paths) = self.paths_by_block(indices).await? {
+            return Ok(paths);
+        }
+        self.paths_streamed(indices).await
+    }
+
+    /// A leaf's path is its path inside its block of [`BLOCK_LEAVES`] leaves (from
+    /// the block's leaves) followed by the block's path in the tree whose leaves are
+    /// the block roots (each complete block is a node of the checkpoint's tree, and
+    /// the last, partial block's root is the MTH of its leaves). The stored roots are
+    /// folded to the root the checkpoint signs before any is used: `None` when they do
+    /// not give it, or one is missing, and the caller reads every leaf instead.
+    async fn paths_by_block(&self, indices: &[u64]) -> Result<Option<Vec<Vec<Hash>>>, StoreError> {
+        let size = self.checkpoint.body.tree_size;
+        let mut blocks: Vec<u64> = indices.iter().map(|i| i / BLOCK_LEAVES).collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        if blocks.len() as u64 * BLOCK_LEAVES * 2 > size {
+            return Ok(None);
+        }
+        let complete = size / BLOCK_LEAVES;
+        let stored = self.store.checkpoint_blocks(complete).await?;
+        let mut roots = Vec::with_capacity(size.div_ceil(BLOCK_LEAVES) as usize);
+        for (n, (idx, hex)) in stored.into_iter().enumerate() {
+            match parse_hash(&hex) {
+                Ok(root) if idx == n as u64 => roots.push(root),
+                _ => return Ok(self.unusable_blocks("a block root is missing or not a hash")),
+            }
+        }
+        if roots.len() as u64 != complete {
+            return Ok(self.unusable_blocks(
+                "older blocks have no stored root yet; the next checkpoint writes them",
+            ));
+        }
+        // Inside each wanted block (and the partial last one, whose root is needed).
+        let mut inner: HashMap<u64, Vec<Hash>> = HashMap::new();
+        let partial = (!size.is_multiple_of(BLOCK_LEAVES)).then_some(complete);
+        let unwanted_partial = partial.filter(|p| !blocks.contains(p));
+        for block in blocks.iter().copied().chain(unwanted_partial) {
+            let (from, to) = (block * BLOCK_LEAVES, ((block + 1) * BLOCK_LEAVES).min(size));
+            let wanted: Vec<u64> = indices
+                .iter()
+                .filter(|i| **i / BLOCK_LEAVES == block)
+                .map(|i| i - from)
+                .collect();
+            let mut collector = PathCollector::new(to - from, &wanted);
+            let mut root = Frontier::default();
+            let mut leaves = self.store.checkpoint_leaves_between(from, to);
+            while let Some(item) = leaves.next().await {
+                let (idx, leaf) = item?;
+                if idx != from + root.size() {
+                    return Ok(self.unusable_blocks("a block's leaves have a gap"));
+                }
+                let hash = leaf.hash();
+                collector.push(hash);
+                root.push(hash);
+            }
+            let Some(paths) = collector.finish() else {
+                return Ok(self.unusable_blocks("a block's leaves are short"));
+            };
+            if Some(block) == partial {
+                roots.push(root.root());
+            } else if roots[block as usize] != root.root() {
+                return Ok(self.unusable_blocks("a stored block root differs from its leaves"));
+            }
+            for (local, path) in wanted.into_iter().zip(paths) {
+                inner.insert(from + local, path);
+            }
+        }
+        let mut folded = Frontier::default();
+        for root in &roots {
+            folded.push(*root);
+        }
+        if Some(folded.root()) != self.checkpoint.root().ok() {
+            return Ok(self.unusable_blocks("the block roots do not give the checkpoint's root"));
+        }
+        let mut upper = PathCollector::new(roots.len() as u64, &blocks);
+        for root in roots {
+            upper.push(root);
+        }
+        let upper = upper.finish().expect("every block root pushed");
+        let upper: HashMap<u64, Vec<Hash>> = blocks.into_iter().zip(upper).collect();
+        Ok(Some(
+            indices
+                .iter()
+                .map(|i| {
+                    let mut path = inner[i].clone();
+                    path.extend_from_slice(&upper[&(i / BLOCK_LEAVES)]);
+                    path
+                })
+                .collect(),
+        ))
+    }
+
+    fn unusable_blocks<T>(&self, why: &str) -> Option<T> {
+        tracing::warn!(
+            checkpoint_seq = self.checkpoint.body.seq,
+            "block roots not used ({why}): the proofs are read from every leaf"
+        );
+        None
+    }
+
     /// The audit paths of leaves `indices` in the checkpoint's tree, from one ordered
     /// pass over its leaves.
-    async fn paths(&self, indices: &[u64]) -> Result<Vec<Vec<[u8; 32]>>, StoreError> {
+    async fn paths_streamed(&self, indices: &[u64]) -> Result<Vec<Vec<Hash>>, StoreError> {
         let size = self.checkpoint.body.tree_size;
         let mut collector = PathCollector::new(size, indices);
         let mut leaves = self.store.checkpoint_leaves_below(size);

@@ -56,9 +56,20 @@ pub const INSERT_LEAVES_SQLITE: &str = "INSERT INTO evidence_leaves \
 
 pub const LEAVES: &str = "SELECT idx, key, log_seq, log_hash, pruned FROM evidence_leaves \
     ORDER BY idx";
-/// The leaves below a checkpoint's size, for the hashes of its tree.
-pub const LEAVES_BELOW: &str = "SELECT idx, key, log_seq, log_hash, pruned FROM evidence_leaves \
-    WHERE idx < $2 ORDER BY idx";
+/// The leaves from $1 up to $2 (a checkpoint's size), for the hashes of its tree.
+pub const LEAVES_BETWEEN: &str = "SELECT idx, key, log_seq, log_hash, pruned FROM evidence_leaves \
+    WHERE idx >= $1 AND idx < $2 ORDER BY idx";
+/// Block roots (`evidence_blocks`), from a JSON array of `{idx, hash}`. A block's root
+/// never changes once its leaves are written, so a row already there is the same row.
+pub const INSERT_BLOCKS_POSTGRES: &str = "INSERT INTO evidence_blocks (idx, hash) \
+    SELECT idx, hash FROM jsonb_to_recordset($1) AS x(idx bigint, hash text) \
+    ON CONFLICT (idx) DO NOTHING";
+/// `WHERE true`: SQLite's parser needs it between `SELECT … FROM` and an upsert clause.
+pub const INSERT_BLOCKS_SQLITE: &str = "INSERT INTO evidence_blocks (idx, hash) \
+    SELECT value->>'idx', value->>'hash' FROM json_each($1) WHERE true \
+    ON CONFLICT (idx) DO NOTHING";
+pub const BLOCKS_BELOW: &str = "SELECT idx, hash FROM evidence_blocks WHERE idx < $1 ORDER BY idx";
+pub const BLOCK_COUNT_BELOW: &str = "SELECT count(*) FROM evidence_blocks WHERE idx < $1";
 /// Each of some keys' newest leaf below a checkpoint's size (index `evidence_leaves_key`).
 pub const NEWEST_LEAVES_POSTGRES: &str = "SELECT DISTINCT ON (key) idx, key, log_seq, log_hash, \
     pruned FROM evidence_leaves WHERE key = ANY($1) AND idx < $2 ORDER BY key, idx DESC";
@@ -78,6 +89,15 @@ pub const PRUNE_RECEIPTS_SQLITE: &str = "INSERT INTO evidence_pruned \
 
 /// A checkpoint as stored: the signed checkpoint, and where the next one continues.
 #[derive(Debug, Clone, PartialEq)]
+/// What the checkpoint writer makes of the new leaves ([`Store::write_checkpoint`]).
+pub struct NewCheckpoint {
+    pub checkpoint: Checkpoint,
+    /// The tree's new right border, hex.
+    pub frontier: Vec<String>,
+    /// The blocks of leaves the new leaves complete: (block index, root as hex).
+    pub blocks: Vec<(u64, String)>,
+}
+
 pub struct StoredCheckpoint {
     pub checkpoint: Checkpoint,
     /// The right border of the Merkle tree (the evidence layer's `merkle::Frontier`).
@@ -189,6 +209,13 @@ fn leaves_of(receipts: Vec<ReceiptDb>, live: BTreeMap<String, Leaf>) -> Vec<Leaf
     pruned.into_values().chain(live.into_values()).collect()
 }
 
+fn block_rows(blocks: &[(u64, String)]) -> Vec<serde_json::Value> {
+    blocks
+        .iter()
+        .map(|(idx, hash)| serde_json::json!({ "idx": idx, "hash": hash }))
+        .collect()
+}
+
 /// Inserts a stored checkpoint on an open transaction.
 macro_rules! insert_checkpoint {
     ($tx:expr, $s:expr) => {{
@@ -216,7 +243,7 @@ macro_rules! insert_checkpoint {
 
 /// The body of [`Store::write_checkpoint`], expanded once per backend.
 macro_rules! checkpoint_transaction {
-    ($tx:ident, $heads_sql:expr, $leaves_sql:expr, $make:expr) => {{
+    ($tx:ident, $heads_sql:expr, $leaves_sql:expr, $blocks_sql:expr, $make:expr) => {{
         let last: Option<StoredCheckpoint> = sqlx::query_as::<_, CheckpointDb>(LATEST_CHECKPOINT)
             .fetch_optional(&mut *$tx)
             .await?
@@ -259,7 +286,11 @@ macro_rules! checkpoint_transaction {
         if leaves.is_empty() {
             return Ok(None);
         }
-        let (checkpoint, frontier) = $make(last.as_ref(), &leaves)?;
+        let NewCheckpoint {
+            checkpoint,
+            frontier,
+            blocks,
+        } = $make(last.as_ref(), &leaves)?;
         let first_idx = last.as_ref().map_or(0, |l| l.checkpoint.body.tree_size) as i64;
         let rows: Vec<serde_json::Value> = leaves
             .iter()
@@ -279,6 +310,12 @@ macro_rules! checkpoint_transaction {
             .bind(Json(rows))
             .execute(&mut *$tx)
             .await?;
+        if !blocks.is_empty() {
+            sqlx::query($blocks_sql)
+                .bind(Json(block_rows(&blocks)))
+                .execute(&mut *$tx)
+                .await?;
+        }
         let stored = StoredCheckpoint {
             checkpoint,
             frontier,
@@ -297,21 +334,19 @@ impl Store {
     /// tree's new right border. Nothing changed: no checkpoint, `None`.
     pub async fn write_checkpoint<F>(&self, make: F) -> Result<Option<StoredCheckpoint>, StoreError>
     where
-        F: FnOnce(
-            Option<&StoredCheckpoint>,
-            &[Leaf],
-        ) -> Result<(Checkpoint, Vec<String>), StoreError>,
+        F: FnOnce(Option<&StoredCheckpoint>, &[Leaf]) -> Result<NewCheckpoint, StoreError>,
     {
         let backend = self.backend();
         let heads = backend.pick(NEW_HEADS_POSTGRES, NEW_HEADS_SQLITE);
         let leaves = backend.pick(INSERT_LEAVES_POSTGRES, INSERT_LEAVES_SQLITE);
+        let blocks = backend.pick(INSERT_BLOCKS_POSTGRES, INSERT_BLOCKS_SQLITE);
         on_pool!(self, pool => {
             let mut tx = pool.begin_write().await?;
             // SQLite's write transaction already excludes every other writer.
             if backend == Backend::Postgres {
                 sqlx::query(LOCK_POSTGRES).execute(&mut *tx).await?;
             }
-            checkpoint_transaction!(tx, heads, leaves, make)
+            checkpoint_transaction!(tx, heads, leaves, blocks, make)
         })
     }
 
@@ -344,13 +379,61 @@ impl Store {
         &self,
         size: u64,
     ) -> BoxStream<'_, Result<(u64, Leaf), StoreError>> {
-        // $1 is unused: the same numbering as NEWEST_LEAVES_*.
-        on_pool!(self, pool => sqlx::query_as::<_, LeafDb>(LEAVES_BELOW)
-            .bind(0i64)
-            .bind(size as i64)
+        self.checkpoint_leaves_between(0, size)
+    }
+
+    /// Leaves `from` to `to` (exclusive), in index order, streamed.
+    pub fn checkpoint_leaves_between(
+        &self,
+        from: u64,
+        to: u64,
+    ) -> BoxStream<'_, Result<(u64, Leaf), StoreError>> {
+        on_pool!(self, pool => sqlx::query_as::<_, LeafDb>(LEAVES_BETWEEN)
+            .bind(from as i64)
+            .bind(to as i64)
             .fetch(pool)
             .map(|r| r.map_err(StoreError::from).map(LeafDb::into_pair))
             .boxed())
+    }
+
+    /// The stored roots of blocks `0..count` (`evidence_blocks`), in index order:
+    /// (block index, root as hex). Blocks without a row are left out.
+    pub async fn checkpoint_blocks(&self, count: u64) -> Result<Vec<(u64, String)>, StoreError> {
+        let rows: Vec<(i64, String)> = on_pool!(self, pool => sqlx::query_as(BLOCKS_BELOW)
+            .bind(count as i64)
+            .fetch_all(pool)
+            .await)?;
+        Ok(rows.into_iter().map(|(i, h)| (i as u64, h)).collect())
+    }
+
+    /// How many of blocks `0..count` have a stored root.
+    pub async fn checkpoint_block_count(&self, count: u64) -> Result<u64, StoreError> {
+        let n: i64 = on_pool!(self, pool => sqlx::query_scalar(BLOCK_COUNT_BELOW)
+            .bind(count as i64)
+            .fetch_one(pool)
+            .await)?;
+        Ok(n as u64)
+    }
+
+    /// Stores block roots computed from leaves already written (the checkpoint writer's
+    /// backfill of blocks older than the table); a block already stored is kept.
+    pub async fn insert_checkpoint_blocks(
+        &self,
+        blocks: &[(u64, String)],
+    ) -> Result<(), StoreError> {
+        if blocks.is_empty() {
+            return Ok(());
+        }
+        let sql = self
+            .backend()
+            .pick(INSERT_BLOCKS_POSTGRES, INSERT_BLOCKS_SQLITE);
+        let rows = Json(block_rows(blocks));
+        on_pool!(self, pool => {
+            let mut tx = pool.begin_write().await?;
+            sqlx::query(sql).bind(rows).execute(&mut *tx).await?;
+            tx.commit().await?;
+        });
+        Ok(())
     }
 
     /// Each of `keys`' newest leaf among the first `size` (keys without one are left

@@ -32,7 +32,7 @@ pub use browse::{
 };
 pub use duplicates::SuspectedPair;
 pub use error::StoreError;
-pub use evidence::{Checkpoint, CheckpointBody, Leaf, StoredCheckpoint};
+pub use evidence::{Checkpoint, CheckpointBody, Leaf, NewCheckpoint, StoredCheckpoint};
 pub use export::{
     COLUMNS, ExportCells, ExportFilter, ExportRow, FilterError, JsonText, KeyRange, RawExportRow,
     micros, parse_time,

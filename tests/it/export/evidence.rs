@@ -493,16 +493,110 @@ both_backends!(
             key: Some(as_key(&keys[0])),
             ..ExportFilter::default()
         };
-        let mut out = Vec::new();
-        let err = idemwatch::export::export_to(
-            &f.store,
-            &filter,
-            Format::Ndjson,
-            CsvCells::Neutralised,
-            &mut out,
-        )
+        let err = export_error(&f.store, &filter).await;
+        assert!(err.contains("leaves were deleted"), "{err}");
+    }
+);
+
+/// The error of an export that must fail.
+async fn export_error(store: &Store, filter: &ExportFilter) -> String {
+    let mut out = Vec::new();
+    idemwatch::export::export_to(
+        store,
+        filter,
+        Format::Ndjson,
+        CsvCells::Neutralised,
+        &mut out,
+    )
+    .await
+    .unwrap_err()
+    .to_string()
+}
+
+/// `n` DONE keys made through the guard, eight calls at a time (the block tests need
+/// more than two blocks of leaves).
+async fn many_done_keys(f: &Fixture, n: usize) -> Vec<String> {
+    use futures::StreamExt;
+    futures::stream::iter(0..n)
+        .map(|i| async move {
+            let call = refund(&format!("B-{i}"), 100 + i as i64, "1");
+            f.guard.run(&call, &f.client([])).await.unwrap();
+            call.intent.key().unwrap().to_string()
+        })
+        .buffer_unordered(8)
+        .collect()
         .await
-        .unwrap_err();
-        assert!(err.to_string().contains("leaves were deleted"), "{err}");
+}
+
+both_backends!(
+    async fn one_keys_proof_reads_its_block_and_the_block_roots_not_every_leaf(db: TestDb) {
+        use futures::TryStreamExt;
+        use idemwatch::evidence::merkle::BLOCK_LEAVES;
+        let f = Fixture::new(&db);
+        let writer = checkpointer(&f, None);
+        // Two complete blocks and a partial third.
+        let size = 2 * BLOCK_LEAVES + 300;
+        many_done_keys(&f, size as usize).await;
+        checkpoint_to(&f.store, &writer, size).await;
+        let leaves: Vec<_> = f.store.checkpoint_leaves().try_collect().await.unwrap();
+        assert_eq!(leaves.len() as u64, size);
+        let blocks = f.store.checkpoint_blocks(3).await.unwrap();
+        assert_eq!(
+            blocks.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            [0, 1],
+            "the checkpoint stores the roots of the blocks it completes"
+        );
+        let key_at = |idx: usize| leaves[idx].1.key.clone();
+        let one = |key: String| ExportFilter {
+            key: Some(as_key(&key)),
+            ..ExportFilter::default()
+        };
+
+        // A key in each block: proved from the block roots, and the proof checks.
+        let mut proofs = Vec::new();
+        for idx in [5, 1500, size as usize - 1] {
+            let (bytes, manifest) = export(&f.store, &one(key_at(idx)), Format::Ndjson).await;
+            let evidence = manifest.evidence.expect("evidence");
+            assert_eq!(evidence.proofs.len(), 1);
+            assert_eq!(evidence.proofs[0].leaf_index, idx as u64);
+            let report = verify_file(&bytes, &signing_key());
+            assert!(report.is_intact(), "leaf {idx}: {:#?}", report.breaks);
+            assert_eq!(report.anchored_keys, 1);
+            proofs.push(evidence.proofs);
+        }
+
+        // A wrong stored root is never used: the proofs come from every leaf instead,
+        // and they are the same proofs.
+        dba(
+            &f.store,
+            &format!(
+                "UPDATE evidence_blocks SET hash = '{}' WHERE idx = 0",
+                "0".repeat(64)
+            ),
+        )
+        .await;
+        for (n, idx) in [5, 1500, size as usize - 1].into_iter().enumerate() {
+            let (_, manifest) = export(&f.store, &one(key_at(idx)), Format::Ndjson).await;
+            assert_eq!(manifest.evidence.unwrap().proofs, proofs[n], "leaf {idx}");
+        }
+
+        // Roots lost (or never written: leaves from before the table) are written
+        // again from the leaves by the next checkpoint.
+        dba(&f.store, "DELETE FROM evidence_blocks").await;
+        let call = refund("B-7", 107, "1");
+        f.guard.run(&call, &f.client([])).await.unwrap();
+        checkpoint_to(&f.store, &writer, size + 1).await;
+        let again = f.store.checkpoint_blocks(3).await.unwrap();
+        assert_eq!(again, blocks, "the roots are the leaves' again");
+
+        // One key's proof reads its own block's leaves, not the others': a leaf of
+        // the first block deleted does not stop the second block's key, whose proof
+        // still checks; an export that needs every leaf says they were deleted.
+        dba(&f.store, "DELETE FROM evidence_leaves WHERE idx = 700").await;
+        let (bytes, _) = export(&f.store, &one(key_at(1500)), Format::Ndjson).await;
+        let report = verify_file(&bytes, &signing_key());
+        assert!(report.is_intact(), "{:#?}", report.breaks);
+        let err = export_error(&f.store, &ExportFilter::default()).await;
+        assert!(err.contains("leaves were deleted"), "{err}");
     }
 );
