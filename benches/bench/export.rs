@@ -44,6 +44,22 @@ fn run_measured(mut cmd: Command) -> (Duration, u64, f64) {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Drained as it comes: a CSV export writes its manifest to stderr (one proof a
+    // key: hundreds of MB for a whole export), and a pipe nobody reads stops the
+    // child once 64 KiB are waiting. Until 2026-12-02 this read stderr only after
+    // exit, and the whole export with proofs hung. The tail is kept for a failure.
+    let mut stderr = child.stderr.take().unwrap();
+    let drain = std::thread::spawn(move || {
+        use std::io::Read;
+        let (mut tail, mut buf) = (Vec::new(), [0u8; 64 * 1024]);
+        while let Ok(n @ 1..) = stderr.read(&mut buf) {
+            tail.extend_from_slice(&buf[..n]);
+            if tail.len() > 128 * 1024 {
+                tail.drain(..tail.len() - 64 * 1024);
+            }
+        }
+        String::from_utf8_lossy(&tail).into_owned()
+    });
     let pid = child.id();
     let (mut peak, mut cpu) = (0, 0.0);
     loop {
@@ -54,15 +70,8 @@ fn run_measured(mut cmd: Command) -> (Duration, u64, f64) {
             cpu = s;
         }
         if let Some(status) = child.try_wait().unwrap() {
-            let mut err = String::new();
+            let err = drain.join().unwrap();
             if !status.success() {
-                use std::io::Read;
-                child
-                    .stderr
-                    .take()
-                    .unwrap()
-                    .read_to_string(&mut err)
-                    .unwrap();
                 panic!("{cmd:?} failed: {err}");
             }
             break;
