@@ -110,9 +110,16 @@ impl EvidenceSource {
     /// not give it, or one is missing, and the caller reads every leaf instead.
     async fn paths_by_block(&self, indices: &[u64]) -> Result<Option<Vec<Vec<Hash>>>, StoreError> {
         let size = self.checkpoint.body.tree_size;
-        let mut blocks: Vec<u64> = indices.iter().map(|i| i / BLOCK_LEAVES).collect();
+        // The wanted leaves by block, as indices inside it.
+        let mut by_block: HashMap<u64, Vec<u64>> = HashMap::new();
+        for i in indices {
+            by_block
+                .entry(i / BLOCK_LEAVES)
+                .or_default()
+                .push(i % BLOCK_LEAVES);
+        }
+        let mut blocks: Vec<u64> = by_block.keys().copied().collect();
         blocks.sort_unstable();
-        blocks.dedup();
         if blocks.len() as u64 * BLOCK_LEAVES * 2 > size {
             return Ok(None);
         }
@@ -136,11 +143,7 @@ impl EvidenceSource {
         let unwanted_partial = partial.filter(|p| !blocks.contains(p));
         for block in blocks.iter().copied().chain(unwanted_partial) {
             let (from, to) = (block * BLOCK_LEAVES, ((block + 1) * BLOCK_LEAVES).min(size));
-            let wanted: Vec<u64> = indices
-                .iter()
-                .filter(|i| **i / BLOCK_LEAVES == block)
-                .map(|i| i - from)
-                .collect();
+            let wanted = by_block.remove(&block).unwrap_or_default();
             let mut collector = PathCollector::new(to - from, &wanted);
             let mut root = Frontier::default();
             let mut leaves = self.store.checkpoint_leaves_between(from, to);

@@ -87,8 +87,6 @@ pub const PRUNE_RECEIPTS_SQLITE: &str = "INSERT INTO evidence_pruned \
     SELECT key, log_seq, log_hash, status, $2 FROM idempotency_records \
     WHERE key IN (SELECT value FROM json_each($1))";
 
-/// A checkpoint as stored: the signed checkpoint, and where the next one continues.
-#[derive(Debug, Clone, PartialEq)]
 /// What the checkpoint writer makes of the new leaves ([`Store::write_checkpoint`]).
 pub struct NewCheckpoint {
     pub checkpoint: Checkpoint,
@@ -98,6 +96,8 @@ pub struct NewCheckpoint {
     pub blocks: Vec<(u64, String)>,
 }
 
+/// A checkpoint as stored: the signed checkpoint, and where the next one continues.
+#[derive(Debug, Clone, PartialEq)]
 pub struct StoredCheckpoint {
     pub checkpoint: Checkpoint,
     /// The right border of the Merkle tree (the evidence layer's `merkle::Frontier`).
@@ -330,8 +330,9 @@ macro_rules! checkpoint_transaction {
 
 impl Store {
     /// Appends a checkpoint for what changed since the last one: `make` receives the
-    /// last checkpoint and the new leaves and returns the signed checkpoint and the
-    /// tree's new right border. Nothing changed: no checkpoint, `None`.
+    /// last checkpoint and the new leaves and returns the signed checkpoint, the tree's
+    /// new right border and the block roots the new leaves complete, all written in
+    /// one transaction. Nothing changed: no checkpoint, `None`.
     pub async fn write_checkpoint<F>(&self, make: F) -> Result<Option<StoredCheckpoint>, StoreError>
     where
         F: FnOnce(Option<&StoredCheckpoint>, &[Leaf]) -> Result<NewCheckpoint, StoreError>,
