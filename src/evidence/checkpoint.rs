@@ -21,6 +21,18 @@ use std::fmt::Write as _;
 pub const CHECKPOINT_VERSION: u32 = 1;
 const SIGNING_CONTEXT: &str = "idemwatch checkpoint v1\n";
 
+/// Leaves are read in index order from 0: leaf `idx` must come where `next` is due,
+/// or leaves below it were deleted.
+pub fn leaf_in_order(idx: u64, next: u64) -> Result<(), String> {
+    if idx == next {
+        return Ok(());
+    }
+    Err(format!(
+        "leaf {idx} follows leaf {}: leaves were deleted",
+        next.wrapping_sub(1)
+    ))
+}
+
 impl Leaf {
     /// RFC 9162 leaf hash of `JCS({"key","log_hash","log_seq","pruned"})`.
     pub fn hash(&self) -> Hash {

@@ -9,6 +9,8 @@ pub mod merkle;
 mod proof;
 mod writer;
 
-pub use checkpoint::{CHECKPOINT_VERSION, Checkpoint, CheckpointBody, Leaf, check_sequence};
+pub use checkpoint::{
+    CHECKPOINT_VERSION, Checkpoint, CheckpointBody, Leaf, check_sequence, leaf_in_order,
+};
 pub use proof::{Anchor, ExportEvidence, KeyProof, LeafLog};
 pub use writer::{CheckpointMetrics, Checkpointer, hash_prefix, read_dir};

@@ -2,7 +2,7 @@
 //! and, for each exported key, the inclusion proof of its newest leaf (RFC 9162
 //! §2.1.3) under that checkpoint's root.
 
-use super::checkpoint::{Checkpoint, Leaf};
+use super::checkpoint::{Checkpoint, Leaf, leaf_in_order};
 use super::merkle::{Frontier, parse_hash, verify_inclusion};
 use ed25519_dalek::VerifyingKey;
 use serde::{Deserialize, Serialize};
@@ -96,13 +96,7 @@ pub struct LeafLog {
 impl LeafLog {
     /// Adds leaf `idx`; leaves must come in index order without gaps.
     pub fn push(&mut self, idx: u64, leaf: Leaf) -> Result<(), String> {
-        if idx != self.frontier.size() {
-            return Err(format!(
-                "leaf {} follows leaf {}: leaves were deleted",
-                idx,
-                self.frontier.size().wrapping_sub(1)
-            ));
-        }
+        leaf_in_order(idx, self.frontier.size())?;
         let h = leaf.hash();
         self.frontier.push(h);
         self.latest.insert(leaf.key.clone(), (idx, leaf));

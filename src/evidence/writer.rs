@@ -3,7 +3,7 @@
 //! one `checkpoint-<seq>.json` each, written once and never rewritten), to the log,
 //! and to three gauges, so copies exist where the database's writers cannot reach.
 
-use super::checkpoint::Checkpoint;
+use super::checkpoint::{Checkpoint, leaf_in_order};
 use super::merkle::{BLOCK_HEIGHT, BLOCK_LEAVES, Frontier};
 use crate::guard::Clock;
 use crate::store::{NewCheckpoint, Store, StoreError, StoredCheckpoint};
@@ -159,12 +159,7 @@ impl Checkpointer {
         let mut leaves = self.store.checkpoint_leaves_below(complete * BLOCK_LEAVES);
         while let Some(item) = leaves.next().await {
             let (idx, leaf) = item?;
-            if idx != frontier.size() {
-                return Err(StoreError::Corrupt(format!(
-                    "leaf {idx} follows leaf {}: leaves were deleted",
-                    frontier.size().wrapping_sub(1)
-                )));
-            }
+            leaf_in_order(idx, frontier.size()).map_err(StoreError::Corrupt)?;
             if let Some((block, root)) = frontier.push_noting(leaf.hash(), BLOCK_HEIGHT) {
                 blocks.push((block, hex::encode(root)));
                 if blocks.len() == BATCH {

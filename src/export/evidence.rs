@@ -8,7 +8,7 @@
 //! once instead ([`PathCollector`]).
 
 use crate::evidence::merkle::{BLOCK_LEAVES, Frontier, Hash, PathCollector, parse_hash};
-use crate::evidence::{Checkpoint, ExportEvidence, KeyProof, Leaf};
+use crate::evidence::{Checkpoint, ExportEvidence, KeyProof, Leaf, leaf_in_order};
 use crate::store::{Store, StoreError};
 use futures::StreamExt;
 use std::collections::HashMap;
@@ -210,12 +210,7 @@ impl EvidenceSource {
         let mut next = 0u64;
         while let Some(item) = leaves.next().await {
             let (idx, leaf) = item?;
-            if idx != next {
-                return Err(StoreError::Corrupt(format!(
-                    "leaf {idx} follows leaf {}: leaves were deleted",
-                    next.wrapping_sub(1)
-                )));
-            }
+            leaf_in_order(idx, next).map_err(StoreError::Corrupt)?;
             collector.push(leaf.hash());
             next += 1;
         }
