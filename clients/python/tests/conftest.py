@@ -41,10 +41,33 @@ def pg_url() -> str | None:
     return os.environ.get("IDEMWATCH_TEST_PG_URL") or os.environ.get("TEST_DATABASE_URL") or None
 
 
+_next_port = itertools.count()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A loopback port below the kernel's ephemeral range, checked free by binding it.
+
+    A port from the ephemeral range (bind to 0, close) can be given to any outgoing
+    connection before the server binds it ("Address already in use"); below the range
+    only another listener can take it. Same rule as tests/it/support/pg.rs.
+    """
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    lowest = 10000
+    span = max(ephemeral - lowest, 1000)
+    start = (os.getpid() * 7919) % span
+    for _ in range(span):
+        port = lowest + (start + next(_next_port)) % span
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {lowest}..{lowest + span}")
 
 
 @dataclass

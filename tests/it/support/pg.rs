@@ -178,9 +178,35 @@ pub fn watchdog(bin: &Path, data: &str, dir: &Path, as_postgres: bool) {
 
 /// Its own copy, not `server::free_port`: the benches include this file alone
 /// (`benches/bench`), without the rest of `support`.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free loopback port")
+/// A loopback port for a server the tests start (PostgreSQL, `idemwatch serve`,
+/// chromedriver, pgbouncer), taken *below* the kernel's ephemeral range.
+///
+/// A port from the ephemeral range (bind to port 0, close, hand the number to the
+/// server) can be given by the kernel to any outgoing connection in the meantime, and
+/// the tests open thousands of them; the server then fails with "Address already in
+/// use" (a clean-clone CI run, 2026-12-02: a fault cluster's `pg_ctl start`). Below the
+/// range no connection takes a port; only another listener can, so each candidate is
+/// checked by binding it. Candidates are handed out in turn from a start that differs by
+/// process, so two test processes do not walk the same ports.
+pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOWEST: u32 = 10_000;
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral.saturating_sub(LOWEST).max(1_000);
+    let start = std::process::id().wrapping_mul(7_919) % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = LOWEST + (start + n) % span;
+        let Ok(port) = u16::try_from(port) else {
+            continue;
+        };
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port in {LOWEST}..{}", LOWEST + span)
 }

@@ -1,18 +1,14 @@
 //! A real `idemwatch` process on a free loopback port, for life-cycle and browser
 //! tests, and a minimal HTTP/1.1 GET over a plain TCP stream.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A loopback port that was free a moment ago.
+/// A loopback port for a server, outside the range outgoing connections use
+/// ([`super::pg::free_port`]).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    super::pg::free_port()
 }
 
 /// A child process that is killed when dropped.
@@ -104,4 +100,22 @@ pub async fn send_raw(addr: &str, request: &str) -> std::io::Result<(u16, String
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     Ok((status, body))
+}
+
+/// The ports the harness hands to servers lie below the range the kernel gives
+/// outgoing connections, so no connection can take one before its server binds it.
+#[test]
+fn server_ports_lie_below_the_ephemeral_range() {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .expect("Linux: /proc/sys/net/ipv4/ip_local_port_range");
+    let lowest: u16 = range.split_whitespace().next().unwrap().parse().unwrap();
+    for _ in 0..20 {
+        let port = free_port();
+        assert!(
+            port < lowest,
+            "port {port} is in the ephemeral range ({})",
+            range.trim()
+        );
+        assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+    }
 }

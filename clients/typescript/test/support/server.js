@@ -4,7 +4,7 @@
 // are skipped loudly, and under CI=true they fail.
 
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -18,15 +18,31 @@ export const PG_SKIP = "*** SKIPPED (PostgreSQL unavailable: set IDEMWATCH_TEST_
 export const serverBinary = () => process.env.IDEMWATCH_BIN || join(REPO, "target", "debug", "idemwatch");
 export const pgUrl = () => process.env.IDEMWATCH_TEST_PG_URL || process.env.TEST_DATABASE_URL || null;
 
-export function freePort() {
-  return new Promise((resolvePort, reject) => {
-    const s = createServer();
-    s.once("error", reject);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => resolvePort(port));
+// A loopback port below the kernel's ephemeral range, checked free by listening on it.
+// A port from the ephemeral range (listen on 0, close) can be given to any outgoing
+// connection before the server binds it ("Address already in use"); below the range only
+// another listener can take it. Same rule as tests/it/support/pg.rs.
+let nextPort = 0;
+export async function freePort() {
+  let ephemeral = 32768;
+  try {
+    ephemeral = Number.parseInt(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").split(/\s+/)[0], 10) || ephemeral;
+  } catch {
+    // not Linux: the usual lower bound
+  }
+  const lowest = 10000;
+  const span = Math.max(ephemeral - lowest, 1000);
+  const start = (process.pid * 7919) % span;
+  for (let i = 0; i < span; i++) {
+    const port = lowest + ((start + nextPort++) % span);
+    const free = await new Promise((done) => {
+      const s = createServer();
+      s.once("error", () => done(false));
+      s.listen(port, "127.0.0.1", () => s.close(() => done(true)));
     });
-  });
+    if (free) return port;
+  }
+  throw new Error(`no free loopback port in ${lowest}..${lowest + span}`);
 }
 
 /**
