@@ -176,8 +176,6 @@ pub fn watchdog(bin: &Path, data: &str, dir: &Path, as_postgres: bool) {
         .spawn();
 }
 
-/// Its own copy, not `server::free_port`: the benches include this file alone
-/// (`benches/bench`), without the rest of `support`.
 /// A loopback port for a server the tests start (PostgreSQL, `idemwatch serve`,
 /// chromedriver, pgbouncer), taken *below* the kernel's ephemeral range.
 ///
@@ -187,7 +185,9 @@ pub fn watchdog(bin: &Path, data: &str, dir: &Path, as_postgres: bool) {
 /// use" (a clean-clone CI run, 2026-12-02: a fault cluster's `pg_ctl start`). Below the
 /// range no connection takes a port; only another listener can, so each candidate is
 /// checked by binding it. Candidates are handed out in turn from a start that differs by
-/// process, so two test processes do not walk the same ports.
+/// process, so two test processes do not walk the same ports. It lives here, not in
+/// `server`, because the benches include this file alone (`benches/bench`);
+/// `server::free_port` calls it.
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     static NEXT: AtomicU32 = AtomicU32::new(0);
