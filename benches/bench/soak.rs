@@ -411,19 +411,19 @@ fn report(plan: &SoakPlan, prune_every_s: f64, samples: &[Sample], figures: &mut
         .unwrap_or(samples.len().saturating_sub(1));
     let later = &samples[reference..];
     type Series = fn(&Sample) -> f64;
-    let series: [(&str, Series); 6] = [
-        ("records + indexes size", |s| {
+    let series: [(&str, &str, Series); 6] = [
+        ("records + indexes size", "MiB", |s| {
             s.records_mib + s.records_indexes_mib
         }),
-        ("attempts + indexes size", |s| {
+        ("attempts + indexes size", "MiB", |s| {
             s.attempts_mib + s.attempts_indexes_mib
         }),
-        ("guard p99", |s| s.guard_p99_ms),
-        ("tail lag (max)", |s| s.tail_lag_max_ms),
-        ("key page p99", |s| s.key_page_p99_ms),
-        ("guard ops/s", |s| s.ops_per_s),
+        ("guard p99", "ms", |s| s.guard_p99_ms),
+        ("tail lag (max)", "ms", |s| s.tail_lag_max_ms),
+        ("key page p99", "ms", |s| s.key_page_p99_ms),
+        ("guard ops/s", "ops/s", |s| s.ops_per_s),
     ];
-    for (name, f) in series {
+    for (name, series_unit, f) in series {
         let Some(first) = later.first().map(f) else {
             continue;
         };
@@ -433,9 +433,9 @@ fn report(plan: &SoakPlan, prune_every_s: f64, samples: &[Sample], figures: &mut
             .fold(0.0f64, |a, d| if d.abs() > a.abs() { d } else { a });
         // A reference of 0 (a tail lag maximum with no transaction holding the tail
         // back in that minute) has no percentage: the figure is then the largest
-        // absolute change, and only a flat 0 meets the band.
+        // change in the series' own unit, and only a flat 0 meets the band.
         let (value, unit, within) = if first == 0.0 {
-            (worst, "absolute", worst == 0.0)
+            (worst, series_unit, worst == 0.0)
         } else {
             (100.0 * worst / first, "%", (worst / first).abs() <= 0.2)
         };
