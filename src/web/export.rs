@@ -305,6 +305,13 @@ async fn manifest(
         .map_err(ExportError::BadFormat)?;
     let filter = query.filter(SystemClock.now())?;
     let cells = query.csv_cells()?;
+    // A manifest is a whole export's work (every selected row read and hashed, a proof
+    // per key built in memory) without the file: it takes a slot like a download.
+    let _permit = state
+        .exports
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ExportError::Busy)?;
     let manifest = export::export_into(&state.store, &filter, format, cells, &mut Discard)
         .await
         .map_err(|e| match e {

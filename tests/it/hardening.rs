@@ -313,9 +313,26 @@ async fn downloads_beyond_the_cap_are_refused_with_429_while_pages_answer() {
     let busy = send(&app, download()).await;
     assert_eq!(busy.status, StatusCode::TOO_MANY_REQUESTS, "{}", busy.body);
     assert_eq!(busy.headers["retry-after"], "60");
+    // A manifest is the same work without the file (every row read and hashed, a
+    // proof per key in memory): it waits for a slot too. Until 2026-12-02 it took
+    // none, so any number of them ran at once.
+    let manifest = || {
+        request(
+            Method::GET,
+            "/export/attempts.manifest?format=csv",
+            Who::Session("ada"),
+            None,
+        )
+    };
+    let busy = send(&app, manifest()).await;
+    assert_eq!(busy.status, StatusCode::TOO_MANY_REQUESTS, "{}", busy.body);
+    assert_eq!(busy.headers["retry-after"], "60");
     let page = call(&app, Method::GET, "/keys", Who::Session("ada"), None).await;
     assert_eq!(page.status, StatusCode::OK);
     // A client that goes away frees its slot.
     stalled.pop();
     assert_eq!(send(&app, download()).await.status, StatusCode::OK);
+    let answered = send(&app, manifest()).await;
+    assert_eq!(answered.status, StatusCode::OK, "{}", answered.body);
+    assert!(answered.body.contains("\"row_count\""), "{}", answered.body);
 }
