@@ -119,8 +119,9 @@ pub fn parse_hash(text: &str) -> Result<Hash, String> {
 }
 
 /// Every level of a tree built from its leaf hashes, for inclusion proofs of any leaf
-/// (memory 64 bytes a leaf; an export uses [`PathCollector`] instead, and the tests
-/// check it against this).
+/// (memory 64 bytes a leaf). An export that proves at least one leaf in 16 keeps one
+/// and computes each path as its manifest is written; one that proves fewer gathers
+/// them with [`PathCollector`] instead, and the tests check that against this.
 pub struct Tree {
     levels: Vec<Vec<Hash>>,
 }

@@ -3,10 +3,11 @@
 //! §2.1.3) under that checkpoint's root.
 
 use super::checkpoint::{Checkpoint, Leaf, leaf_in_order};
-use super::merkle::{Frontier, parse_hash, verify_inclusion};
+use super::merkle::{Frontier, Hash, Tree, parse_hash, verify_inclusion};
 use ed25519_dalek::VerifyingKey;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Where a signed checkpoint last saw a key's chain: the row at `seq` must still be
 /// there with this `hash` (later rows may follow).
@@ -26,7 +27,117 @@ pub struct KeyProof {
     pub leaf: Leaf,
     pub leaf_index: u64,
     /// Sibling hashes, bottom up, lowercase hex.
-    pub path: Vec<String>,
+    pub path: ProofPath,
+}
+
+/// The sibling hashes of an inclusion proof, written as a list of 64 lowercase hex
+/// digits each.
+///
+/// A whole export holds a proof per exported key until its manifest is written (about
+/// 17 hashes a key at 100 k leaves). Each hash as a 64-character `String` cost ~100
+/// bytes of memory, and a path ~1.7 kB; so a path is held as bytes, or, when most of
+/// the tree's leaves are proved at once, as its place in the one tree of every leaf
+/// (64 bytes a leaf) and computed as it is written (docs/PERFORMANCE.md, "A whole
+/// export's proofs in a fifth of the memory"). A manifest read back with anything but
+/// this form in a path keeps that path's text exactly as it was, so that
+/// [`ExportEvidence::check`] names the key whose proof was altered instead of the
+/// whole manifest failing to parse.
+#[derive(Clone)]
+pub enum ProofPath {
+    Hashes(Vec<Hash>),
+    /// Leaf `index`'s path in `tree`, computed when asked for.
+    InTree {
+        tree: Arc<Tree>,
+        index: u64,
+    },
+    Text(Vec<String>),
+}
+
+impl ProofPath {
+    pub fn hashes(&self) -> Result<Vec<Hash>, String> {
+        match self {
+            ProofPath::Hashes(hashes) => Ok(hashes.clone()),
+            ProofPath::InTree { tree, index } => Ok(tree.inclusion_proof(*index)),
+            ProofPath::Text(text) => text.iter().map(|h| parse_hash(h)).collect(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            ProofPath::Hashes(hashes) => hashes.len(),
+            ProofPath::InTree { tree, index } => tree.inclusion_proof(*index).len(),
+            ProofPath::Text(text) => text.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Equal when they write the same JSON.
+impl PartialEq for ProofPath {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (ProofPath::Text(a), ProofPath::Text(b)) => a == b,
+            (ProofPath::Text(_), _) | (_, ProofPath::Text(_)) => false,
+            (a, b) => a.hashes() == b.hashes(),
+        }
+    }
+}
+
+impl Eq for ProofPath {}
+
+impl std::fmt::Debug for ProofPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self, self.hashes()) {
+            (ProofPath::Text(text), _) => f.debug_tuple("Text").field(text).finish(),
+            (_, hashes) => {
+                let hex: Vec<String> = hashes.unwrap_or_default().iter().map(hex::encode).collect();
+                f.debug_tuple("Hashes").field(&hex).finish()
+            }
+        }
+    }
+}
+
+impl From<Vec<Hash>> for ProofPath {
+    fn from(hashes: Vec<Hash>) -> Self {
+        ProofPath::Hashes(hashes)
+    }
+}
+
+impl Serialize for ProofPath {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        match self {
+            ProofPath::Text(text) => text.serialize(serializer),
+            path => {
+                let hashes = path.hashes().expect("a path of hashes");
+                let mut seq = serializer.serialize_seq(Some(hashes.len()))?;
+                let mut hex = [0u8; 64];
+                for hash in &hashes {
+                    hex::encode_to_slice(hash, &mut hex).expect("64 hex digits for 32 bytes");
+                    seq.serialize_element(std::str::from_utf8(&hex).expect("hex is ASCII"))?;
+                }
+                seq.end()
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ProofPath {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = Vec::<String>::deserialize(deserializer)?;
+        // Only the form this crate writes becomes bytes, so what is read is written
+        // back unchanged (upper-case hex, say, stays text and still parses in `hashes`).
+        let canonical = |h: &String| parse_hash(h).ok().filter(|b| hex::encode(b) == *h);
+        Ok(
+            match text.iter().map(canonical).collect::<Option<Vec<Hash>>>() {
+                Some(hashes) => ProofPath::Hashes(hashes),
+                None => ProofPath::Text(text),
+            },
+        )
+    }
 }
 
 /// The `evidence` member of a manifest.
@@ -59,7 +170,7 @@ impl ExportEvidence {
         let size = self.checkpoint.body.tree_size;
         let mut anchors = HashMap::new();
         for p in &self.proofs {
-            let path: Result<Vec<_>, _> = p.path.iter().map(|h| parse_hash(h)).collect();
+            let path = p.path.hashes();
             let ok = path.is_ok_and(|path| {
                 verify_inclusion(&p.leaf.hash(), p.leaf_index, size, &path, &root)
             });
@@ -129,5 +240,57 @@ impl LeafLog {
                 )
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_proof_path_is_written_as_hex_and_read_back_as_it_was() {
+        let hashes: Vec<Hash> = (0..3u8)
+            .map(|n| std::array::from_fn(|i| i as u8 * 7 + n))
+            .collect();
+        let hex: Vec<String> = hashes.iter().map(hex::encode).collect();
+        let written = serde_json::to_string(&ProofPath::from(hashes.clone())).unwrap();
+        assert_eq!(
+            written,
+            serde_json::to_string(&hex).unwrap(),
+            "the same bytes as the Vec<String> it replaced"
+        );
+        let read: ProofPath = serde_json::from_str(&written).unwrap();
+        assert_eq!(read, ProofPath::Hashes(hashes.clone()));
+        assert_eq!(read.hashes().unwrap(), hashes);
+        // A path left in its tree is written as the same list.
+        let tree = Arc::new(Tree::new(hashes.clone()));
+        for index in 0..3 {
+            let lazy = ProofPath::InTree {
+                tree: tree.clone(),
+                index,
+            };
+            let owned = ProofPath::from(tree.inclusion_proof(index));
+            assert_eq!(
+                serde_json::to_string(&lazy).unwrap(),
+                serde_json::to_string(&owned).unwrap()
+            );
+            assert_eq!(lazy, owned);
+            assert_eq!(lazy.len(), owned.len());
+        }
+        // Anything else keeps the path as text, written back unchanged; only what does
+        // not parse at all fails, in `hashes`.
+        for (odd, parses) in [
+            (hex[1].to_uppercase(), true),
+            ("zz".repeat(32), false),
+            ("ab".to_string(), false),
+        ] {
+            let text = vec![hex[0].clone(), odd.clone(), hex[2].clone()];
+            let json = serde_json::to_string(&text).unwrap();
+            let read: ProofPath = serde_json::from_str(&json).unwrap();
+            assert_eq!(read, ProofPath::Text(text));
+            assert_eq!(serde_json::to_string(&read).unwrap(), json);
+            assert_eq!(read.hashes().is_ok(), parses, "{odd}");
+            assert_eq!(read.len(), 3);
+        }
     }
 }

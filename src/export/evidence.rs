@@ -7,14 +7,19 @@
 //! log's size; an export of keys spread over most blocks streams every leaf hash past
 //! once instead ([`PathCollector`]).
 
-use crate::evidence::merkle::{BLOCK_LEAVES, Frontier, Hash, PathCollector, parse_hash};
-use crate::evidence::{Checkpoint, ExportEvidence, KeyProof, Leaf, leaf_in_order};
+use crate::evidence::merkle::{BLOCK_LEAVES, Frontier, Hash, PathCollector, Tree, parse_hash};
+use crate::evidence::{Checkpoint, ExportEvidence, KeyProof, Leaf, ProofPath, leaf_in_order};
 use crate::store::{Store, StoreError};
 use futures::StreamExt;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Keys looked up a statement.
 const LOOKUP_BATCH: usize = 1_000;
+
+/// A streamed pass keeps the whole tree when at least one leaf in this many is proved:
+/// the tree costs 64 bytes a leaf, gathering the paths ~1 kB a proved leaf.
+const DENSE: u64 = 16;
 
 /// The checkpoint an export is proved under, and where its leaves are read.
 pub struct EvidenceSource {
@@ -82,7 +87,7 @@ impl EvidenceSource {
             .map(|((leaf_index, leaf), path)| KeyProof {
                 leaf,
                 leaf_index,
-                path: path.iter().map(hex::encode).collect(),
+                path,
             })
             .collect();
         Ok(ExportEvidence {
@@ -95,9 +100,9 @@ impl EvidenceSource {
     /// The audit paths of leaves `indices` in the checkpoint's tree: from their blocks
     /// and the block roots when that reads less than half the leaves, else (or when
     /// the roots are missing or wrong) from one ordered pass over every leaf.
-    async fn paths(&self, indices: &[u64]) -> Result<Vec<Vec<Hash>>, StoreError> {
+    async fn paths(&self, indices: &[u64]) -> Result<Vec<ProofPath>, StoreError> {
         if let Some(paths) = self.paths_by_block(indices).await? {
-            return Ok(paths);
+            return Ok(paths.into_iter().map(ProofPath::from).collect());
         }
         self.paths_streamed(indices).await
     }
@@ -202,23 +207,47 @@ impl EvidenceSource {
     }
 
     /// The audit paths of leaves `indices` in the checkpoint's tree, from one ordered
-    /// pass over its leaves.
-    async fn paths_streamed(&self, indices: &[u64]) -> Result<Vec<Vec<Hash>>, StoreError> {
+    /// pass over its leaves. When at least one leaf in [`DENSE`] is wanted (a whole
+    /// export), every leaf hash is kept in one [`Tree`] (64 bytes a leaf) and each path
+    /// is computed from it when the manifest is written; otherwise the paths are
+    /// gathered as the leaves pass ([`PathCollector`]: ~1 kB a wanted leaf while it
+    /// runs, the tree's leaves not kept).
+    async fn paths_streamed(&self, indices: &[u64]) -> Result<Vec<ProofPath>, StoreError> {
         let size = self.checkpoint.body.tree_size;
-        let mut collector = PathCollector::new(size, indices);
+        let dense = indices.len() as u64 * DENSE >= size;
+        let mut collector = (!dense).then(|| PathCollector::new(size, indices));
+        let mut hashes = Vec::with_capacity(if dense { size as usize } else { 0 });
         let mut leaves = self.store.checkpoint_leaves_below(size);
         let mut next = 0u64;
         while let Some(item) = leaves.next().await {
             let (idx, leaf) = item?;
             leaf_in_order(idx, next).map_err(StoreError::Corrupt)?;
-            collector.push(leaf.hash());
+            match collector.as_mut() {
+                Some(collector) => collector.push(leaf.hash()),
+                None => hashes.push(leaf.hash()),
+            }
             next += 1;
         }
-        collector.finish().ok_or_else(|| {
+        let deleted = || {
             StoreError::Corrupt(format!(
                 "checkpoint {} covers {size} leaves, but {next} are stored: leaves were deleted",
                 self.checkpoint.body.seq
             ))
-        })
+        };
+        if let Some(collector) = collector {
+            let paths = collector.finish().ok_or_else(deleted)?;
+            return Ok(paths.into_iter().map(ProofPath::from).collect());
+        }
+        if next != size {
+            return Err(deleted());
+        }
+        let tree = Arc::new(Tree::new(hashes));
+        Ok(indices
+            .iter()
+            .map(|&index| ProofPath::InTree {
+                tree: tree.clone(),
+                index,
+            })
+            .collect())
     }
 }

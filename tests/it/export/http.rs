@@ -154,3 +154,58 @@ both_backends!(
         assert_eq!(v["field"], "raw");
     }
 );
+
+both_backends!(
+    async fn a_manifest_larger_than_a_chunk_is_streamed_whole(db: TestDb) {
+        use super::evidence::{checkpoint_to, checkpointer, done_keys};
+        let f = Fixture::new(&db);
+        let keys = done_keys(&f, 200).await;
+        let writer = checkpointer(&f, None);
+        checkpoint_to(&f.store, &writer, keys.len() as u64).await;
+        let until = Utc::now() + TimeDelta::minutes(1);
+        let (status, headers, body) = get(
+            &f.store,
+            &format!(
+                "/export/attempts.manifest?format=csv&until={}",
+                rfc3339(until)
+            ),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(text(&headers, header::CONTENT_TYPE), "application/json");
+        // A proof a key: several of the body's chunks, written as serialised.
+        assert!(
+            body.len() > 2 * idemwatch::export::CHUNK,
+            "{} bytes",
+            body.len()
+        );
+        assert_eq!(body.last(), Some(&b'\n'));
+        let served: Manifest = serde_json::from_slice(&body).unwrap();
+        let filter = ExportFilter {
+            until: Some(until),
+            ..Default::default()
+        };
+        let (csv, mut written) = export(&f.store, &filter, Format::Csv).await;
+        assert_eq!(served.sha256, sha256_hex(&csv));
+        let evidence = served.evidence.as_ref().expect("evidence");
+        assert_eq!(evidence.proofs.len(), keys.len());
+        // The CLI's manifest of the same query, but for the time it was made.
+        written.generated_at = served.generated_at;
+        let (served_json, written_json) = (
+            serde_json::to_value(&served).unwrap(),
+            serde_json::to_value(&written).unwrap(),
+        );
+        let differ: Vec<&String> = written_json
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, v)| served_json.get(k.as_str()) != Some(v))
+            .map(|(k, _)| k)
+            .collect();
+        assert!(differ.is_empty(), "fields differ: {differ:?}");
+        assert!(
+            body == written.to_pretty_json().into_bytes(),
+            "the served bytes are the manifest's pretty JSON"
+        );
+    }
+);
