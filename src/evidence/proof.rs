@@ -38,7 +38,7 @@ pub struct KeyProof {
 /// bytes of memory, and a path ~1.7 kB; so a path is held as bytes, or, when most of
 /// the tree's leaves are proved at once, as its place in the one tree of every leaf
 /// (64 bytes a leaf) and computed as it is written (docs/PERFORMANCE.md, "A whole
-/// export's proofs in a fifth of the memory"). A manifest read back with anything but
+/// export's proofs in a quarter of the memory"). A manifest read back with anything but
 /// this form in a path keeps that path's text exactly as it was, so that
 /// [`ExportEvidence::check`] names the key whose proof was altered instead of the
 /// whole manifest failing to parse.

@@ -5,7 +5,8 @@
 //! index. Its path comes from its block of 1,024 leaves and the stored block roots
 //! (`evidence_blocks`), so one key's export reads about a thousand leaves whatever the
 //! log's size; an export of keys spread over most blocks streams every leaf hash past
-//! once instead ([`PathCollector`]).
+//! once instead, and keeps either the tree of every leaf (a whole export: the paths are
+//! computed as the manifest is written) or the proved keys' paths ([`PathCollector`]).
 
 use crate::evidence::merkle::{BLOCK_LEAVES, Frontier, Hash, PathCollector, Tree, parse_hash};
 use crate::evidence::{Checkpoint, ExportEvidence, KeyProof, Leaf, ProofPath, leaf_in_order};
