@@ -79,6 +79,12 @@ pub enum Backend {
     Sqlite,
 }
 
+/// How long a PostgreSQL connection may sit in the pool before it is pinged on its way
+/// out ([`Store::connect`]). HikariCP's window for the same decision
+/// (`aliveBypassWindowMs`, 500 ms by default): a connection that answered this recently
+/// is taken as alive.
+pub const IDLE_PING_AFTER: Duration = Duration::from_millis(500);
+
 /// Connection settings beyond the URL.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {
@@ -114,6 +120,22 @@ impl Store {
                 let pool = PgPoolOptions::new()
                     .max_connections(options.max_connections)
                     .acquire_timeout(options.acquire_timeout)
+                    // sqlx pings every connection it hands out (a round trip of its
+                    // own): the guard's claim and settle are one statement each, so
+                    // that was half of a guarded call's round trips. Only a connection
+                    // that sat idle is pinged (`IDLE_PING_AFTER`), where a firewall or
+                    // a server timeout may have closed it; one in steady use meets a
+                    // dead server at its next statement either way (docs/PERFORMANCE.md,
+                    // "A ping only after idling").
+                    .test_before_acquire(false)
+                    .before_acquire(|conn, meta| {
+                        Box::pin(async move {
+                            if meta.idle_for >= IDLE_PING_AFTER {
+                                sqlx::Connection::ping(conn).await?;
+                            }
+                            Ok(true)
+                        })
+                    })
                     // PostgreSQL's JIT (on by default from cost 100,000) compiles the
                     // big export and verify statements for ~0.25 s and then saves
                     // nothing on a streaming join (docs/PERFORMANCE.md, export). A SET

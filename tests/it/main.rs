@@ -38,6 +38,7 @@ mod pages;
 mod pages_drilldown;
 mod pages_transitions;
 mod past_retention;
+mod pool_ping;
 mod prometheus_e2e;
 mod resolve;
 mod serve_timeouts;
