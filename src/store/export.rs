@@ -128,13 +128,29 @@ pub const SERIAL_PLAN_POSTGRES: &str = "SELECT \
     set_config('enable_bitmapscan', 'off', true), \
     set_config('enable_sort', 'off', true)";
 
-/// For a filtered [`EXPORT`] on PostgreSQL, in its own transaction: no parallel
-/// workers. For an `occurred_at` window the planner otherwise picks a parallel hash
-/// join and an external sort of every wide row: about three processes' CPU for the
-/// rows one gives (docs/PERFORMANCE.md, Issue 17, export plan). Only parallelism is
-/// turned off, not [`SERIAL_PLAN_POSTGRES`]'s join and sort methods: a selective
-/// filter (one key, a recent window, a small tenant) still gets its index and a sort
-/// of the few rows it selects.
+/// For a filtered [`EXPORT`] on PostgreSQL, in its own transaction: the server's own
+/// plan, parallel workers included as far as the server allows them, the plan psql
+/// gets for the same query. Unlike [`SERIAL_PLAN_POSTGRES`], a selective filter (one
+/// key, a recent window, a small tenant) gets its index and a sort of the few rows it
+/// selects.
+///
+/// Parallel workers were turned off here until 2026-12-02 (they cost about three
+/// processes' CPU for a window's rows, measured on a busy machine). On a quiet one the
+/// parallel plan made a window of 100 k attempts in a 1 M-attempt log ~15 % faster end
+/// to end, and the serial plan was the whole gap to psql's COPY (docs/PERFORMANCE.md,
+/// "A window in the server's own plan"). How many workers an export may take is the
+/// server's setting (`max_parallel_workers_per_gather`), as for any other client.
+///
+/// A server that runs queries serially (`max_parallel_workers_per_gather` 0) gets
+/// `work_mem` raised to 16 MB for this one statement (never lowered: a server set
+/// higher keeps its own). With PostgreSQL's default 4 MB the serial planner joins a
+/// window of 100 k attempts by hashing *every* record (500 k wide rows spilled in 32
+/// batches to temporary files) instead of the window's attempts: 1.7–2.0 s of server
+/// time against 0.9–1.4 s with 16 MB, where the attempts fit one in-memory batch
+/// (`hash_mem_multiplier` 2) (docs/PERFORMANCE.md, "A window of a large log"); the
+/// parallel plan does not make that choice. The cost is bounded: one hash and one
+/// sort node, at most ~48 MB of the server's memory per export, released with the
+/// transaction.
 ///
 /// An export without a filter gets [`SERIAL_PLAN_POSTGRES`] instead
 /// ([`export_plan`]): it wants every row in the primary key's order, which the
@@ -144,29 +160,18 @@ pub const SERIAL_PLAN_POSTGRES: &str = "SELECT \
 /// at 10 M attempts, and no row sent until the sort is done): 101 s of server time
 /// against the index join's 63 s there (docs/PERFORMANCE.md, "The whole log in index
 /// order").
-///
-/// `work_mem` is raised to 16 MB for this one statement (never lowered: a server set
-/// higher keeps its own). At PostgreSQL's default
-/// 4 MB the serial planner joins a window of 100 k attempts by hashing *every*
-/// record (500 k wide rows spilled in 32 batches to temporary files) instead of the
-/// window's attempts: 1.7–2.0 s of server time against 0.9–1.4 s with 16 MB, where
-/// the attempts fit one in-memory batch (`hash_mem_multiplier` 2), and against the
-/// parallel plan's 1.2–1.3 s in three processes (docs/PERFORMANCE.md, "A window of a
-/// large log"). Broad filters (millions of rows) keep the same merge-join plan either
-/// way. The cost is bounded: one hash and one sort node, at most ~48 MB of the
-/// server's memory per export, released with the transaction.
-pub const SERIAL_EXPORT_POSTGRES: &str = "SELECT \
-    set_config('max_parallel_workers_per_gather', '0', true), \
-    set_config('work_mem', CASE WHEN pg_size_bytes(current_setting('work_mem')) < 16777216 \
+pub const FILTERED_EXPORT_POSTGRES: &str = "SELECT \
+    set_config('work_mem', CASE WHEN current_setting('max_parallel_workers_per_gather')::int = 0 \
+        AND pg_size_bytes(current_setting('work_mem')) < 16777216 \
         THEN '16MB' ELSE current_setting('work_mem') END, true)";
 
 /// The plan settings of an export that `filter` selects: see
-/// [`SERIAL_EXPORT_POSTGRES`].
+/// [`FILTERED_EXPORT_POSTGRES`].
 pub fn export_plan(filter: &ExportFilter) -> &'static str {
     if *filter == ExportFilter::default() {
         SERIAL_PLAN_POSTGRES
     } else {
-        SERIAL_EXPORT_POSTGRES
+        FILTERED_EXPORT_POSTGRES
     }
 }
 
@@ -414,7 +419,7 @@ mod tests {
             },
         ];
         for f in filtered {
-            assert_eq!(export_plan(&f), SERIAL_EXPORT_POSTGRES, "{f:?}");
+            assert_eq!(export_plan(&f), FILTERED_EXPORT_POSTGRES, "{f:?}");
         }
     }
 }
