@@ -119,9 +119,9 @@ pub fn parse_hash(text: &str) -> Result<Hash, String> {
 }
 
 /// Every level of a tree built from its leaf hashes, for inclusion proofs of any leaf
-/// (memory 64 bytes a leaf). An export that proves at least one leaf in 16 keeps one
-/// and computes each path as its manifest is written; one that proves fewer gathers
-/// them with [`PathCollector`] instead, and the tests check that against this.
+/// (memory 64 bytes a leaf). An export that proves many keys builds one a block of
+/// 1,024 leaves as the leaves stream past, and one of the block roots (64 bytes a
+/// block); the tests check [`PathCollector`] and those paths against this.
 pub struct Tree {
     levels: Vec<Vec<Hash>>,
 }

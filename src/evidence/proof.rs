@@ -3,7 +3,7 @@
 //! §2.1.3) under that checkpoint's root.
 
 use super::checkpoint::{Checkpoint, Leaf, leaf_in_order};
-use super::merkle::{Frontier, Hash, Tree, parse_hash, verify_inclusion};
+use super::merkle::{Frontier, Hash, parse_hash, verify_inclusion};
 use ed25519_dalek::VerifyingKey;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::HashMap;
@@ -33,23 +33,14 @@ pub struct KeyProof {
 /// The sibling hashes of an inclusion proof, written as a list of 64 lowercase hex
 /// digits each.
 ///
-/// A whole export holds a proof per exported key until its manifest is written (about
-/// 17 hashes a key at 100 k leaves). Each hash as a 64-character `String` cost ~100
-/// bytes of memory, and a path ~1.7 kB; so a path is held as bytes, or, when most of
-/// the tree's leaves are proved at once, as its place in the one tree of every leaf
-/// (64 bytes a leaf) and computed as it is written (docs/PERFORMANCE.md, "A whole
-/// export's proofs in a quarter of the memory"). A manifest read back with anything but
-/// this form in a path keeps that path's text exactly as it was, so that
-/// [`ExportEvidence::check`] names the key whose proof was altered instead of the
-/// whole manifest failing to parse.
+/// Held as bytes: each hash as a 64-character `String` cost ~100 bytes of memory, and
+/// a path ~1.7 kB (docs/PERFORMANCE.md, "A whole export's proofs in a quarter of the
+/// memory"). A manifest read back with anything but this form in a path keeps that
+/// path's text exactly as it was, so that [`ExportEvidence::check`] names the key
+/// whose proof was altered instead of the whole manifest failing to parse.
 #[derive(Clone)]
 pub enum ProofPath {
     Hashes(Vec<Hash>),
-    /// Leaf `index`'s path in `tree`, computed when asked for.
-    InTree {
-        tree: Arc<Tree>,
-        index: u64,
-    },
     Text(Vec<String>),
 }
 
@@ -57,7 +48,6 @@ impl ProofPath {
     pub fn hashes(&self) -> Result<Vec<Hash>, String> {
         match self {
             ProofPath::Hashes(hashes) => Ok(hashes.clone()),
-            ProofPath::InTree { tree, index } => Ok(tree.inclusion_proof(*index)),
             ProofPath::Text(text) => text.iter().map(|h| parse_hash(h)).collect(),
         }
     }
@@ -69,7 +59,7 @@ impl PartialEq for ProofPath {
         match (self, other) {
             (ProofPath::Text(a), ProofPath::Text(b)) => a == b,
             (ProofPath::Text(_), _) | (_, ProofPath::Text(_)) => false,
-            (a, b) => a.hashes() == b.hashes(),
+            (ProofPath::Hashes(a), ProofPath::Hashes(b)) => a == b,
         }
     }
 }
@@ -128,12 +118,118 @@ impl<'de> Deserialize<'de> for ProofPath {
     }
 }
 
+/// Proofs too many to hold in memory (a whole export's: one a key), read in key
+/// order as the manifest is written. The export keeps them in temporary files
+/// (`export::evidence`); this layer only reads them.
+pub trait ProofSource: Send + Sync {
+    /// How many proofs [`ProofSource::for_each`] gives.
+    fn count(&self) -> u64;
+    /// Calls `each` with every proof in key order; stops at the first error.
+    fn for_each(&self, each: &mut dyn FnMut(&KeyProof) -> Result<(), String>)
+    -> Result<(), String>;
+}
+
+/// The proofs of a manifest: a list (as read back from a file, or a few keys'), or a
+/// source read as they are written. Either is written as the same JSON list.
+#[derive(Clone)]
+pub enum Proofs {
+    Listed(Vec<KeyProof>),
+    Streamed(Arc<dyn ProofSource>),
+}
+
+impl Proofs {
+    pub fn len(&self) -> u64 {
+        match self {
+            Proofs::Listed(list) => list.len() as u64,
+            Proofs::Streamed(source) => source.count(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls `each` with every proof in key order; stops at the first error.
+    pub fn for_each(
+        &self,
+        mut each: impl FnMut(&KeyProof) -> Result<(), String>,
+    ) -> Result<(), String> {
+        match self {
+            Proofs::Listed(list) => list.iter().try_for_each(each),
+            Proofs::Streamed(source) => source.for_each(&mut each),
+        }
+    }
+
+    /// Every proof in memory (tests, and small exports).
+    pub fn to_vec(&self) -> Result<Vec<KeyProof>, String> {
+        let mut all = Vec::with_capacity(self.len() as usize);
+        self.for_each(|p| {
+            all.push(p.clone());
+            Ok(())
+        })?;
+        Ok(all)
+    }
+}
+
+impl From<Vec<KeyProof>> for Proofs {
+    fn from(list: Vec<KeyProof>) -> Self {
+        Proofs::Listed(list)
+    }
+}
+
+/// Equal when they hold the same proofs (a source that cannot be read equals nothing).
+impl PartialEq for Proofs {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Proofs::Listed(a), Proofs::Listed(b)) => a == b,
+            (a, b) => matches!((a.to_vec(), b.to_vec()), (Ok(a), Ok(b)) if a == b),
+        }
+    }
+}
+
+impl Eq for Proofs {}
+
+impl std::fmt::Debug for Proofs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Proofs::Listed(list) => list.fmt(f),
+            Proofs::Streamed(source) => write!(f, "Streamed({} proofs)", source.count()),
+        }
+    }
+}
+
+impl Serialize for Proofs {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{Error, SerializeSeq};
+        let mut seq = serializer.serialize_seq(Some(self.len() as usize))?;
+        let mut failed = None;
+        let read = self.for_each(|proof| {
+            seq.serialize_element(proof).map_err(|e| {
+                let why = e.to_string();
+                failed = Some(e);
+                why
+            })
+        });
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        read.map_err(|why| S::Error::custom(format!("cannot read the export's proofs: {why}")))?;
+        seq.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Proofs {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Vec::<KeyProof>::deserialize(deserializer).map(Proofs::Listed)
+    }
+}
+
 /// The `evidence` member of a manifest.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ExportEvidence {
     pub checkpoint: Checkpoint,
     /// One per exported key that the checkpoint covers, in key order.
-    pub proofs: Vec<KeyProof>,
+    pub proofs: Proofs,
     /// Exported keys the checkpoint does not cover yet (changed after it, first time).
     pub uncovered_keys: u64,
 }
@@ -157,7 +253,7 @@ impl ExportEvidence {
         };
         let size = self.checkpoint.body.tree_size;
         let mut anchors = HashMap::new();
-        for p in &self.proofs {
+        let read = self.proofs.for_each(|p| {
             let path = p.path.hashes();
             let ok = path.is_ok_and(|path| {
                 verify_inclusion(&p.leaf.hash(), p.leaf_index, size, &path, &root)
@@ -167,7 +263,7 @@ impl ExportEvidence {
                     "key {}: the inclusion proof of (seq {}, hash {}) does not lead to checkpoint {}'s root: the key's head or its proof was altered",
                     p.leaf.key, p.leaf.log_seq, p.leaf.log_hash, self.checkpoint.body.seq
                 ));
-                continue;
+                return Ok(());
             }
             anchors.insert(
                 p.leaf.key.clone(),
@@ -178,6 +274,10 @@ impl ExportEvidence {
                     pruned: p.leaf.pruned,
                 },
             );
+            Ok(())
+        });
+        if let Err(why) = read {
+            problems.push(format!("the manifest's proofs cannot be read: {why}"));
         }
         (anchors, problems)
     }
@@ -250,21 +350,6 @@ mod tests {
         let read: ProofPath = serde_json::from_str(&written).unwrap();
         assert_eq!(read, ProofPath::Hashes(hashes.clone()));
         assert_eq!(read.hashes().unwrap(), hashes);
-        // A path left in its tree is written as the same list.
-        let tree = Arc::new(Tree::new(hashes.clone()));
-        for index in 0..3 {
-            let lazy = ProofPath::InTree {
-                tree: tree.clone(),
-                index,
-            };
-            let owned = ProofPath::from(tree.inclusion_proof(index));
-            assert_eq!(
-                serde_json::to_string(&lazy).unwrap(),
-                serde_json::to_string(&owned).unwrap()
-            );
-            assert_eq!(lazy, owned);
-            assert_eq!(lazy.hashes().unwrap().len(), owned.hashes().unwrap().len());
-        }
         // Anything else keeps the path as text, written back unchanged; only what does
         // not parse at all fails, in `hashes`.
         for (odd, parses) in [

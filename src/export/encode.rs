@@ -5,6 +5,7 @@
 use super::manifest::{CsvCells, Format, HASH_CHAIN, MANIFEST_VERSION, Manifest, ORDER, Source};
 use super::rfc4180::Record;
 use super::row::{COLUMNS, ExportRow, write_canonical_cell};
+use super::spool::{Fields, Spool};
 use crate::evidence::ExportEvidence;
 use crate::guard::rfc3339;
 use crate::store::{ExportCells, ExportFilter, JsonText, RawExportRow, StoreError};
@@ -57,8 +58,13 @@ pub struct Encoder {
     last_at: Option<DateTime<Utc>>,
     /// Whether the manifest will carry evidence, so the exported keys are kept.
     proving: bool,
-    /// Each exported key with its last exported seq (only when proving).
-    exported: Vec<(String, i64)>,
+    /// The last seq of `last_key` written so far.
+    last_seq: i64,
+    /// Each exported key before `last_key` with its last exported seq (only when
+    /// proving): a whole export's keys, so spooled rather than held.
+    exported: Spool,
+    /// The first failure to spool a key, reported by [`Encoder::exported`].
+    spool_failed: Option<std::io::Error>,
 }
 
 impl Encoder {
@@ -69,10 +75,19 @@ impl Encoder {
         self
     }
 
-    /// Each exported key so far with its last exported seq, in key order (empty
-    /// unless [`Encoder::proving`]).
-    pub fn exported(&self) -> &[(String, i64)] {
-        &self.exported
+    /// Each exported key with its last exported seq, in key order, as
+    /// [`exported_key`] records (empty unless [`Encoder::proving`]). Call it after the
+    /// last row.
+    pub fn exported(&mut self) -> std::io::Result<&Spool> {
+        if self.proving
+            && let Some(key) = self.last_key.take()
+        {
+            self.exported.push(&exported_key(&key, self.last_seq))?;
+        }
+        match self.spool_failed.take() {
+            Some(e) => Err(e),
+            None => Ok(&self.exported),
+        }
     }
 
     /// Writes CSV cells as stored ([`CsvCells::Raw`]) or neutralised (the default).
@@ -96,7 +111,9 @@ impl Encoder {
             first_at: None,
             last_at: None,
             proving: false,
-            exported: Vec::new(),
+            last_seq: 0,
+            exported: Spool::new(),
+            spool_failed: None,
         };
         if format == Format::Csv {
             let start = out.len();
@@ -184,25 +201,37 @@ impl Encoder {
         self.rows += 1;
         if self.last_key.as_deref() != Some(key) {
             self.keys += 1;
+            if self.proving
+                && let Some(done) = &self.last_key
+                && let Err(e) = self.exported.push(&exported_key(done, self.last_seq))
+            {
+                self.spool_failed.get_or_insert(e);
+            }
             let last = self.last_key.get_or_insert_with(String::new);
             last.clear();
             last.push_str(key);
-            if self.proving {
-                self.exported.push((key.to_owned(), seq));
-            }
         }
-        if let Some(last) = self.exported.last_mut() {
-            last.1 = seq;
-        }
+        self.last_seq = seq;
         self.first_at = Some(self.first_at.map_or(occurred_at, |t| t.min(occurred_at)));
         self.last_at = Some(self.last_at.map_or(occurred_at, |t| t.max(occurred_at)));
     }
 
     /// Ends the file with `evidence` in its manifest. For NDJSON the manifest line is
     /// appended to `out` (and is not covered by its own `sha256`); for CSV the manifest
-    /// goes beside the file.
+    /// goes beside the file. A whole export's manifest can be larger than memory
+    /// should hold: [`encode`](super::pipeline::encode) takes [`Encoder::manifest`] and
+    /// streams the line with [`write_ndjson_manifest`] instead.
     pub fn finish(self, out: &mut Vec<u8>, evidence: Option<ExportEvidence>) -> Manifest {
-        let manifest = Manifest {
+        let manifest = self.manifest(evidence);
+        if manifest.format == Format::Ndjson {
+            write_ndjson_manifest(&manifest, &mut *out).expect("a manifest always serialises");
+        }
+        manifest
+    }
+
+    /// Ends the file with `evidence` in its manifest, writing nothing.
+    pub fn manifest(self, evidence: Option<ExportEvidence>) -> Manifest {
+        Manifest {
             manifest_version: MANIFEST_VERSION,
             source: self.source,
             format: self.format,
@@ -219,17 +248,47 @@ impl Encoder {
             hash_chain: HASH_CHAIN.into(),
             evidence,
             csv_cells: (self.format == Format::Csv).then_some(self.csv_cells),
-        };
-        if self.format == Format::Ndjson {
-            let line = Tagged {
-                kind: "manifest",
-                inner: &manifest,
-            };
-            serde_json::to_writer(&mut *out, &line).expect("a manifest always serialises");
-            out.push(b'\n');
         }
-        manifest
     }
+}
+
+/// An NDJSON file's last line: `{"type":"manifest", …the manifest…}` and a newline.
+pub fn write_ndjson_manifest(
+    manifest: &Manifest,
+    mut out: impl std::io::Write,
+) -> std::io::Result<()> {
+    let line = Tagged {
+        kind: "manifest",
+        inner: manifest,
+    };
+    serde_json::to_writer(&mut out, &line)?;
+    out.write_all(b"\n")
+}
+
+/// An exported key and its last seq as a [`Spool`] record.
+pub fn exported_key(key: &str, last_seq: i64) -> Vec<u8> {
+    let mut record = Vec::with_capacity(8 + key.len());
+    record.extend_from_slice(&last_seq.to_le_bytes());
+    record.extend_from_slice(key.as_bytes());
+    record
+}
+
+/// Keys and last seqs as an [`Encoder::exported`] spool (tests give
+/// [`EvidenceSource::evidence_by`](super::EvidenceSource::evidence_by) their own).
+#[doc(hidden)]
+pub fn spool_exported(keys: &[(String, i64)]) -> std::io::Result<Spool> {
+    let mut spool = Spool::new();
+    for (key, last_seq) in keys {
+        spool.push(&exported_key(key, *last_seq))?;
+    }
+    Ok(spool)
+}
+
+/// Reads an [`exported_key`] record back.
+pub fn read_exported_key(record: &[u8]) -> std::io::Result<(String, i64)> {
+    let mut fields = Fields(record);
+    let seq = fields.i64()?;
+    Ok((fields.text(None)?.to_owned(), seq))
 }
 
 /// A number's cell; `None` is an empty cell.

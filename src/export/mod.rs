@@ -17,20 +17,24 @@ mod ranges;
 mod read;
 mod rfc4180;
 mod row;
+mod spool;
 mod verify;
 
 pub use crate::store::{ExportFilter, FilterError, parse_time};
 pub use database::{Outside, verify_database, verify_database_split, verify_database_with};
-pub use encode::{EncodeRow, Encoder};
-pub use evidence::EvidenceSource;
+pub use encode::{EncodeRow, Encoder, spool_exported};
+pub use evidence::{EvidenceSource, LISTED_UP_TO};
 pub use manifest::{CsvCells, Format, Manifest, Source};
-pub use pipeline::{CHUNK, ChunkSink, Discard, ExportError, Job, Writer, encode, export_into};
+pub use pipeline::{
+    CHUNK, ChunkSink, ChunkWriter, Discard, ExportError, Job, Writer, encode, export_into,
+};
 pub use ranges::Split;
 pub use read::{
     FileEvidence, ndjson_manifest, sha256_of, verify_csv, verify_csv_with, verify_ndjson,
     verify_ndjson_with,
 };
 pub use row::{COLUMNS, ExportRow, canonical_detail};
+pub use spool::Spool;
 pub use verify::{Break, ChainCheck, Problem, Report};
 
 use crate::store::Store;

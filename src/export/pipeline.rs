@@ -4,9 +4,10 @@
 //! `idemwatch export`, the HTTP downloads, the manifest endpoint and the pruner's
 //! archive all run [`encode`], so they cannot disagree on a byte or a hash.
 
-use super::encode::{EncodeRow, Encoder};
+use super::encode::{EncodeRow, Encoder, write_ndjson_manifest};
 use super::evidence::EvidenceSource;
 use super::manifest::{CsvCells, Format, Manifest, Source};
+use crate::evidence::Proofs;
 use crate::store::{ExportFilter, Store, StoreError};
 use futures::{Stream, StreamExt};
 use std::future::Future;
@@ -81,12 +82,90 @@ where
         }
     }
     let evidence = match &job.evidence {
-        Some(source) => Some(source.evidence(encoder.exported()).await?),
+        Some(source) => Some(source.evidence(encoder.exported()?).await?),
         None => None,
     };
-    let manifest = encoder.finish(&mut buf, evidence);
-    sink.chunk(buf).await?;
+    let manifest = encoder.manifest(evidence);
+    let streamed = manifest
+        .evidence
+        .as_ref()
+        .is_some_and(|e| matches!(e.proofs, Proofs::Streamed(_)));
+    match manifest.format {
+        // A whole export's manifest line holds a proof a key (~1.7 kB each): written
+        // by a blocking thread in chunks as the proofs are read back from their files,
+        // never whole in memory.
+        Format::Ndjson if streamed => {
+            sink.chunk(buf).await?;
+            let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+            let line = manifest.clone();
+            tokio::task::spawn_blocking(move || {
+                let out = ChunkWriter::new(tx);
+                out.write_all_of(|out| write_ndjson_manifest(&line, out));
+            });
+            while let Some(chunk) = rx.recv().await {
+                sink.chunk(chunk?).await?; // on an error the writer stops at its next chunk
+            }
+        }
+        Format::Ndjson => {
+            write_ndjson_manifest(&manifest, &mut buf)?;
+            sink.chunk(buf).await?;
+        }
+        Format::Csv => sink.chunk(buf).await?,
+    }
     Ok(manifest)
+}
+
+/// A blocking writer that hands what is written to an async task in chunks of about
+/// [`CHUNK`] bytes (a manifest serialised on a blocking thread, into a file's last
+/// line or an HTTP body); a write fails once the receiver has gone.
+pub struct ChunkWriter {
+    tx: tokio::sync::mpsc::Sender<io::Result<Vec<u8>>>,
+    buf: Vec<u8>,
+}
+
+impl ChunkWriter {
+    pub fn new(tx: tokio::sync::mpsc::Sender<io::Result<Vec<u8>>>) -> Self {
+        ChunkWriter {
+            tx,
+            buf: Vec::with_capacity(CHUNK),
+        }
+    }
+
+    fn send(&mut self) -> io::Result<()> {
+        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(CHUNK));
+        self.tx
+            .blocking_send(Ok(chunk))
+            .map_err(|_| io::ErrorKind::BrokenPipe.into())
+    }
+
+    /// Runs `write` into this writer and sends what is left, or the error, so that the
+    /// receiver never takes a cut-off text for a whole one.
+    pub fn write_all_of(mut self, write: impl FnOnce(&mut Self) -> io::Result<()>) {
+        let sent = write(&mut self).and_then(|()| match self.buf.is_empty() {
+            true => Ok(()),
+            false => self.send(),
+        });
+        if let Err(e) = sent
+            && e.kind() != io::ErrorKind::BrokenPipe
+        {
+            let _ = self.tx.blocking_send(Err(e));
+        }
+    }
+}
+
+impl io::Write for ChunkWriter {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(bytes.len())
+    }
+
+    /// Chunks go when full or at [`ChunkWriter::finish`]; flushing sends nothing.
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The export `filter` selects, with the proofs of the newest checkpoint.

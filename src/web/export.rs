@@ -322,15 +322,16 @@ async fn manifest(
     // Written into the body as it is serialised, not first into one string: with
     // checkpoints a whole export's manifest is ~1.7 kB of proof a key (170 MB at 100 k
     // keys). The slot is held until the last byte is taken or the client goes.
-    let (tx, mut rx) = mpsc::channel::<std::io::Result<Bytes>>(4);
+    let (tx, mut rx) = mpsc::channel(4);
     tokio::task::spawn_blocking(move || {
         let _held = permit;
-        let mut body = ChannelWriter::new(tx);
-        if manifest.write_pretty(&mut body).is_ok() {
-            let _ = body.finish();
-        }
+        export::ChunkWriter::new(tx).write_all_of(|body| manifest.write_pretty(body));
     });
-    let body = Body::from_stream(futures::stream::poll_fn(move |cx| rx.poll_recv(cx)));
+    // A chunk that is an error (its proofs could not be read back) cuts the response
+    // off without its last chunk, so the client sees a failed transfer, not a short
+    // manifest.
+    let chunks = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    let body = Body::from_stream(chunks.map(|c| c.map(Bytes::from)));
     Ok((
         [
             (header::CONTENT_TYPE, "application/json"),
@@ -339,52 +340,6 @@ async fn manifest(
         body,
     )
         .into_response())
-}
-
-/// A blocking writer into a response body's channel, in chunks of about
-/// [`export::CHUNK`] bytes; a write fails once the client has gone.
-struct ChannelWriter {
-    tx: mpsc::Sender<std::io::Result<Bytes>>,
-    buf: Vec<u8>,
-}
-
-impl ChannelWriter {
-    fn new(tx: mpsc::Sender<std::io::Result<Bytes>>) -> Self {
-        ChannelWriter {
-            tx,
-            buf: Vec::with_capacity(export::CHUNK),
-        }
-    }
-
-    fn send(&mut self) -> std::io::Result<()> {
-        let chunk = std::mem::replace(&mut self.buf, Vec::with_capacity(export::CHUNK));
-        self.tx
-            .blocking_send(Ok(Bytes::from(chunk)))
-            .map_err(|_| std::io::ErrorKind::BrokenPipe.into())
-    }
-
-    /// Sends what is left.
-    fn finish(mut self) -> std::io::Result<()> {
-        if self.buf.is_empty() {
-            return Ok(());
-        }
-        self.send()
-    }
-}
-
-impl std::io::Write for ChannelWriter {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.buf.extend_from_slice(bytes);
-        if self.buf.len() >= export::CHUNK {
-            self.send()?;
-        }
-        Ok(bytes.len())
-    }
-
-    /// Chunks go when full or at [`ChannelWriter::finish`]; flushing sends nothing.
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// `idemwatch-attempts_tenant-acme_from-20261101T000000Z_to-20261201T000000Z.csv`:

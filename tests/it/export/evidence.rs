@@ -445,12 +445,13 @@ both_backends!(
             };
             let (bytes, manifest) = export(&f.store, &filter, Format::Ndjson).await;
             let evidence = manifest.evidence.as_ref().expect("evidence");
-            assert_eq!(evidence.proofs.len(), 1, "{key}");
-            assert_eq!(&evidence.proofs[0].leaf.key, key);
+            let proofs = evidence.proofs.to_vec().unwrap();
+            assert_eq!(proofs.len(), 1, "{key}");
+            assert_eq!(&proofs[0].leaf.key, key);
             let newest = f.store.record(&as_key(key)).await.unwrap().unwrap();
-            assert_eq!(evidence.proofs[0].leaf.log_seq, newest.log_seq, "{key}");
+            assert_eq!(proofs[0].leaf.log_seq, newest.log_seq, "{key}");
             assert_eq!(
-                evidence.proofs[0].leaf_index >= first,
+                proofs[0].leaf_index >= first,
                 changed.contains(key),
                 "{key}: a changed key is proved by its leaf in the second checkpoint"
             );
@@ -468,16 +469,19 @@ both_backends!(
         assert_eq!(report.anchored_keys, 5);
         let exported: Vec<(String, i64)> = evidence
             .proofs
+            .to_vec()
+            .unwrap()
             .iter()
             .map(|p| (p.leaf.key.clone(), p.leaf.log_seq))
             .collect();
+        let exported = idemwatch::export::spool_exported(&exported).unwrap();
         let source = idemwatch::export::EvidenceSource::newest(&f.store)
             .await
             .unwrap()
             .expect("a checkpoint");
         for batch in [1, 2, 3, 1000] {
             assert_eq!(
-                source.evidence_by(&exported, batch).await.unwrap(),
+                source.evidence_by(&exported, batch, 4096).await.unwrap(),
                 evidence,
                 "lookup batch {batch}"
             );
@@ -558,7 +562,7 @@ both_backends!(
             let (bytes, manifest) = export(&f.store, &one(key_at(idx)), Format::Ndjson).await;
             let evidence = manifest.evidence.expect("evidence");
             assert_eq!(evidence.proofs.len(), 1);
-            assert_eq!(evidence.proofs[0].leaf_index, idx as u64);
+            assert_eq!(evidence.proofs.to_vec().unwrap()[0].leaf_index, idx as u64);
             let report = verify_file(&bytes, &signing_key());
             assert!(report.is_intact(), "leaf {idx}: {:#?}", report.breaks);
             assert_eq!(report.anchored_keys, 1);
@@ -598,5 +602,85 @@ both_backends!(
         assert!(report.is_intact(), "{:#?}", report.breaks);
         let err = export_error(&f.store, &ExportFilter::default()).await;
         assert!(err.contains("leaves were deleted"), "{err}");
+    }
+);
+
+both_backends!(
+    async fn a_whole_exports_proofs_come_back_from_files_as_the_listed_ones_would(db: TestDb) {
+        use futures::TryStreamExt;
+        use idemwatch::evidence::Proofs;
+        use idemwatch::evidence::merkle::{BLOCK_LEAVES, Tree};
+        let f = Fixture::new(&db);
+        let writer = checkpointer(&f, None);
+        // One complete block and a partial second: each path is a path inside a block
+        // and one among the block roots.
+        let size = BLOCK_LEAVES + 77;
+        many_done_keys(&f, size as usize).await;
+        checkpoint_to(&f.store, &writer, size).await;
+        let leaves: Vec<_> = f.store.checkpoint_leaves().try_collect().await.unwrap();
+        let tree = Tree::new(leaves.iter().map(|(_, leaf)| leaf.hash()).collect());
+
+        // The whole export proves every key through the files, and each path is the
+        // one the whole tree gives.
+        let (bytes, manifest) = export(&f.store, &ExportFilter::default(), Format::Ndjson).await;
+        let evidence = manifest.evidence.expect("evidence");
+        assert!(
+            matches!(evidence.proofs, Proofs::Streamed(_)),
+            "{:?}",
+            evidence.proofs
+        );
+        let proofs = evidence.proofs.to_vec().unwrap();
+        assert_eq!(proofs.len() as u64, size);
+        for p in &proofs {
+            assert_eq!(&leaves[p.leaf_index as usize].1, &p.leaf);
+            assert_eq!(
+                p.path.hashes().unwrap(),
+                tree.inclusion_proof(p.leaf_index),
+                "leaf {}",
+                p.leaf_index
+            );
+        }
+        let report = verify_file(&bytes, &signing_key());
+        assert!(report.is_intact(), "{:#?}", report.breaks);
+        assert_eq!(report.anchored_keys, size);
+        // The NDJSON manifest line, written in chunks from the files, is the manifest.
+        let last = bytes
+            .trim_ascii_end()
+            .rsplit(|b| *b == b'\n')
+            .next()
+            .unwrap();
+        let line: serde_json::Value = serde_json::from_slice(last).unwrap();
+        assert_eq!(line["type"], "manifest");
+        assert_eq!(
+            line["evidence"]["proofs"].as_array().map(Vec::len),
+            Some(size as usize)
+        );
+
+        // A few keys spread over both blocks: held in memory from the block roots, or
+        // (with nothing allowed in memory) through the files: the same proofs.
+        let mut sample: Vec<(String, i64)> = leaves
+            .iter()
+            .step_by(37)
+            .map(|(_, leaf)| (leaf.key.clone(), i64::MAX))
+            .collect();
+        sample.sort();
+        let exported = idemwatch::export::spool_exported(&sample).unwrap();
+        let source = idemwatch::export::EvidenceSource::newest(&f.store)
+            .await
+            .unwrap()
+            .expect("a checkpoint");
+        let listed = source.evidence_by(&exported, 10, 4096).await.unwrap();
+        let spilled = source.evidence_by(&exported, 10, 0).await.unwrap();
+        assert!(matches!(listed.proofs, Proofs::Listed(_)), "{listed:?}");
+        assert!(matches!(spilled.proofs, Proofs::Streamed(_)));
+        assert_eq!(listed.proofs.len(), sample.len() as u64);
+        assert_eq!(
+            listed.proofs.to_vec().unwrap(),
+            spilled.proofs.to_vec().unwrap()
+        );
+        assert_eq!(
+            serde_json::to_string(&listed).unwrap(),
+            serde_json::to_string(&spilled).unwrap()
+        );
     }
 );

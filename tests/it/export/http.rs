@@ -188,7 +188,7 @@ both_backends!(
         let (csv, mut written) = export(&f.store, &filter, Format::Csv).await;
         assert_eq!(served.sha256, sha256_hex(&csv));
         let evidence = served.evidence.as_ref().expect("evidence");
-        assert_eq!(evidence.proofs.len(), keys.len());
+        assert_eq!(evidence.proofs.len(), keys.len() as u64);
         // The CLI's manifest of the same query, but for the time it was made.
         written.generated_at = served.generated_at;
         let (served_json, written_json) = (
