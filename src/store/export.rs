@@ -14,7 +14,7 @@ mod row;
 
 pub use filter::{ExportFilter, FilterError, parse_time};
 pub use range::KeyRange;
-pub use row::{COLUMNS, ExportCells, ExportRow, JsonText, RawExportRow, micros};
+pub use row::{COLUMNS, Checked, ExportCells, ExportRow, JsonText, RawExportRow, micros};
 
 use super::{Store, StoreError, on_pool};
 use carry::{DecodeInto, KeyContext, VerifyRow, blank_row};
@@ -221,8 +221,10 @@ impl Store {
                         sqlx::query(plan).execute(&mut *t).await?;
                         let mut rows = bind_filter!(sqlx::query(EXPORT), f).fetch(&mut *t);
                         let mut batch = Vec::with_capacity(EXPORT_BATCH);
+                        let mut checked = Checked::Yes;
                         while let Some(row) = rows.next().await {
-                            batch.push(RawExportRow::postgres(row?));
+                            batch.push(RawExportRow::postgres(row?, checked));
+                            checked = Checked::AsTheFirstRow;
                             if batch.len() == EXPORT_BATCH {
                                 let full =
                                     std::mem::replace(&mut batch, Vec::with_capacity(EXPORT_BATCH));

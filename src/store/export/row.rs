@@ -137,15 +137,33 @@ impl ExportRow {
 pub struct RawExportRow(Raw);
 
 enum Raw {
-    Postgres(PgRow),
+    /// A PostgreSQL row, and whether its columns' types are still to be checked.
+    Postgres(PgRow, Checked),
     Sqlite(SqliteRow),
 }
 
+/// Whether decoding checks each column's type against the Rust type it becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Checked {
+    /// Each value against its Rust type, as sqlx does; on PostgreSQL also each
+    /// column's declared type (a NULL value has none to check).
+    Yes,
+    /// An earlier row of the same statement was checked. PostgreSQL describes a
+    /// statement's columns once (one RowDescription, shared by every row, `PgRow`'s
+    /// metadata), so the types checked on its first row hold for the rest. sqlx's
+    /// check on every column of every row was ~10 % of an export's CPU
+    /// (docs/PERFORMANCE.md, "Cells checked once a statement").
+    AsTheFirstRow,
+}
+
 impl RawExportRow {
-    pub(super) fn postgres(row: PgRow) -> Self {
-        RawExportRow(Raw::Postgres(row))
+    /// A PostgreSQL row; `checked`: see [`Checked`].
+    pub(super) fn postgres(row: PgRow, checked: Checked) -> Self {
+        RawExportRow(Raw::Postgres(row, checked))
     }
 
+    /// A SQLite row: its types are checked on every row (a SQLite column's values
+    /// may each have their own type).
     pub(super) fn sqlite(row: SqliteRow) -> Self {
         RawExportRow(Raw::Sqlite(row))
     }
@@ -154,8 +172,8 @@ impl RawExportRow {
     /// corrupt data, as is a JSON column that is not JSON.
     pub fn cells(&self) -> Result<ExportCells<'_>, StoreError> {
         Ok(match &self.0 {
-            Raw::Postgres(r) => ExportCells::decode(r)?,
-            Raw::Sqlite(r) => ExportCells::decode(r)?,
+            Raw::Postgres(r, checked) => r.decode_cells(*checked)?,
+            Raw::Sqlite(r) => r.decode_cells(Checked::Yes)?,
         })
     }
 }
@@ -307,57 +325,93 @@ impl<'r> Decode<'r, Sqlite> for Unparsed<'r> {
 /// looks every column up by name, 24 hash lookups a row, a measurable share of an
 /// export's CPU (docs/PERFORMANCE.md, export).
 trait DecodeCells<'r> {
-    fn decode_cells(&'r self) -> Result<ExportCells<'r>, sqlx::Error>;
+    fn decode_cells(&'r self, checked: Checked) -> Result<ExportCells<'r>, sqlx::Error>;
 }
 
-impl<'r> ExportCells<'r> {
-    fn decode<R: DecodeCells<'r>>(row: &'r R) -> Result<Self, sqlx::Error> {
-        row.decode_cells()
+/// Column `i` decoded as `T`, checked: on PostgreSQL (`declared`) the statement's
+/// type for the column, NULL or not, then (as sqlx's `try_get`) the value's.
+fn get_checked<'r, R, T>(r: &'r R, i: usize, declared: bool) -> Result<T, sqlx::Error>
+where
+    R: sqlx::Row,
+    T: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    usize: sqlx::ColumnIndex<R>,
+{
+    use sqlx::{Column, TypeInfo};
+    if declared {
+        let ty = r.column(i).type_info();
+        if !T::compatible(ty) {
+            return Err(sqlx::Error::ColumnDecode {
+                index: i.to_string(),
+                source: format!(
+                    "the export reads it as {}, but the statement's column is {}",
+                    std::any::type_name::<T>(),
+                    ty.name()
+                )
+                .into(),
+            });
+        }
     }
+    r.try_get(i)
 }
 
 macro_rules! decode_cells {
-    ($row:ty) => {
+    ($row:ty, declared: $declared:expr) => {
         impl<'r> DecodeCells<'r> for $row {
-            fn decode_cells(&'r self) -> Result<ExportCells<'r>, sqlx::Error> {
+            fn decode_cells(&'r self, checked: Checked) -> Result<ExportCells<'r>, sqlx::Error> {
                 use sqlx::Row;
                 let r = self;
-                let attempt_id: i64 = r.try_get(0)?;
+                // Decoding still fails on a value of the wrong size or form; only the
+                // comparison of type names is skipped.
+                macro_rules! get {
+                    ($column:expr) => {
+                        match checked {
+                            Checked::Yes => get_checked(r, $column, $declared)?,
+                            Checked::AsTheFirstRow => r.try_get_unchecked($column)?,
+                        }
+                    };
+                }
+                let attempt_id: i64 = get!(0);
                 let corrupt = |e: crate::guard::UnknownName| {
                     sqlx::Error::Decode(format!("attempt {attempt_id}: {e}").into())
                 };
                 let json = |column: usize| -> Result<JsonText<'r>, sqlx::Error> {
-                    let text = r.try_get::<Unparsed<'r>, _>(column)?.0;
-                    Ok(JsonText { column, text })
+                    let text: Unparsed<'r> = get!(column);
+                    Ok(JsonText {
+                        column,
+                        text: text.0,
+                    })
                 };
+                let status: &str = get!(10);
+                let kind: &str = get!(11);
+                let result: Option<Unparsed<'r>> = get!(20);
                 Ok(ExportCells {
                     attempt_id,
-                    key: r.try_get(1)?,
-                    seq: r.try_get(2)?,
-                    occurred_at: r.try_get(3)?,
-                    tenant: r.try_get(4)?,
-                    tool: r.try_get(5)?,
-                    workflow_id: r.try_get(6)?,
-                    step_id: r.try_get(7)?,
-                    intent_id: r.try_get(8)?,
-                    business_ref: r.try_get(9)?,
-                    current_status: r.try_get::<&str, _>(10)?.parse().map_err(corrupt)?,
-                    kind: r.try_get::<&str, _>(11)?.parse().map_err(corrupt)?,
-                    actor: r.try_get(12)?,
-                    fencing_token: r.try_get(13)?,
-                    duration_ms: r.try_get(14)?,
+                    key: get!(1),
+                    seq: get!(2),
+                    occurred_at: get!(3),
+                    tenant: get!(4),
+                    tool: get!(5),
+                    workflow_id: get!(6),
+                    step_id: get!(7),
+                    intent_id: get!(8),
+                    business_ref: get!(9),
+                    current_status: status.parse().map_err(corrupt)?,
+                    kind: kind.parse().map_err(corrupt)?,
+                    actor: get!(12),
+                    fencing_token: get!(13),
+                    duration_ms: get!(14),
                     detail: json(15)?,
-                    prev_hash: r.try_get(16)?,
-                    hash: r.try_get(17)?,
-                    fingerprint: r.try_get(18)?,
+                    prev_hash: get!(16),
+                    hash: get!(17),
+                    fingerprint: get!(18),
                     business_args: json(19)?,
-                    result: r.try_get::<Option<Unparsed<'r>>, _>(20)?.map(|j| JsonText {
+                    result: result.map(|j| JsonText {
                         column: 20,
                         text: j.0,
                     }),
-                    error: r.try_get(21)?,
-                    log_seq: r.try_get(22)?,
-                    log_hash: r.try_get(23)?,
+                    error: get!(21),
+                    log_seq: get!(22),
+                    log_hash: get!(23),
                 })
             }
         }
@@ -365,13 +419,15 @@ macro_rules! decode_cells {
         /// The pruner's archive reads whole rows; decoded as the export's cells.
         impl<'r> sqlx::FromRow<'r, $row> for ExportRow {
             fn from_row(r: &'r $row) -> Result<Self, sqlx::Error> {
-                ExportCells::decode(r)?.decode_row()
+                r.decode_cells(Checked::Yes)?.decode_row()
             }
         }
     };
 }
-decode_cells!(PgRow);
-decode_cells!(SqliteRow);
+decode_cells!(PgRow, declared: true);
+// SQLite's declared types are the tables' affinities (none for an expression);
+// each value carries its own type, which `try_get` checks.
+decode_cells!(SqliteRow, declared: false);
 
 /// Times in exports, manifests and checkpoints: RFC 3339 UTC with microseconds, the
 /// form the hash covers.

@@ -104,3 +104,55 @@ async fn a_filtered_export_gets_the_servers_plan_and_serially_the_memory_for_its
         "a server's larger work_mem is never lowered:\n{plan}"
     );
 }
+
+/// After its first row, an export on PostgreSQL decodes without sqlx's type check
+/// (`store::export::Checked`): the statement's column types, checked on the first row,
+/// hold for every row. They are checked as declared, not value by value, so a column
+/// whose first value is NULL is checked too. Here `duration_ms` has become text
+/// whose values are 8 bytes long, the size of the `int8` the export reads: decoded
+/// blindly they would be written as wrong numbers. The export must stop instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_column_of_another_type_stops_the_export_even_when_its_first_value_is_null() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let f = Fixture::new(&db);
+    done_keys(&f, 3).await;
+    let Store::Postgres(pool) = &f.store else {
+        unreachable!("a PostgreSQL test")
+    };
+    let first: Option<i64> = sqlx::query_scalar(
+        "SELECT duration_ms FROM idempotency_attempts ORDER BY key, seq LIMIT 1",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    assert_eq!(first, None, "the first row's duration is NULL (a claim)");
+    // A table rewrite, not an UPDATE (the attempt log refuses those).
+    dba(
+        &f.store,
+        "ALTER TABLE idempotency_attempts ALTER COLUMN duration_ms TYPE text \
+         USING CASE WHEN duration_ms IS NOT NULL THEN '12345678' END",
+    )
+    .await;
+    let mut out = Vec::new();
+    let err = idemwatch::export::export_to(
+        &f.store,
+        &ExportFilter::default(),
+        Format::Csv,
+        CsvCells::Neutralised,
+        &mut out,
+    )
+    .await
+    .expect_err("a column of another type must stop the export")
+    .to_string();
+    assert!(
+        err.contains("14") && err.contains("TEXT"),
+        "the error names the column (14, duration_ms) and its type: {err}"
+    );
+    let text = String::from_utf8_lossy(&out);
+    assert!(
+        text.lines().count() <= 1,
+        "no row was written, only the header at most: {text}"
+    );
+}
