@@ -171,12 +171,6 @@ impl Proofs {
     }
 }
 
-impl From<Vec<KeyProof>> for Proofs {
-    fn from(list: Vec<KeyProof>) -> Self {
-        Proofs::Listed(list)
-    }
-}
-
 /// Equal when they hold the same proofs (a source that cannot be read equals nothing).
 impl PartialEq for Proofs {
     fn eq(&self, other: &Self) -> bool {

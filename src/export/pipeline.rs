@@ -98,13 +98,16 @@ where
             sink.chunk(buf).await?;
             let (tx, mut rx) = tokio::sync::mpsc::channel(4);
             let line = manifest.clone();
-            tokio::task::spawn_blocking(move || {
+            let writer = tokio::task::spawn_blocking(move || {
                 let out = ChunkWriter::new(tx);
                 out.write_all_of(|out| write_ndjson_manifest(&line, out));
             });
             while let Some(chunk) = rx.recv().await {
                 sink.chunk(chunk?).await?; // on an error the writer stops at its next chunk
             }
+            // The channel also closes if the writer panicked: never a short line taken
+            // for a whole one.
+            writer.await.map_err(io::Error::other)?;
         }
         Format::Ndjson => {
             write_ndjson_manifest(&manifest, &mut buf)?;
@@ -162,7 +165,8 @@ impl io::Write for ChunkWriter {
         Ok(bytes.len())
     }
 
-    /// Chunks go when full or at [`ChunkWriter::finish`]; flushing sends nothing.
+    /// Chunks go when full or at the end of [`ChunkWriter::write_all_of`]; flushing
+    /// sends nothing.
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }

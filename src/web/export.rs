@@ -306,7 +306,7 @@ async fn manifest(
     let filter = query.filter(SystemClock.now())?;
     let cells = query.csv_cells()?;
     // A manifest is a whole export's work (every selected row read and hashed, a proof
-    // per key built in memory) without the file: it takes a slot like a download.
+    // per key gathered) without the file: it takes a slot like a download.
     let permit = state
         .exports
         .clone()
