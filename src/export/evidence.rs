@@ -376,15 +376,12 @@ impl Block {
                 (p != 0).then(|| (i, p - 1))
             })
             .collect();
-        let hashes = std::mem::take(&mut self.hashes);
         if slots.is_empty() {
             let mut root = Frontier::default();
-            hashes.iter().for_each(|h| root.push(*h));
-            self.hashes = hashes;
-            self.hashes.clear();
+            self.hashes.drain(..).for_each(|h| root.push(h));
             return Ok(root.root());
         }
-        let tree = Tree::new(hashes);
+        let tree = Tree::new(std::mem::take(&mut self.hashes));
         let mut slot = [0u8; SLOT];
         for (i, position) in slots {
             let path = tree.inclusion_proof(i as u64);

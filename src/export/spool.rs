@@ -56,7 +56,8 @@ impl Spool {
     }
 
     /// Whether the records went to a file.
-    pub fn spilled(&self) -> bool {
+    #[cfg(test)]
+    fn spilled(&self) -> bool {
         self.file.is_some()
     }
 
