@@ -10,7 +10,9 @@
 //! override, `BENCH_ROUNDS` × `BENCH_SLICE_MS` (interleaved slices per side, default
 //! 10 × 500 ms), `TEST_DATABASE_URL` (an existing PostgreSQL; otherwise a throwaway
 //! cluster is started as in the tests), `BENCH_BACKENDS` (`postgres`, `sqlite` or
-//! both, comma-separated; default both) for the areas that run on both backends.
+//! both, comma-separated; default both) for the areas that run on both backends,
+//! `BENCH_PG_POOL` (PostgreSQL pool size, default `StoreOptions`' 16),
+//! `BENCH_GUARD_SHAPES` (set: the guard area on PostgreSQL runs `guard::shapes`).
 
 mod chain;
 mod checkpoint;
@@ -54,11 +56,19 @@ async fn fresh_postgres(tag: &str) -> (Store, String) {
         .await
         .unwrap();
     let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
+    // The pool `serve` and the library open by default (16), unless `BENCH_PG_POOL`
+    // says otherwise: how many backends run at once decides the tail on a small
+    // machine, so the figures are for the size users run (docs/PERFORMANCE.md, "A warm
+    // start, the noise, and the pool").
+    let defaults = StoreOptions::default();
     let store = Store::connect(
         &url,
         &StoreOptions {
-            max_connections: 40,
-            ..StoreOptions::default()
+            max_connections: std::env::var("BENCH_PG_POOL")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(defaults.max_connections),
+            ..defaults
         },
     )
     .await
@@ -104,7 +114,11 @@ async fn main() {
     if wants("guard") {
         if on("postgres") {
             let (pg, _) = fresh_postgres("guard").await;
-            guard::run(&pg, "PostgreSQL", plan, &mut figures).await;
+            if std::env::var("BENCH_GUARD_SHAPES").is_ok() {
+                guard::shapes(&pg, plan, &mut figures).await;
+            } else {
+                guard::run(&pg, "PostgreSQL", plan, &mut figures).await;
+            }
         }
         if on("sqlite") {
             let dir = tempfile::tempdir().unwrap();

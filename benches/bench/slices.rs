@@ -143,6 +143,7 @@ where
     B: Fn() -> BF + Clone + Send + 'static,
     BF: Future<Output = ()> + Send,
 {
+    warm_up(plan, workers, a.clone(), b.clone()).await;
     let (mut la, mut lb) = (Vec::new(), Vec::new());
     for round in 0..plan.rounds {
         for which in [round % 2, 1 - round % 2] {
@@ -157,6 +158,7 @@ where
 }
 
 /// Subject `a` and baseline `b`, `plan.rounds` slices each, alternating which goes first.
+/// One unrecorded slice of each side comes first (see [`warm_up`]).
 pub async fn alternate<A, AF, B, BF>(plan: Plan, workers: usize, a: A, b: B) -> (Side, Side)
 where
     A: Fn() -> AF + Clone + Send + 'static,
@@ -164,6 +166,7 @@ where
     B: Fn() -> BF + Clone + Send + 'static,
     BF: Future<Output = ()> + Send,
 {
+    warm_up(plan, workers, a.clone(), b.clone()).await;
     let (mut ra, mut rb, mut la, mut lb) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..plan.rounds {
         for which in [round % 2, 1 - round % 2] {
@@ -188,6 +191,23 @@ where
             latencies: Latencies::new(lb),
         },
     )
+}
+
+/// One slice of each side, not recorded, before a pair is measured. Without it the
+/// first slice, always the subject's, paid for the pool growing to `workers`
+/// connections (each a connect, a login and a `SET`) and for every statement's first
+/// preparation on each of them, where the baseline found its connections open: the
+/// baseline measured against itself came out 0.6–4.6 ms "slower" at p99 in 8 of 8
+/// runs (docs/PERFORMANCE.md, "A warm start, the noise, and the pool").
+async fn warm_up<A, AF, B, BF>(plan: Plan, workers: usize, a: A, b: B)
+where
+    A: Fn() -> AF + Clone + Send + 'static,
+    AF: Future<Output = ()> + Send,
+    B: Fn() -> BF + Clone + Send + 'static,
+    BF: Future<Output = ()> + Send,
+{
+    drive(workers, plan.slice, a).await;
+    drive(workers, plan.slice, b).await;
 }
 
 /// Times `op` once per call, `n` calls, alternating with `base`; returns the two sets
