@@ -252,14 +252,22 @@ async fn noise(
         }
     };
     let (a, b) = alternate(plan, workers, baseline.clone(), baseline).await;
-    let (la, lb) = (&a.latencies, &b.latencies);
-    figures.push(Figure::plain(
+    figures.push(added_p99(
         format!("baseline added p99 vs itself (noise), {workers} workers ({backend})"),
-        "ms",
-        la.p99_ms() - lb.p99_ms(),
-        versus(&a, &b),
-        None,
+        &a,
+        &b,
     ));
+}
+
+/// Side `a`'s p99 less side `b`'s, with both sides' latencies and rates as its note.
+fn added_p99(name: String, a: &Side, b: &Side) -> Figure {
+    Figure::plain(
+        name,
+        "ms",
+        a.latencies.p99_ms() - b.latencies.p99_ms(),
+        versus(a, b),
+        None,
+    )
 }
 
 /// The note of a pair whose sides are read against each other: their latencies and rates.
@@ -520,13 +528,10 @@ pub async fn shapes(store: &Store, plan: Plan, figures: &mut Vec<Figure>) {
             ),
         ];
         for (what, (a, b)) in pairs {
-            let (la, lb) = (&a.latencies, &b.latencies);
-            figures.push(Figure::plain(
+            figures.push(added_p99(
                 format!("shape: {what}, added p99, {workers} workers (PostgreSQL)"),
-                "ms",
-                la.p99_ms() - lb.p99_ms(),
-                versus(&a, &b),
-                None,
+                &a,
+                &b,
             ));
         }
     }
