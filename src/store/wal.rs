@@ -12,9 +12,7 @@
 //!
 //! - every [`TICK`] a `PASSIVE` checkpoint on a connection of its own. PASSIVE takes
 //!   no write lock and waits for nothing, so the copying and the fsyncs run beside
-//!   the writer, not in front of it. The pages it copied are then flushed to the
-//!   disk from here too ([`sync_database`]): SQLite would leave that to whichever
-//!   checkpoint next reaches the WAL's end, usually the one on the writer.
+//!   the writer, not in front of it.
 //! - Under a steady stream of writes that alone never lets the WAL start over: SQLite
 //!   rewinds the WAL at the start of a write transaction only once *every* frame is in
 //!   the database file, and the writer appends frames while the checkpoint copies.
@@ -41,7 +39,6 @@
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePool};
 use sqlx::{Connection, Error};
-use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -74,9 +71,8 @@ impl Checkpointer {
         writer: SqlitePool,
     ) -> Result<Checkpointer, Error> {
         let conn = SqliteConnection::connect_with(options).await?;
-        let database = options.get_filename().to_path_buf();
         let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(run(conn, writer, database, stopped));
+        let task = tokio::spawn(run(conn, writer, stopped));
         Ok(Checkpointer {
             stop,
             task: Mutex::new(Some(task)),
@@ -94,12 +90,7 @@ impl Checkpointer {
     }
 }
 
-async fn run(
-    mut conn: SqliteConnection,
-    writer: SqlitePool,
-    database: PathBuf,
-    mut stopped: watch::Receiver<bool>,
-) {
+async fn run(mut conn: SqliteConnection, writer: SqlitePool, mut stopped: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
@@ -111,7 +102,7 @@ async fn run(
         }
         // Logged when checkpoints start failing and when they work again, not on
         // every tick: a broken disk would otherwise write ten warnings a second.
-        match (checkpoint(&mut conn, &writer, &database).await, failing) {
+        match (checkpoint(&mut conn, &writer).await, failing) {
             (Err(error), false) => {
                 tracing::warn!(%error, "SQLite WAL checkpoints failing; retrying every tick");
                 failing = true;
@@ -127,29 +118,18 @@ async fn run(
     let _ = conn.close().await;
 }
 
-/// One pass: copy what the WAL holds beside the writer, flush the copied pages, and
-/// finish on the writer once the WAL has grown past [`RESTART_PAGES`].
+/// One pass: copy what the WAL holds beside the writer, and finish on the writer once
+/// the WAL has grown past [`RESTART_PAGES`].
 #[tracing::instrument(level = "debug", skip_all)]
-async fn checkpoint(
-    conn: &mut SqliteConnection,
-    writer: &SqlitePool,
-    database: &Path,
-) -> Result<(), Error> {
-    // (busy, pages in the WAL, pages in the database file so far); busy when another connection (another
+async fn checkpoint(conn: &mut SqliteConnection, writer: &SqlitePool) -> Result<(), Error> {
+    // (busy, pages in the WAL, pages copied); busy when another connection (another
     // process) is checkpointing: it does the work this time. Both counts are as of
     // the start of this pass: "all copied" does not mean that the writer added
     // nothing meanwhile (it usually has, and then the WAL does not start over), so
     // only the WAL's size decides.
-    let (busy, wal, copied): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+    let (busy, wal, _copied): (i64, i64, i64) = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
         .fetch_one(&mut *conn)
         .await?;
-    // Whenever the database file holds pages from the WAL, whoever copied them: a pass
-    // that stopped short of the WAL's end did not sync them, this one's or the
-    // writer's. With nothing new to write the sync returns at once (~30 µs here);
-    // skipping it when this pass copied nothing measured worse (PERFORMANCE.md).
-    if copied > 0 {
-        sync_database(database).await?;
-    }
     if busy == 0 && wal >= RESTART_PAGES {
         let mut write = writer.acquire().await?;
         sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
@@ -157,26 +137,4 @@ async fn checkpoint(
             .await?;
     }
     Ok(())
-}
-
-/// Flushes the database file's dirty pages to the disk, on a blocking thread.
-///
-/// SQLite syncs the database file at the end of a checkpoint only when the pass
-/// copied the WAL to its very end. A background pass rarely does under load: a reader
-/// still on an older snapshot stops it short, and then the pages it copied stay in
-/// the page cache until the step on the writer, whose checkpoint ends with that sync.
-/// With 8 callers on a 2-core machine only 7 of ~550 background passes synced the
-/// database file, and the writer's sync of it took 6.2 ms at the median (`strace`)
-/// with every writer queued behind it; syncing here, beside the writer, leaves the
-/// step only the pages it copies itself, and took the 8-worker p99 from 27–33 ms to
-/// 19–23 ms (docs/PERFORMANCE.md, "SQLite's tail is the WAL restart's syncs"). An
-/// extra sync never weakens what SQLite's own syncs guarantee; `sync_data`
-/// (`fdatasync`) is enough, as SQLite's checkpoint syncs the file, size included,
-/// itself whenever it needs the sync for correctness.
-async fn sync_database(database: &Path) -> Result<(), Error> {
-    let database = database.to_path_buf();
-    tokio::task::spawn_blocking(move || std::fs::File::open(&database)?.sync_data())
-        .await
-        .map_err(|joined| Error::Io(std::io::Error::other(joined)))?
-        .map_err(Error::Io)
 }
