@@ -207,3 +207,97 @@ async fn the_wal_is_checkpointed_beside_the_writer_and_stays_bounded() {
     }
     db.store.close().await;
 }
+
+/// The checkpointer flushes the database file beside the writer (wal/flush.rs). It must
+/// do so through SQLite's own descriptor: opening and closing another one in this
+/// process would drop SQLite's POSIX lock on the file, and another process could then
+/// take the exclusive lock and delete the WAL under a live writer. Fails on `10ec956`,
+/// which flushed through `File::open(path)`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_flush_keeps_sqlites_lock_on_the_database() {
+    let Some(python) = python3() else { return };
+    let db = TestDb::sqlite().await;
+    let Store::Sqlite(pools) = &db.store else {
+        unreachable!("a SQLite test database")
+    };
+    let file = db.url.trim_start_matches("sqlite://");
+    let file = std::path::PathBuf::from(file.split('?').next().unwrap());
+    // Writes through the WAL until it starts over: past 16 MiB the checkpointer
+    // flushes the database file, then finishes on the writer, and the next write
+    // rewinds the WAL (the header's checkpoint sequence number, bytes 12..16, goes up).
+    let wal = file.with_extension("db-wal");
+    let sequence = || {
+        use std::io::Read;
+        let mut header = [0; 16];
+        std::fs::File::open(&wal)
+            .and_then(|mut f| f.read_exact(&mut header))
+            .map(|()| u32::from_be_bytes(header[12..16].try_into().unwrap()))
+            .ok()
+    };
+    sqlx::query("CREATE TABLE filler (body BLOB NOT NULL)")
+        .execute(pools.writer())
+        .await
+        .unwrap();
+    let first = sequence();
+    let mut chunks = 0;
+    while sequence() == first {
+        assert!(chunks < 400, "the WAL did not start over after 100 MiB");
+        let mut tx = pools.begin_write().await.unwrap();
+        sqlx::query("INSERT INTO filler (body) VALUES (zeroblob(262144))")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        chunks += 1;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        shared_lock(&python, &file),
+        "held",
+        "another process could take the exclusive lock on the database"
+    );
+
+    // The probe can see a lost lock: what the flush through a second descriptor did.
+    drop(std::fs::File::open(&file).unwrap());
+    assert_eq!(shared_lock(&python, &file), "free");
+    db.store.close().await;
+}
+
+/// Whether some process holds a SHARED lock on a SQLite database file, as another
+/// process sees it: tries to take the write lock on SQLite's shared byte range
+/// (0x40000002, 510 bytes, unix VFS) without waiting.
+fn shared_lock(python: &str, database: &std::path::Path) -> String {
+    let probe = "import fcntl, os, sys\n\
+                 fd = os.open(sys.argv[1], os.O_RDWR)\n\
+                 try:\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 510, 0x40000002, 0)\n    print('free')\n\
+                 except OSError:\n    print('held')\n";
+    let out = std::process::Command::new(python)
+        .args(["-c", probe])
+        .arg(database)
+        .output()
+        .expect("run the lock probe");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// Python runs the lock probe from another process. Missing locally: skip, loudly; in
+/// CI (`CI=true`): fail.
+fn python3() -> Option<String> {
+    let found = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if found {
+        return Some("python3".into());
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "python3 is required for the SQLite lock probe in CI"
+    );
+    eprintln!("SKIPPED: python3 not found; the SQLite lock probe needs another process");
+    None
+}
