@@ -18,7 +18,7 @@
 //! flush asks SQLite for the file it holds open (`SQLITE_FCNTL_FILE_POINTER`) and
 //! calls that file's own `xSync`: the same descriptor, nothing opened or closed.
 //!
-//! This is the crate's only `unsafe` code, kept to the two FFI calls.
+//! This is the crate's only `unsafe` code: three FFI calls into SQLite.
 #![allow(unsafe_code)]
 
 use libsqlite3_sys as ffi;
