@@ -8,6 +8,7 @@ use crate::support::TestDb;
 use crate::support::as_key;
 use crate::support::effects::Effects;
 use crate::support::fixture::refund;
+use crate::support::process::tool;
 use idemwatch::export::verify_database;
 use idemwatch::guard::{
     AttemptKind, Guard, GuardError, GuardSettings, IdempotencyKey, Operation, SystemClock,
@@ -215,7 +216,9 @@ async fn the_wal_is_checkpointed_beside_the_writer_and_stays_bounded() {
 /// which flushed through `File::open(path)`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_flush_keeps_sqlites_lock_on_the_database() {
-    let Some(python) = python3() else { return };
+    let Some(python) = tool("python3", "python3") else {
+        return;
+    };
     let db = TestDb::sqlite().await;
     let Store::Sqlite(pools) = &db.store else {
         unreachable!("a SQLite test database")
@@ -266,7 +269,7 @@ async fn the_flush_keeps_sqlites_lock_on_the_database() {
 /// Whether some process holds a SHARED lock on a SQLite database file, as another
 /// process sees it: tries to take the write lock on SQLite's shared byte range
 /// (0x40000002, 510 bytes, unix VFS) without waiting.
-fn shared_lock(python: &str, database: &std::path::Path) -> String {
+fn shared_lock(python: &std::path::Path, database: &std::path::Path) -> String {
     let probe = "import fcntl, os, sys\n\
                  fd = os.open(sys.argv[1], os.O_RDWR)\n\
                  try:\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 510, 0x40000002, 0)\n    print('free')\n\
@@ -282,22 +285,4 @@ fn shared_lock(python: &str, database: &std::path::Path) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap().trim().to_owned()
-}
-
-/// Python runs the lock probe from another process. Missing locally: skip, loudly; in
-/// CI (`CI=true`): fail.
-fn python3() -> Option<String> {
-    let found = std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if found {
-        return Some("python3".into());
-    }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "python3 is required for the SQLite lock probe in CI"
-    );
-    eprintln!("SKIPPED: python3 not found; the SQLite lock probe needs another process");
-    None
 }

@@ -14,28 +14,10 @@ mod pgbouncer;
 mod replica;
 mod sqlite;
 
-use crate::support::pg;
+pub use crate::support::process::tool;
 use crate::support::server::{Server, get, refund_tools_file};
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-/// A program a scenario needs, or `None` after a loud skip message; under `CI=true`
-/// a missing program fails the run instead (`.ci/run` installs `package`).
-pub fn tool(name: &str, package: &str) -> Option<PathBuf> {
-    let found = pg::which(name).or_else(|| {
-        ["/usr/sbin", "/usr/bin", "/sbin"]
-            .iter()
-            .map(|d| Path::new(d).join(name))
-            .find(|p| p.is_file())
-    });
-    if found.is_none() {
-        let why = format!("{name} not found: apt-get install {package}");
-        assert!(!pg::required(), "{why} (required under CI=true)");
-        eprintln!("\n*** SKIPPED ({why}) ***\n");
-    }
-    found
-}
 
 /// `idemwatch verify` on `url`, as a separate process; panics unless every chain is
 /// intact (exit 0).

@@ -51,3 +51,20 @@ pub fn installed(program: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success())
 }
+
+/// A program a test needs, or `None` after a loud skip message; under `CI=true`
+/// a missing program fails the run instead (`.ci/run` installs `package`).
+pub fn tool(name: &str, package: &str) -> Option<PathBuf> {
+    let found = super::pg::which(name).or_else(|| {
+        ["/usr/sbin", "/usr/bin", "/sbin"]
+            .iter()
+            .map(|d| Path::new(d).join(name))
+            .find(|p| p.is_file())
+    });
+    if found.is_none() {
+        let why = format!("{name} not found: apt-get install {package}");
+        assert!(!super::pg::required(), "{why} (required under CI=true)");
+        eprintln!("\n*** SKIPPED ({why}) ***\n");
+    }
+    found
+}
