@@ -5,37 +5,43 @@ pub use crate::guard::StoreError;
 
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        match &e {
-            sqlx::Error::RowNotFound => StoreError::NotFound,
-            sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e.to_string()),
-            sqlx::Error::Configuration(_) => StoreError::Config(e.to_string()),
-            sqlx::Error::Database(db) if db.is_unique_violation() => {
-                StoreError::Conflict(db.message().to_string())
-            }
-            sqlx::Error::Database(db) => {
-                // PostgreSQL: class 08 (connection), 57P (shutdown); SQLite: BUSY/LOCKED.
-                let code = db.code().unwrap_or_default();
-                if code == "25006" {
-                    StoreError::ReadOnly(db.message().to_string())
-                } else if code.starts_with("08")
-                    || code.starts_with("57P")
-                    || code == "5"
-                    || code == "6"
-                {
-                    StoreError::Unavailable(db.message().to_string())
-                } else {
-                    StoreError::Other(db.message().to_string())
-                }
-            }
-            sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
-                StoreError::Corrupt(e.to_string())
-            }
-            _ => StoreError::Other(e.to_string()),
+        classify(&e)
+    }
+}
+
+/// What `e` means to the guard. By reference, for an error that several callers share
+/// (a failed group commit, group_commit.rs).
+pub(super) fn classify(e: &sqlx::Error) -> StoreError {
+    match e {
+        sqlx::Error::RowNotFound => StoreError::NotFound,
+        sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::WorkerCrashed => StoreError::Unavailable(e.to_string()),
+        sqlx::Error::Configuration(_) => StoreError::Config(e.to_string()),
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            StoreError::Conflict(db.message().to_string())
         }
+        sqlx::Error::Database(db) => {
+            // PostgreSQL: class 08 (connection), 57P (shutdown); SQLite: BUSY/LOCKED.
+            let code = db.code().unwrap_or_default();
+            if code == "25006" {
+                StoreError::ReadOnly(db.message().to_string())
+            } else if code.starts_with("08")
+                || code.starts_with("57P")
+                || code == "5"
+                || code == "6"
+            {
+                StoreError::Unavailable(db.message().to_string())
+            } else {
+                StoreError::Other(db.message().to_string())
+            }
+        }
+        sqlx::Error::ColumnDecode { .. } | sqlx::Error::Decode(_) => {
+            StoreError::Corrupt(e.to_string())
+        }
+        _ => StoreError::Other(e.to_string()),
     }
 }
 

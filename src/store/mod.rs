@@ -16,6 +16,7 @@ mod duplicates;
 mod error;
 mod evidence;
 mod export;
+mod group_commit;
 mod pools;
 mod prune;
 mod records;

@@ -7,10 +7,10 @@
 //! (docs/PERFORMANCE.md). So a store on a SQLite file holds two pools:
 //!
 //! - `write`: **one** connection. Every write transaction of this crate is opened by
-//!   [`WritePool::begin_write`] (`BEGIN IMMEDIATE`) and goes here: writers queue
-//!   in sqlx's pool (a FIFO of async waiters, woken when the connection comes back)
-//!   instead of sleeping in the busy handler, and the write lock is never contended
-//!   from inside this process.
+//!   [`WritePool::begin_write`] and goes here: writers queue for it (a FIFO of async
+//!   waiters) instead of sleeping in the busy handler, the write lock is never
+//!   contended from inside this process, and the writes queued together share one
+//!   commit, each in a savepoint of its own (group_commit.rs).
 //! - `read`: the configured number of connections for everything else. In WAL mode
 //!   readers never wait for the writer.
 //!
@@ -23,6 +23,8 @@
 //! correct — it takes the write lock like any connection — but may wait in the busy
 //! handler; the crate's own writes all use transactions.
 
+use super::StoreError;
+use super::group_commit::{GroupCommit, WriteTx};
 use super::wal::Checkpointer;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -36,36 +38,32 @@ use std::sync::Arc;
 
 /// Opens a write transaction: the one place that says how each backend starts one.
 /// Every write transaction of the crate begins here, inside an `on_pool!` body that
-/// is written once for both backends.
+/// is written once for both backends; the body ends it with the transaction's own
+/// `commit` or `rollback`, or drops it to roll back.
 pub trait WritePool {
-    type Database: sqlx::Database;
-    fn begin_write(
-        &self,
-    ) -> impl Future<Output = Result<Transaction<'static, Self::Database>, Error>> + Send;
+    type Tx: std::ops::DerefMut + Send;
+    fn begin_write(&self) -> impl Future<Output = Result<Self::Tx, StoreError>> + Send;
 }
 
 /// PostgreSQL: a plain READ COMMITTED transaction. A statement that must hold what it
 /// read takes its own row lock (`FOR UPDATE`, `FOR UPDATE SKIP LOCKED`).
 impl WritePool for PgPool {
-    type Database = Postgres;
-    fn begin_write(
-        &self,
-    ) -> impl Future<Output = Result<Transaction<'static, Postgres>, Error>> + Send {
-        self.begin()
+    type Tx = Transaction<'static, Postgres>;
+    async fn begin_write(&self) -> Result<Self::Tx, StoreError> {
+        Ok(self.begin().await?)
     }
 }
 
-/// SQLite: `BEGIN IMMEDIATE` on the one writer, so the write lock is held from the
-/// first statement. A deferred transaction that reads and then writes would take the
-/// lock at its first write, and fail with SQLITE_BUSY (no busy-handler wait) if
-/// another connection wrote since its read; holding the lock from the start also makes
-/// the locked read of the guard (no `FOR UPDATE` in SQLite) a real lock.
+/// SQLite: a savepoint in the one writer's batch, which began with `BEGIN IMMEDIATE`,
+/// so the write lock is held from the first statement. A deferred transaction that
+/// reads and then writes would take the lock at its first write, and fail with
+/// SQLITE_BUSY (no busy-handler wait) if another connection wrote since its read;
+/// holding the lock from the start also makes the locked read of the guard (no
+/// `FOR UPDATE` in SQLite) a real lock.
 impl WritePool for SqlitePools {
-    type Database = Sqlite;
-    fn begin_write(
-        &self,
-    ) -> impl Future<Output = Result<Transaction<'static, Sqlite>, Error>> + Send {
-        self.write.begin_with("BEGIN IMMEDIATE")
+    type Tx = WriteTx;
+    async fn begin_write(&self) -> Result<WriteTx, StoreError> {
+        self.group.begin().await
     }
 }
 
@@ -73,6 +71,8 @@ impl WritePool for SqlitePools {
 pub struct SqlitePools {
     read: SqlitePool,
     write: SqlitePool,
+    /// The write transactions' queue for `write`, and their shared commits.
+    group: GroupCommit,
     /// The WAL checkpointer of a database file (wal.rs); none in memory, where there
     /// is no WAL.
     wal: Option<Arc<Checkpointer>>,
@@ -84,6 +84,7 @@ impl SqlitePools {
     pub(super) fn new(read: SqlitePool, write: SqlitePool, wal: Option<Checkpointer>) -> Self {
         Self {
             read,
+            group: GroupCommit::new(write.clone()),
             write,
             wal: wal.map(Arc::new),
         }

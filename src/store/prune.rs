@@ -9,9 +9,10 @@
 //! locks last one small batch.
 
 use super::export::{ExportRow, export_select};
-use super::{Backend, Store, StoreError, WritePool, on_pool};
+use super::{Backend, SqlitePools, Store, StoreError, WritePool, on_pool};
 use chrono::{DateTime, Utc};
 use futures::stream::{BoxStream, StreamExt};
+use sqlx::postgres::PgPool;
 use sqlx::types::Json;
 
 /// Never UNKNOWN or IN_PROGRESS: only the two terminal statuses, each with its own
@@ -76,8 +77,8 @@ impl PrunedCounts {
 }
 
 enum Tx {
-    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
-    Sqlite(sqlx::Transaction<'static, sqlx::Sqlite>),
+    Postgres(<PgPool as WritePool>::Tx),
+    Sqlite(<SqlitePools as WritePool>::Tx),
 }
 
 /// Runs `$body` once per backend with `$tx` bound to the batch's transaction and
@@ -133,14 +134,14 @@ impl Store {
     }
 }
 
-impl From<sqlx::Transaction<'static, sqlx::Postgres>> for Tx {
-    fn from(tx: sqlx::Transaction<'static, sqlx::Postgres>) -> Self {
+impl From<<PgPool as WritePool>::Tx> for Tx {
+    fn from(tx: <PgPool as WritePool>::Tx) -> Self {
         Tx::Postgres(tx)
     }
 }
 
-impl From<sqlx::Transaction<'static, sqlx::Sqlite>> for Tx {
-    fn from(tx: sqlx::Transaction<'static, sqlx::Sqlite>) -> Self {
+impl From<<SqlitePools as WritePool>::Tx> for Tx {
+    fn from(tx: <SqlitePools as WritePool>::Tx) -> Self {
         Tx::Sqlite(tx)
     }
 }

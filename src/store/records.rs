@@ -129,6 +129,9 @@ impl Storage for Store {
                 .fetch_optional(&mut *tx)
                 .await?;
             if inserted.is_none() {
+                // Rolled back explicitly, not dropped: on SQLite this waits until the
+                // claim it found is committed (group_commit.rs).
+                tx.rollback().await?;
                 return Ok(Claim::Exists);
             }
             if let Some(natural_key) = checks.natural_key {
@@ -147,6 +150,7 @@ impl Storage for Store {
                     let holder: Option<String> = bind(sql::NATURAL_KEY_HOLDER)
                         .fetch_optional(&mut *tx)
                         .await?;
+                    tx.rollback().await?;
                     return Ok(match holder {
                         Some(key) => Claim::NaturalKeyHeld {
                             key: key.parse().map_err(|e| {
@@ -464,9 +468,12 @@ async fn claim_sqlite(
         .await?
         .rows_affected();
     // The record, its attempt and the pair if there is one; nothing if the key
-    // existed. Returning drops the transaction: it rolls back.
+    // existed.
     let created = 2 + u64::from(suspect.is_some());
     if written == 0 {
+        // Rolled back explicitly, not dropped: this waits until the claim it found is
+        // committed (group_commit.rs).
+        tx.rollback().await?;
         return Ok(Claim::Exists);
     }
     if written != created {
@@ -506,8 +513,9 @@ async fn write_if_unchanged_sqlite(
         .await?
         .rows_affected();
     // Both rows, or none: the head moved (or the key is gone), nothing was written,
-    // and dropping the transaction ends it; the caller takes the locked path.
+    // and the caller takes the locked path.
     if written != 2 {
+        tx.rollback().await?;
         return Ok(false);
     }
     tx.commit().await?;
