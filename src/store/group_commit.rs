@@ -113,8 +113,8 @@ impl GroupCommit {
     }
 }
 
-/// One call's write transaction: a savepoint in the writer's batch. Derefs to the
-/// connection, as sqlx's `Transaction` does. Dropping it rolls the call back.
+/// One call's write transaction: the writer's batch, or a savepoint in it. Derefs to
+/// the connection, as sqlx's `Transaction` does. Dropping it rolls the call back.
 #[derive(Debug)]
 pub struct WriteTx {
     shared: Arc<Shared>,

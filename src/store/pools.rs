@@ -10,7 +10,7 @@
 //!   [`WritePool::begin_write`] and goes here: writers queue for it (a FIFO of async
 //!   waiters) instead of sleeping in the busy handler, the write lock is never
 //!   contended from inside this process, and the writes queued together share one
-//!   commit, each in a savepoint of its own (group_commit.rs).
+//!   commit, each after the first in a savepoint of its own (group_commit.rs).
 //! - `read`: the configured number of connections for everything else. In WAL mode
 //!   readers never wait for the writer.
 //!
@@ -54,11 +54,11 @@ impl WritePool for PgPool {
     }
 }
 
-/// SQLite: a savepoint in the one writer's batch, which began with `BEGIN IMMEDIATE`,
-/// so the write lock is held from the first statement. A deferred transaction that
-/// reads and then writes would take the lock at its first write, and fail with
-/// SQLITE_BUSY (no busy-handler wait) if another connection wrote since its read;
-/// holding the lock from the start also makes the locked read of the guard (no
+/// SQLite: the one writer's batch or a savepoint in it. The batch began with
+/// `BEGIN IMMEDIATE`, so the write lock is held from the first statement. A deferred
+/// transaction that reads and then writes would take the lock at its first write, and
+/// fail with SQLITE_BUSY (no busy-handler wait) if another connection wrote since its
+/// read; holding the lock from the start also makes the locked read of the guard (no
 /// `FOR UPDATE` in SQLite) a real lock.
 impl WritePool for SqlitePools {
     type Tx = WriteTx;
