@@ -10,7 +10,9 @@
 //! So the writes that queue for the writer share a commit: the first opens the
 //! transaction (`BEGIN IMMEDIATE`), each one after it runs inside its own
 //! `SAVEPOINT`, and one `COMMIT` ends the batch; a page changed by eight calls goes
-//! into the WAL once.
+//! into the WAL once. The guard's calls send their savepoint with their first
+//! statement ([`GroupCommit::begin_deferred`], [`Opening`]), so that joining a batch
+//! costs them no round trip to the connection's thread.
 //!
 //! - **Each call is still all or nothing.** A call that ends with an error or rolls
 //!   back is rolled back to its savepoint (the batch's first: the batch is rolled
@@ -35,8 +37,10 @@
 
 use super::StoreError;
 use super::error::classify;
-use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool};
-use sqlx::{Error, Transaction};
+use futures::TryStreamExt;
+use sqlx::query::Query;
+use sqlx::sqlite::{Sqlite, SqliteConnection, SqlitePool, SqliteQueryResult, SqliteRow};
+use sqlx::{Either, Error, Executor, IntoArguments, Transaction};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
@@ -49,8 +53,48 @@ pub const MAX_BATCH: usize = 64;
 /// released: each call's nests in the one before, `ROLLBACK TO` undoes the innermost
 /// of that name (the call's own), and `COMMIT` ends them all. That saves a statement,
 /// a round trip to the connection's thread, per call.
-const BEGIN_CALL: &str = "SAVEPOINT idemwatch_call";
+macro_rules! begin_call {
+    () => {
+        "SAVEPOINT idemwatch_call"
+    };
+}
+pub(crate) use begin_call;
+const BEGIN_CALL: &str = begin_call!();
 const UNDO_CALL: &str = "ROLLBACK TO idemwatch_call";
+
+/// A call's first statement, written twice: as it is, and led by the call's
+/// savepoint ([`first_statement!`]). A call that joins an open batch sends the
+/// second through [`Opening::execute`], so that joining costs no round trip of its
+/// own: each statement is a hand-off to the connection's thread and back (~80 µs on
+/// a small VM, docs/PERFORMANCE.md) while every writer queued behind waits.
+#[derive(Debug)]
+pub struct FirstStatement {
+    alone: &'static str,
+    joined: &'static str,
+}
+
+impl FirstStatement {
+    /// Use [`first_statement!`], which writes `joined` from `alone`.
+    pub const fn new(alone: &'static str, joined: &'static str) -> Self {
+        Self { alone, joined }
+    }
+
+    /// The statement without the savepoint: for a call past its first statement.
+    pub fn alone(&self) -> &'static str {
+        self.alone
+    }
+}
+
+/// A [`FirstStatement`] from literal SQL (a `concat!` of literals and macros).
+macro_rules! first_statement {
+    ($($sql:expr),+ $(,)?) => {
+        $crate::store::group_commit::FirstStatement::new(
+            concat!($($sql),+),
+            concat!($crate::store::group_commit::begin_call!(), "; ", $($sql),+),
+        )
+    };
+}
+pub(crate) use first_statement;
 
 /// The writer's queue and its open batch. Cloning shares them.
 #[derive(Debug, Clone)]
@@ -100,16 +144,126 @@ impl GroupCommit {
     /// Waits for the writer and begins a call: the batch's transaction, or a
     /// savepoint in the open batch.
     pub async fn begin(&self) -> Result<WriteTx, StoreError> {
+        let mut tx = self.enter().await;
+        tx.open(Join::Now).await.map_err(|error| classify(&error))?;
+        Ok(tx)
+    }
+
+    /// [`GroupCommit::begin`] for a call that knows its first statement: the savepoint
+    /// of a call that joins an open batch goes with that statement
+    /// ([`Opening::execute`]). A call that opens the batch has sent `BEGIN IMMEDIATE`.
+    pub async fn begin_deferred(&self) -> Result<Opening, StoreError> {
+        let mut tx = self.enter().await;
+        tx.open(Join::WithFirstStatement)
+            .await
+            .map_err(|error| classify(&error))?;
+        Ok(Opening { tx })
+    }
+
+    /// Waits for the writer. From here a caller that gives up (a dropped request)
+    /// drops the call, which rolls back what it began like any other dropped call.
+    async fn enter(&self) -> WriteTx {
         let slot = Queued::enter(&self.shared).await;
-        // From here a caller that gives up (a dropped request) drops the call, which
-        // rolls back what it began like any other dropped call.
-        let mut tx = WriteTx {
+        WriteTx {
             shared: self.shared.clone(),
             slot: Some(slot),
             scope: Scope::None,
+        }
+    }
+}
+
+/// When a call that joins an open batch makes its savepoint.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Join {
+    /// At once: the call is a [`WriteTx`] its body runs any statement on.
+    Now,
+    /// With its first statement ([`Opening::execute`]).
+    WithFirstStatement,
+}
+
+/// A call that holds the writer and has not sent its first statement
+/// ([`GroupCommit::begin_deferred`]). It has no connection to run statements on:
+/// until its savepoint is made, a statement would land in the call before it.
+/// Dropping it ends the call, which has written nothing.
+#[derive(Debug)]
+pub struct Opening {
+    tx: WriteTx,
+}
+
+impl Opening {
+    /// Runs the call's first statement, `first` as `build` binds it (given the text
+    /// to bind: led by the savepoint when the call joined a batch), and returns the
+    /// call with what the statement answered.
+    ///
+    /// When it fails in a call that joined a batch, whether its savepoint was made is
+    /// not known, and undoing "the call" could undo the call before it: so the whole
+    /// batch is rolled back and every call in it fails with the error. A statement
+    /// of the guard's fails only with the database (I/O, a full disk), which fails
+    /// the batch's commit all the same.
+    pub async fn execute<'q, A>(
+        mut self,
+        first: &FirstStatement,
+        build: impl FnOnce(&'static str) -> Query<'q, Sqlite, A>,
+    ) -> Result<(WriteTx, Answer), StoreError>
+    where
+        A: IntoArguments<Sqlite> + 'q,
+    {
+        let joins = self.tx.scope == Scope::None;
+        let query = build(if joins { first.joined } else { first.alone });
+        if joins {
+            self.tx.scope = Scope::Unsure;
+        }
+        let steps: Result<Vec<Either<SqliteQueryResult, SqliteRow>>, Error> =
+            (&mut *self.tx).fetch_many(query).try_collect().await;
+        match steps {
+            Ok(steps) => {
+                if joins {
+                    self.tx.scope = Scope::Savepoint;
+                }
+                // A joined call's first step is its savepoint's, whose count is the
+                // connection's last INSERT, UPDATE or DELETE's, not a row of this call.
+                Ok((
+                    self.tx,
+                    Answer::of(steps.into_iter().skip(usize::from(joins))),
+                ))
+            }
+            Err(error) if joins => {
+                self.tx.scope = Scope::None;
+                let slot = self.tx.slot.as_mut().expect("a call in progress");
+                let error = slot.fail(error).await;
+                Err(classify(&error))
+            }
+            // The call opened the batch: dropping it rolls the batch back.
+            Err(error) => Err(classify(&error)),
+        }
+    }
+}
+
+/// What a call's first statement answered ([`Opening::execute`]), its savepoint's
+/// result left out.
+#[derive(Debug)]
+pub struct Answer {
+    /// The rows its statements wrote. Meaningful for a batch of writes only: a
+    /// statement that does not write reports the count of the write before it
+    /// (`sqlite3_changes`).
+    pub written: u64,
+    /// The rows its statements returned, in order.
+    pub rows: Vec<SqliteRow>,
+}
+
+impl Answer {
+    fn of(steps: impl Iterator<Item = Either<SqliteQueryResult, SqliteRow>>) -> Self {
+        let mut answer = Answer {
+            written: 0,
+            rows: Vec::new(),
         };
-        tx.open().await.map_err(|error| classify(&error))?;
-        Ok(tx)
+        for step in steps {
+            match step {
+                Either::Left(done) => answer.written += done.rows_affected(),
+                Either::Right(row) => answer.rows.push(row),
+            }
+        }
+        answer
     }
 }
 
@@ -136,6 +290,11 @@ enum Scope {
     Batch,
     /// The call joined an open batch in a savepoint of its own.
     Savepoint,
+    /// A joined call's first statement, its savepoint's with it, was sent and has not
+    /// answered ([`Opening::execute`]): whether the savepoint was made is not known. A
+    /// call dropped here fails the batch: rolling back to `idemwatch_call` could undo
+    /// the call before it, and doing nothing could commit this one's writes.
+    Unsure,
 }
 
 impl WriteTx {
@@ -156,8 +315,9 @@ impl WriteTx {
         self.end(Some(UNDO_CALL)).await
     }
 
-    /// Opens the batch if none is open, and the call's savepoint in it.
-    async fn open(&mut self) -> Result<(), Arc<Error>> {
+    /// Opens the batch if none is open, or else the call's savepoint in it when
+    /// `join` says now.
+    async fn open(&mut self, join: Join) -> Result<(), Arc<Error>> {
         let slot = self.slot.as_mut().expect("a call in progress");
         slot.tidy().await?;
         if slot.batch.is_none() {
@@ -167,7 +327,7 @@ impl WriteTx {
                 members: Vec::new(),
             });
             self.scope = Scope::Batch;
-        } else {
+        } else if join == Join::Now {
             slot.execute(BEGIN_CALL).await?;
             self.scope = Scope::Savepoint;
         }
@@ -316,6 +476,14 @@ impl Slot {
             Scope::None => Ok(()),
             Scope::Batch => self.roll_back().await,
             Scope::Savepoint => self.execute(UNDO_CALL).await,
+            Scope::Unsure => {
+                // The calls waiting for the batch's commit fail; the slot is free for
+                // the next batch.
+                let gave_up = "a call joined to the batch was dropped during its first \
+                               statement; the batch was rolled back";
+                self.fail(Error::Protocol(gave_up.into())).await;
+                Ok(())
+            }
         }
     }
 
@@ -352,5 +520,266 @@ impl Slot {
             }
         }
         error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::sqlite::SqlitePoolOptions;
+    use std::time::Duration;
+
+    /// One writer on an in-memory database with a table `written`.
+    async fn writer() -> GroupCommit {
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .unwrap();
+        sqlx::query("CREATE TABLE written (name TEXT NOT NULL)")
+            .execute(&pool)
+            .await
+            .unwrap();
+        GroupCommit::new(pool)
+    }
+
+    async fn committed(group: &GroupCommit) -> Vec<String> {
+        sqlx::query_scalar("SELECT name FROM written ORDER BY name")
+            .fetch_all(&group.shared.pool)
+            .await
+            .unwrap()
+    }
+
+    const INSERT: FirstStatement = first_statement!("INSERT INTO written (name) VALUES ($1)");
+
+    /// A call that opened the batch and wrote `name`: the writer is held until it ends.
+    async fn holding(group: &GroupCommit, name: &str) -> WriteTx {
+        let mut tx = group.begin().await.unwrap();
+        sqlx::query(INSERT.alone())
+            .bind(name)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx
+    }
+
+    /// A deferred call whose first statement writes `name`.
+    async fn deferred_insert(
+        group: &GroupCommit,
+        name: Option<&str>,
+    ) -> Result<(WriteTx, Answer), StoreError> {
+        let opening = group.begin_deferred().await?;
+        opening
+            .execute(&INSERT, |text| sqlx::query(text).bind(name))
+            .await
+    }
+
+    /// Lets a spawned call reach the writer's queue.
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    #[test]
+    fn the_joined_text_is_the_savepoint_then_the_statement() {
+        assert_eq!(INSERT.alone(), "INSERT INTO written (name) VALUES ($1)");
+        assert_eq!(
+            INSERT.joined,
+            "SAVEPOINT idemwatch_call; INSERT INTO written (name) VALUES ($1)"
+        );
+        assert_eq!(UNDO_CALL, BEGIN_CALL.replace("SAVEPOINT", "ROLLBACK TO"));
+    }
+
+    /// A call that joins a batch makes its savepoint with its first statement: rolling
+    /// it back undoes its row and not the row of the call before it, and the rows it
+    /// reports are its own (not the savepoint's stale count).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_joined_call_rolls_back_to_the_savepoint_its_first_statement_made() {
+        let group = writer().await;
+        let held = holding(&group, "a").await;
+        let g = group.clone();
+        let joined = tokio::spawn(async move {
+            let (tx, answer) = deferred_insert(&g, Some("b")).await.unwrap();
+            assert_eq!(tx.scope, Scope::Savepoint, "the call joined the open batch");
+            tx.rollback().await.unwrap();
+            answer.written
+        });
+        settle().await;
+        let g = group.clone();
+        let kept = tokio::spawn(async move {
+            let (tx, answer) = deferred_insert(&g, Some("c")).await.unwrap();
+            tx.commit().await.unwrap();
+            answer.written
+        });
+        settle().await;
+        held.commit().await.unwrap();
+        assert_eq!(
+            joined.await.unwrap(),
+            1,
+            "the rolled-back call wrote one row"
+        );
+        assert_eq!(kept.await.unwrap(), 1, "the kept call wrote one row");
+        assert_eq!(committed(&group).await, ["a", "c"]);
+    }
+
+    /// A call that opens the batch sends its first statement as it is.
+    #[tokio::test]
+    async fn a_call_that_opens_the_batch_sends_no_savepoint() {
+        let group = writer().await;
+        let (tx, answer) = deferred_insert(&group, Some("a")).await.unwrap();
+        assert_eq!(tx.scope, Scope::Batch);
+        assert_eq!(answer.written, 1);
+        tx.commit().await.unwrap();
+        assert_eq!(committed(&group).await, ["a"]);
+    }
+
+    /// A joined call whose first statement fails cannot say whether its savepoint was
+    /// made: the batch is rolled back and the calls waiting for its commit fail, and
+    /// the writer is free afterwards.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_joined_first_statement_that_fails_fails_the_batch() {
+        let group = writer().await;
+        let held = holding(&group, "a").await;
+        let g = group.clone();
+        let failing = tokio::spawn(async move {
+            // NOT NULL: the savepoint is made, the insert fails.
+            deferred_insert(&g, None).await.map(drop)
+        });
+        settle().await;
+        let held_commit = held.commit().await;
+        assert!(failing.await.unwrap().is_err());
+        assert!(
+            held_commit.is_err(),
+            "a commit returned success for a batch that was rolled back"
+        );
+        assert!(committed(&group).await.is_empty());
+        // The writer takes the next call.
+        let (tx, _) = deferred_insert(&group, Some("d")).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(committed(&group).await, ["d"]);
+    }
+
+    /// Callers that send their savepoint with their first statement, committing,
+    /// rolling back, dropping their call and giving up at random moments (during the
+    /// first statement too): every returned commit is in the database, no call that
+    /// rolled back, was dropped or gave up before its commit is, and the writer is free
+    /// afterwards.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_way_of_ending_a_deferred_call_loses_or_keeps_the_wrong_rows() {
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        enum End {
+            Commit,
+            Rollback,
+            Drop,
+        }
+        let group = writer().await;
+        let mut calls = tokio::task::JoinSet::new();
+        // A fixed linear congruential sequence: the same mix on every run.
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |n: u64| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        for i in 0..400 {
+            let end = [End::Commit, End::Rollback, End::Drop][next(3) as usize];
+            let patience = (next(3) == 0).then(|| Duration::from_micros(50 + next(1_500)));
+            let g = group.clone();
+            calls.spawn(async move {
+                let name = format!("call-{i:03}");
+                let call = async {
+                    let (tx, _) = deferred_insert(&g, Some(&name)).await?;
+                    match end {
+                        End::Commit => tx.commit().await,
+                        End::Rollback => tx.rollback().await,
+                        End::Drop => {
+                            drop(tx);
+                            Ok(())
+                        }
+                    }
+                };
+                let ended = match patience {
+                    Some(patience) => tokio::time::timeout(patience, call).await.ok(),
+                    None => Some(call.await),
+                };
+                (name, end, ended.map(|r| r.is_ok()))
+            });
+            if i % 8 == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        let mut outcomes = Vec::new();
+        while let Some(done) = calls.join_next().await {
+            outcomes.push(done.unwrap());
+        }
+        let free = tokio::time::timeout(Duration::from_secs(5), group.shared.pool.acquire());
+        drop(free.await.expect("a batch was left open").unwrap());
+
+        let committed = committed(&group).await;
+        for (name, end, ended) in &outcomes {
+            let kept = committed.contains(name);
+            match (end, ended) {
+                (End::Commit, Some(true)) => {
+                    assert!(kept, "{name}: its commit returned, its row is gone")
+                }
+                // A commit that failed (its batch failed) or was given up on may or may not
+                // have reached the batch's commit.
+                (End::Commit, _) => {}
+                (End::Rollback | End::Drop, _) => assert!(!kept, "{name} ({end:?}) was committed"),
+            }
+        }
+        assert!(
+            outcomes.iter().any(|(_, _, ended)| ended.is_none()),
+            "no caller gave up: the test did not test that"
+        );
+        assert!(
+            outcomes
+                .iter()
+                .filter(|o| o.1 == End::Commit && o.2 == Some(true))
+                .count()
+                > 50,
+            "too few calls committed for the test to mean anything"
+        );
+    }
+
+    /// A joined call dropped while its first statement runs (a caller that gave up):
+    /// its savepoint and its row may both be in the batch by then, so the batch is
+    /// rolled back, the call waiting for its commit fails, and the next call starts
+    /// a batch of its own. Nothing of the dropped call is committed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_dropped_during_its_first_statement_fails_the_batch() {
+        // A first statement that takes long enough to be dropped in.
+        const SLOW: FirstStatement = first_statement!(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000000) \
+             INSERT INTO written (name) SELECT $1 FROM n WHERE i = 3000000"
+        );
+        let group = writer().await;
+        let first = holding(&group, "a").await;
+        let g = group.clone();
+        let dropped = tokio::spawn(async move {
+            let opening = g.begin_deferred().await.unwrap();
+            let run = opening.execute(&SLOW, |text| sqlx::query(text).bind("b"));
+            tokio::time::timeout(Duration::from_millis(30), run)
+                .await
+                .is_err()
+        });
+        settle().await;
+        let g = group.clone();
+        let next = tokio::spawn(async move {
+            let (tx, _) = deferred_insert(&g, Some("c")).await.unwrap();
+            tx.commit().await.unwrap();
+        });
+        settle().await;
+        let first = first.commit().await;
+        assert!(
+            dropped.await.unwrap(),
+            "the slow statement ended before it was dropped"
+        );
+        next.await.unwrap();
+        assert!(
+            first.is_err(),
+            "the batch the dropped call was in was committed"
+        );
+        assert_eq!(committed(&group).await, ["c"]);
     }
 }

@@ -24,7 +24,7 @@
 //! handler; the crate's own writes all use transactions.
 
 use super::StoreError;
-use super::group_commit::{GroupCommit, WriteTx};
+use super::group_commit::{GroupCommit, Opening, WriteTx};
 use super::wal::Checkpointer;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
@@ -88,6 +88,12 @@ impl SqlitePools {
             write,
             wal: wal.map(Arc::new),
         }
+    }
+
+    /// A write call that sends its savepoint, when it joins the writer's batch, with
+    /// its first statement (group_commit.rs, [`Opening`]).
+    pub(super) async fn begin_deferred(&self) -> Result<Opening, StoreError> {
+        self.group.begin_deferred().await
     }
 
     pub fn reader(&self) -> &SqlitePool {

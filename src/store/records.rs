@@ -434,87 +434,151 @@ impl Store {
     }
 }
 
-/// [`Storage::claim`] on SQLite without a natural key: `BEGIN IMMEDIATE`, the probe,
-/// and the claim's writes as one batch ([`sql::CLAIM_AND_APPEND_SQLITE`]) — three or
-/// four statements on the one writer instead of four to six, each a hop to its worker
-/// thread that every queued writer waits for.
+/// [`Storage::claim`] on SQLite without a natural key: the probe and the claim's
+/// writes as one batch ([`sql::CLAIM_PROBED_SQLITE`], or [`sql::CLAIM_AND_APPEND_SQLITE`]
+/// for a call without a business ref), led by the call's savepoint when it joins the
+/// writer's batch, then the commit — each statement a hop to the connection's thread
+/// that every queued writer waits for. Only a claim whose probe found another key
+/// sends more ([`claim_sqlite_with_finding`]).
 async fn claim_sqlite(
     pools: &SqlitePools,
     build: impl FnOnce() -> (Record, AttemptDraft) + Send,
     checks: ClaimChecks<'_>,
 ) -> Result<Claim, StoreError> {
-    let mut tx = pools.begin_write().await?;
+    let opening = pools.begin_deferred().await?;
     // Built under the write lock: the clock is read after the wait for it.
     let (mut record, draft) = build();
     record_claim_span(&record);
-    let suspect: Option<String> = match &record.business_ref {
-        Some(business_ref) => {
-            bind_probe!(
-                sqlx::query_scalar(sql::DUPLICATE_PROBE),
-                record,
-                business_ref,
-                checks
-            )
-            .fetch_optional(&mut *tx)
-            .await?
-        }
-        None => None,
-    };
-    let attempt = seal(&mut record, with_suspect(draft, suspect.as_deref()));
-    let q = bind_claim!(sqlx::query(sql::CLAIM_AND_APPEND_SQLITE), record);
-    let written = bind_attempt!(q, attempt)
-        .bind(&suspect)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-    // The record, its attempt and the pair if there is one; nothing if the key
-    // existed.
-    let created = 2 + u64::from(suspect.is_some());
-    if written == 0 {
-        // Rolled back explicitly, not dropped: this waits until the claim it found is
-        // committed (group_commit.rs).
-        tx.rollback().await?;
-        return Ok(Claim::Exists);
+    // The claim's row is the chain's first: sealing changes only the head, which the
+    // long way starts again from here.
+    let unsealed = (record.log_seq, record.log_hash.clone(), draft.clone());
+    let attempt = seal(&mut record, draft);
+    if record.business_ref.is_none() {
+        let (tx, answer) = opening
+            .execute(&sql::CLAIM_AND_APPEND_SQLITE, |text| {
+                let q = bind_claim!(sqlx::query(text), record);
+                // `$35`: no suspected pair.
+                bind_attempt!(q, attempt).bind(None::<String>)
+            })
+            .await?;
+        return match answer.written {
+            2 => commit_claim(tx, record).await,
+            0 => claim_exists(tx).await,
+            written => Err(claim_wrote(&record, written, 2)),
+        };
     }
-    if written != created {
+    let since = record.created_at - checks.duplicate_window;
+    let (tx, answer) = opening
+        .execute(&sql::CLAIM_PROBED_SQLITE, |text| {
+            let q = bind_claim!(sqlx::query(text), record);
+            bind_attempt!(q, attempt).bind(since)
+        })
+        .await?;
+    let [row] = answer.rows.as_slice() else {
         return Err(StoreError::Corrupt(format!(
-            "claim of {} wrote {written} rows, not {created}",
-            record.key
+            "claim of {} answered {} rows, not 1",
+            record.key,
+            answer.rows.len()
         )));
+    };
+    let (claimed, found): (i64, Option<String>) = sqlx::FromRow::from_row(row)?;
+    match (claimed, found) {
+        (1, _) => commit_claim(tx, record).await,
+        // The insert met the key: it exists.
+        (0, None) => claim_exists(tx).await,
+        (0, Some(found)) => {
+            let (log_seq, log_hash, draft) = unsealed;
+            record.log_seq = log_seq;
+            record.log_hash = log_hash;
+            claim_sqlite_with_finding(tx, record, draft, found).await
+        }
+        (claimed, _) => Err(claim_wrote(&record, claimed as u64, 1)),
     }
+}
+
+/// A claim whose rows are written: committed, it is the caller's.
+async fn commit_claim(
+    tx: <SqlitePools as WritePool>::Tx,
+    record: Record,
+) -> Result<Claim, StoreError> {
     tx.commit().await?;
     Ok(Claim::Created {
         record: Box::new(record),
     })
 }
 
+/// A claim that met its key.
+async fn claim_exists(tx: <SqlitePools as WritePool>::Tx) -> Result<Claim, StoreError> {
+    // Rolled back explicitly, not dropped: this waits until the claim it found is
+    // committed (group_commit.rs).
+    tx.rollback().await?;
+    Ok(Claim::Exists)
+}
+
+/// A probed SQLite claim that wrote nothing because its probe found another key:
+/// whether the key exists is read in the same transaction, under the write lock, so
+/// nothing has changed since the claim's statement; if it does not, the finding is
+/// sealed into the `claimed` row and sent with the claim's writes
+/// ([`sql::CLAIM_AND_APPEND_SQLITE`]).
+async fn claim_sqlite_with_finding(
+    mut tx: <SqlitePools as WritePool>::Tx,
+    mut record: Record,
+    draft: AttemptDraft,
+    found: String,
+) -> Result<Claim, StoreError> {
+    let exists: bool = sqlx::query_scalar(sql::KEY_EXISTS)
+        .bind(record.key.as_str())
+        .fetch_one(&mut *tx)
+        .await?;
+    if exists {
+        return claim_exists(tx).await;
+    }
+    let attempt = seal(&mut record, with_suspect(draft, Some(&found)));
+    let q = bind_claim!(sqlx::query(sql::CLAIM_AND_APPEND_SQLITE.alone()), record);
+    let written = bind_attempt!(q, attempt)
+        .bind(&found)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    // The record, its attempt and the pair.
+    if written != 3 {
+        return Err(claim_wrote(&record, written, 3));
+    }
+    commit_claim(tx, record).await
+}
+
+/// A claim whose statements wrote neither all their rows nor none.
+fn claim_wrote(record: &Record, written: u64, created: u64) -> StoreError {
+    StoreError::Corrupt(format!(
+        "claim of {} wrote {written} rows, not {created}",
+        record.key
+    ))
+}
+
 /// [`Storage::write_if_unchanged`]'s write on SQLite (the decision is made before,
-/// as on PostgreSQL, outside the write lock): `BEGIN IMMEDIATE`, the conditional update
-/// and its attempt as one batch ([`sql::UPDATE_RECORD_IF_HEAD_AND_APPEND_SQLITE`]),
-/// `COMMIT` — three statements on the one writer where the locked path sends five (it
-/// also reads the record and sends the update and the insert apart). Whether both rows
-/// were written.
+/// as on PostgreSQL, outside the write lock): the conditional update and its attempt
+/// as one batch ([`sql::UPDATE_RECORD_IF_HEAD_AND_APPEND_SQLITE`], led by the call's
+/// savepoint when it joins the writer's batch), then the commit — where the locked
+/// path also reads the record and sends the update and the insert apart. Whether both
+/// rows were written.
 async fn write_if_unchanged_sqlite(
     pools: &SqlitePools,
     expected: &Record,
     next: &Record,
     attempt: &Attempt,
 ) -> Result<bool, StoreError> {
-    let mut tx = pools.begin_write().await?;
-    let q = bind_update!(
-        sqlx::query(sql::UPDATE_RECORD_IF_HEAD_AND_APPEND_SQLITE),
-        next,
-        expected.fencing_token
-    );
-    let written = bind_attempt!(q, attempt)
-        .bind(expected.log_seq)
-        .bind(&expected.log_hash)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
+    let opening = pools.begin_deferred().await?;
+    let (tx, answer) = opening
+        .execute(&sql::UPDATE_RECORD_IF_HEAD_AND_APPEND_SQLITE, |text| {
+            let q = bind_update!(sqlx::query(text), next, expected.fencing_token);
+            bind_attempt!(q, attempt)
+                .bind(expected.log_seq)
+                .bind(&expected.log_hash)
+        })
+        .await?;
     // Both rows, or none: the head moved (or the key is gone), nothing was written,
     // and the caller takes the locked path.
-    if written != 2 {
+    if answer.written != 2 {
         tx.rollback().await?;
         return Ok(false);
     }

@@ -1,6 +1,8 @@
 //! SQL statements, each written once. Where PostgreSQL and SQLite must differ the two
 //! versions stand next to each other.
 
+use super::group_commit::{FirstStatement, first_statement};
+
 /// A record's columns, in the order [`CLAIM`] binds them
 /// (`$1`–`$22`). A macro, so that statements can `concat!` it.
 macro_rules! record_columns {
@@ -186,6 +188,9 @@ pub const CLAIM_PROBED_POSTGRES: &str = concat!(
      SELECT (SELECT key FROM claimed), (SELECT key FROM probe)"
 );
 
+/// Whether the key `$1` exists.
+pub const KEY_EXISTS: &str = "SELECT EXISTS (SELECT 1 FROM idempotency_records WHERE key = $1)";
+
 pub const INSERT_SUSPECTED_DUPLICATE: &str = "INSERT INTO idempotency_suspected_duplicates \
     (key, other_key, tenant, tool, detected_at) VALUES ($1, $2, $3, $4, $5)";
 
@@ -260,8 +265,9 @@ pub const ATTEMPTS_OF_KEY: &str = concat!(select_attempts!(), "WHERE key = $1 OR
 /// `claimed` attempt (`$23`–`$34`) and, when the probe found one, the
 /// suspected-duplicate pair (`$35`, the other key; NULL for none) — as **one batch of
 /// statements sent once** to the writer, inside the claim's `BEGIN IMMEDIATE`
-/// transaction. SQLite has no data-modifying CTE, but each statement sent to the
-/// connection costs a hop to its worker thread and back, and with one writer every
+/// transaction (and led by the call's savepoint when it joins a batch: a
+/// [`FirstStatement`]). SQLite has no data-modifying CTE, but each statement sent to
+/// the connection costs a hop to its worker thread and back, and with one writer every
 /// hop is time all other writers wait (docs/PERFORMANCE.md, issue 17).
 ///
 /// Correctness, the argument of [`CLAIM_AND_APPEND_POSTGRES`] with SQLite's means:
@@ -272,7 +278,7 @@ pub const ATTEMPTS_OF_KEY: &str = concat!(select_attempts!(), "WHERE key = $1 OR
 ///   DELETE, without a trigger's): if the key existed the batch writes nothing, and
 ///   the caller sees 0 rows written and rolls back;
 /// - the numbered parameters are bound by number in every statement of the batch.
-pub const CLAIM_AND_APPEND_SQLITE: &str = concat!(
+pub const CLAIM_AND_APPEND_SQLITE: FirstStatement = first_statement!(
     "INSERT INTO idempotency_records (",
     record_columns!(),
     ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
@@ -284,14 +290,53 @@ pub const CLAIM_AND_APPEND_SQLITE: &str = concat!(
      SELECT $1, $35, $2, $3, $19 WHERE changes() = 1 AND $35 IS NOT NULL"
 );
 
+/// SQLite, a claim that names a business ref: the probe and the claim's writes in
+/// one batch, written for the common case, where the probe finds no other key — what
+/// [`CLAIM_PROBED_POSTGRES`] is to PostgreSQL. The record (`$1`–`$22`, as [`CLAIM`]) is
+/// inserted only if the probe (the record's own tenant, tool, business ref,
+/// fingerprint and key, the window's start `$35`) finds nothing, and its sealed
+/// `claimed` attempt (`$23`–`$34`) only with the record. The last statement answers
+/// one row: whether the attempt was written (`changes()` of the attempt's insert, 1 or
+/// 0; it is written only with the record) and the probe's finding.
+///
+/// Correctness (beside [`CLAIM_AND_APPEND_SQLITE`]'s, which holds for the inserts):
+/// - the attempt was sealed without a `suspected_duplicate_of`, and is written only
+///   when the probe, in the same statement, found no other key: what the row says is
+///   what the probe saw;
+/// - the probe excludes the claimed key, so it finds after the insert what it found
+///   before, and nothing else writes in between (the write lock is held);
+/// - nothing written and no finding: the insert met the key, which exists (roll back
+///   and decide on it). Nothing written and a finding: the key may exist or not; the
+///   caller, still under the write lock, asks with [`KEY_EXISTS`], and either rolls
+///   back or seals the finding into the row and sends [`CLAIM_AND_APPEND_SQLITE`]. A
+///   finding is the rare case (a second key for one business action), so it pays the
+///   extra statement; a retry of a known key (a replay) pays none.
+///
+/// SQLite reads `INSERT … SELECT … ON CONFLICT` as an upsert only when the `SELECT`
+/// has a `WHERE`; this one always has.
+pub const CLAIM_PROBED_SQLITE: FirstStatement = first_statement!(
+    "INSERT INTO idempotency_records (",
+    record_columns!(),
+    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+     $18, $19, $20, $21, $22 WHERE NOT EXISTS (",
+    duplicate_probe!("$2", "$3", "$7", "$8", "$35", "$1"),
+    ") ON CONFLICT (key) DO NOTHING; INSERT INTO idempotency_attempts (",
+    attempt_columns!(),
+    ") SELECT $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34 WHERE changes() = 1; \
+     SELECT changes(), (",
+    duplicate_probe!("$2", "$3", "$7", "$8", "$35", "$1"),
+    ")"
+);
+
 /// SQLite: [`UPDATE_RECORD_IF_HEAD_AND_APPEND_POSTGRES`] as one batch of two
-/// statements in a `BEGIN IMMEDIATE` transaction: the fenced update with the expected
+/// statements in a `BEGIN IMMEDIATE` transaction (led by the call's savepoint when it
+/// joins a batch: a [`FirstStatement`]): the fenced update with the expected
 /// head (`$25` `log_seq`, `$26` `log_hash`), then the attempt (`$13`–`$24`) only if the
 /// update wrote the row (`changes() = 1`, as in [`CLAIM_AND_APPEND_SQLITE`]). Two rows
 /// written, or none: the caller commits only the first case. Correct for the reason
 /// given at the PostgreSQL statement (an unchanged head is an unchanged record); the
 /// write lock, held from the transaction's start, stands in for the row lock.
-pub const UPDATE_RECORD_IF_HEAD_AND_APPEND_SQLITE: &str = concat!(
+pub const UPDATE_RECORD_IF_HEAD_AND_APPEND_SQLITE: FirstStatement = first_statement!(
     fenced_update!(),
     " AND log_seq = $25 AND log_hash = $26; INSERT INTO idempotency_attempts (",
     attempt_columns!(),
