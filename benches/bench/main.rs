@@ -2,8 +2,9 @@
 //! baseline measured in the same run. Method and results: docs/PERFORMANCE.md.
 //!
 //! Areas: guard, guard-http, chain, probe, tailer, pages, export, footprint, exporter, checkpoint
-//! (all when none is named), and `soak` (only when named: it runs for `BENCH_SOAK_SECS`,
-//! see soak.rs).
+//! (all when none is named), `soak` (only when named: it runs for `BENCH_SOAK_SECS`,
+//! see soak.rs) and `hops` (only when named: what a statement's hand-off to SQLite's
+//! connection thread costs, see hops.rs).
 //!
 //! Environment: `BENCH_SCALE` (`small`, the default, or `full`: 1 M keys / 10 M
 //! attempts, 10 M records for the backlog), `BENCH_KEYS` / `BENCH_BACKLOG_RECORDS` to
@@ -20,6 +21,7 @@ mod export;
 mod exporter;
 mod guard;
 mod guard_http;
+mod hops;
 mod http;
 mod pages;
 #[path = "../../tests/it/support/pg.rs"]
@@ -125,6 +127,11 @@ async fn main() {
             let lite = fresh_sqlite(dir.path()).await;
             guard::run(&lite, "SQLite", plan, &mut figures).await;
         }
+    }
+    if named("hops") {
+        let dir = tempfile::tempdir().unwrap();
+        let lite = fresh_sqlite(dir.path()).await;
+        hops::run(&lite, &mut figures).await;
     }
     if wants("probe") {
         let keys = std::env::var("BENCH_PROBE_KEYS")
