@@ -315,6 +315,14 @@ impl WriteTx {
         self.end(Some(UNDO_CALL)).await
     }
 
+    /// Ends a call that wrote nothing (its statements met the key, or a moved head):
+    /// as [`WriteTx::rollback`] would, it returns once what it read is committed, but
+    /// it sends nothing to undo, as there is nothing. A call that did write must roll
+    /// back instead: this keeps what it wrote.
+    pub async fn end_unwritten(self) -> Result<(), StoreError> {
+        self.end(None).await
+    }
+
     /// Opens the batch if none is open, or else the call's savepoint in it when
     /// `join` says now.
     async fn open(&mut self, join: Join) -> Result<(), Arc<Error>> {
@@ -781,5 +789,52 @@ mod tests {
             "the batch the dropped call was in was committed"
         );
         assert_eq!(committed(&group).await, ["c"]);
+    }
+
+    /// A call that wrote nothing ends without a statement to undo it, and still
+    /// returns only once the batch it read in is committed: what it decided from
+    /// (the key exists) then stands.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_call_that_wrote_nothing_returns_with_its_batchs_commit() {
+        const NOTHING: FirstStatement =
+            first_statement!("INSERT INTO written (name) SELECT $1 WHERE 0");
+        let group = writer().await;
+        let first = holding(&group, "a").await;
+        let g = group.clone();
+        let unwritten = tokio::spawn(async move {
+            let opening = g.begin_deferred().await.unwrap();
+            let (tx, answer) = opening
+                .execute(&NOTHING, |text| sqlx::query(text).bind("x"))
+                .await
+                .unwrap();
+            assert_eq!(answer.written, 0);
+            tx.end_unwritten().await.unwrap();
+        });
+        settle().await;
+        let (go, wait) = tokio::sync::oneshot::channel::<()>();
+        let g = group.clone();
+        let last = tokio::spawn(async move {
+            let mut tx = g.begin().await.unwrap();
+            wait.await.unwrap();
+            sqlx::query(INSERT.alone())
+                .bind("c")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        });
+        settle().await;
+        let committer = tokio::spawn(first.commit());
+        settle().await;
+        assert!(
+            !unwritten.is_finished(),
+            "a call that wrote nothing returned before its batch's commit"
+        );
+        assert!(!committer.is_finished());
+        go.send(()).unwrap();
+        last.await.unwrap();
+        unwritten.await.unwrap();
+        committer.await.unwrap().unwrap();
+        assert_eq!(committed(&group).await, ["a", "c"]);
     }
 }

@@ -5,6 +5,7 @@ use crate::guard::{
     Attempt, AttemptDraft, Claim, ClaimChecks, IdempotencyKey, PairReview, Record, Storage, seal,
 };
 use sqlx::types::Json;
+use std::future::Future;
 
 /// Binds a record's columns in the order of [`sql::CLAIM`].
 macro_rules! bind_claim {
@@ -242,6 +243,53 @@ impl Storage for Store {
     }
 }
 
+/// The start of a locked write: a write transaction and the record read under its
+/// lock ([`Store::locked_write`]).
+trait LockRecord: WritePool {
+    fn lock_record(
+        &self,
+        key: &IdempotencyKey,
+    ) -> impl Future<Output = Result<(Self::Tx, Option<Record>), StoreError>> + Send;
+}
+
+impl LockRecord for sqlx::PgPool {
+    async fn lock_record(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<(Self::Tx, Option<Record>), StoreError> {
+        let mut tx = self.begin_write().await?;
+        let current = sqlx::query_as(sql::LOCK_RECORD_POSTGRES)
+            .bind(key.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+        Ok((tx, current))
+    }
+}
+
+/// The write lock is held from the call's start, so the plain read is the locked read;
+/// it is the call's first statement, with its savepoint when it joins the writer's
+/// batch (group_commit.rs).
+impl LockRecord for SqlitePools {
+    async fn lock_record(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<(Self::Tx, Option<Record>), StoreError> {
+        let (tx, answer) = self
+            .begin_deferred()
+            .await?
+            .execute(&sql::LOCK_RECORD_SQLITE, |text| {
+                sqlx::query(text).bind(key.as_str())
+            })
+            .await?;
+        let current = answer
+            .rows
+            .first()
+            .map(sqlx::FromRow::from_row)
+            .transpose()?;
+        Ok((tx, current))
+    }
+}
+
 /// Names the claimed key and tool on the `claim` span.
 fn record_claim_span(record: &Record) {
     let span = tracing::Span::current();
@@ -351,21 +399,14 @@ impl Store {
         decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
         review: impl FnOnce(&T) -> Option<PairReview> + Send,
     ) -> Result<T, StoreError> {
-        let lock = self
-            .backend()
-            .pick(sql::LOCK_RECORD_POSTGRES, sql::LOCK_RECORD_SQLITE);
-        // The record change and its first attempt in one statement where the backend
-        // can (sql::UPDATE_RECORD_AND_APPEND_POSTGRES); SQLite runs the two apart.
-        let merged = match self.backend() {
-            Backend::Postgres => Some(sql::UPDATE_RECORD_AND_APPEND_POSTGRES),
-            Backend::Sqlite => None,
+        // The record change and its first attempt sent together: one statement on
+        // PostgreSQL (one row reported, the attempt's), one batch on SQLite (two).
+        let (merged, merged_rows) = match self.backend() {
+            Backend::Postgres => (sql::UPDATE_RECORD_AND_APPEND_POSTGRES, 1),
+            Backend::Sqlite => (sql::UPDATE_RECORD_AND_APPEND_SQLITE, 2),
         };
         on_pool!(self, pool => {
-            let mut tx = pool.begin_write().await?;
-            let current: Option<Record> = sqlx::query_as(lock)
-                .bind(key.as_str())
-                .fetch_optional(&mut *tx)
-                .await?;
+            let (mut tx, current) = pool.lock_record(key).await?;
             let Some(current) = current else {
                 return Err(StoreError::NotFound);
             };
@@ -375,19 +416,18 @@ impl Store {
                 drafts.into_iter().map(|d| seal(&mut next, d)).collect();
             let mut rest = attempts.as_slice();
             if next != current {
-                let written = match (merged, attempts.first()) {
-                    (Some(merged), Some(first)) => {
+                let (written, expected) = match attempts.first() {
+                    Some(first) => {
                         rest = &attempts[1..];
                         let q = bind_update!(sqlx::query(merged), next, current.fencing_token);
-                        bind_attempt!(q, first).execute(&mut *tx).await?
+                        (bind_attempt!(q, first).execute(&mut *tx).await?, merged_rows)
                     }
-                    _ => {
-                        bind_update!(sqlx::query(sql::UPDATE_RECORD), next, current.fencing_token)
-                            .execute(&mut *tx)
-                            .await?
+                    None => {
+                        let q = bind_update!(sqlx::query(sql::UPDATE_RECORD), next, current.fencing_token);
+                        (q.execute(&mut *tx).await?, 1)
                     }
                 };
-                if written.rows_affected() != 1 {
+                if written.rows_affected() != expected {
                     return Err(StoreError::Conflict(format!(
                         "fenced write on {} matched no row",
                         next.key
@@ -507,11 +547,10 @@ async fn commit_claim(
     })
 }
 
-/// A claim that met its key.
+/// A claim that met its key, and wrote nothing.
 async fn claim_exists(tx: <SqlitePools as WritePool>::Tx) -> Result<Claim, StoreError> {
-    // Rolled back explicitly, not dropped: this waits until the claim it found is
-    // committed (group_commit.rs).
-    tx.rollback().await?;
+    // Ended, not dropped: this waits until the claim it found is committed.
+    tx.end_unwritten().await?;
     Ok(Claim::Exists)
 }
 
@@ -578,10 +617,16 @@ async fn write_if_unchanged_sqlite(
         .await?;
     // Both rows, or none: the head moved (or the key is gone), nothing was written,
     // and the caller takes the locked path.
-    if answer.written != 2 {
-        tx.rollback().await?;
-        return Ok(false);
+    match answer.written {
+        2 => tx.commit().await?,
+        0 => {
+            tx.end_unwritten().await?;
+            return Ok(false);
+        }
+        _ => {
+            tx.rollback().await?;
+            return Ok(false);
+        }
     }
-    tx.commit().await?;
     Ok(true)
 }

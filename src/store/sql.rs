@@ -196,9 +196,10 @@ pub const INSERT_SUSPECTED_DUPLICATE: &str = "INSERT INTO idempotency_suspected_
 
 /// Reads a record and holds it until commit. PostgreSQL locks the row; on SQLite the
 /// write transaction (`WritePool::begin_write`, BEGIN IMMEDIATE) already holds the one
-/// write lock, so the plain read is the locked read.
+/// write lock, so the plain read is the locked read, and it is the call's first
+/// statement (with the call's savepoint when it joins the writer's batch).
 pub const LOCK_RECORD_POSTGRES: &str = concat!(select_record!(), "WHERE key = $1 FOR UPDATE");
-pub const LOCK_RECORD_SQLITE: &str = GET_RECORD;
+pub const LOCK_RECORD_SQLITE: FirstStatement = first_statement!(select_record!(), "WHERE key = $1");
 
 pub const GET_RECORD: &str = concat!(select_record!(), "WHERE key = $1");
 
@@ -221,14 +222,27 @@ pub const UPDATE_RECORD: &str = fenced_update!();
 /// - a data-modifying CTE runs exactly once and both writes belong to the one
 ///   statement and transaction: they commit or roll back together.
 ///
-/// SQLite has no data-modifying CTEs; it runs the two statements, in its one write
-/// transaction.
+/// SQLite has no data-modifying CTEs; it sends the two statements as one batch
+/// ([`UPDATE_RECORD_AND_APPEND_SQLITE`]).
 pub const UPDATE_RECORD_AND_APPEND_POSTGRES: &str = concat!(
     "WITH updated AS (",
     fenced_update!(),
     " RETURNING key) INSERT INTO idempotency_attempts (",
     attempt_columns!(),
     ") SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 FROM updated"
+);
+
+/// SQLite: [`UPDATE_RECORD_AND_APPEND_POSTGRES`] as one batch of two statements, sent
+/// once to the writer: the fenced update, then the attempt (`$13`–`$24`) only if the
+/// update wrote the row (`changes() = 1`, as in [`CLAIM_AND_APPEND_SQLITE`]). Two rows
+/// written, or none (then the store answers `Conflict` and rolls back). Correct for the
+/// reason given at the PostgreSQL statement, with the write lock, held since the
+/// locked read, for the row lock.
+pub const UPDATE_RECORD_AND_APPEND_SQLITE: &str = concat!(
+    fenced_update!(),
+    "; INSERT INTO idempotency_attempts (",
+    attempt_columns!(),
+    ") SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 WHERE changes() = 1"
 );
 
 /// PostgreSQL: the fenced write of a record **without the locked read**, for a writer
@@ -388,8 +402,13 @@ mod tests {
 
     #[test]
     fn the_merged_write_is_the_fenced_update_and_the_attempt_insert() {
-        assert!(UPDATE_RECORD_AND_APPEND_POSTGRES.contains(UPDATE_RECORD));
         let columns = INSERT_ATTEMPT.split(" VALUES").next().unwrap();
-        assert!(UPDATE_RECORD_AND_APPEND_POSTGRES.contains(columns));
+        for merged in [
+            UPDATE_RECORD_AND_APPEND_POSTGRES,
+            UPDATE_RECORD_AND_APPEND_SQLITE,
+        ] {
+            assert!(merged.contains(UPDATE_RECORD), "{merged}");
+            assert!(merged.contains(columns), "{merged}");
+        }
     }
 }
