@@ -16,6 +16,7 @@ mod duplicates;
 mod error;
 mod evidence;
 mod export;
+mod finish_on_drop;
 mod group_commit;
 mod pools;
 mod prune;
