@@ -206,8 +206,9 @@ impl Opening {
     /// A call that joined a batch runs the statement to its end even when its caller
     /// gives up (a client that disconnects, a timeout): the rest is finished in a task
     /// of its own ([`FinishOnDrop`]), which always learns whether the savepoint was
-    /// made, and a call whose caller left is then rolled back to it alone. Stopped half way, nobody could
-    /// say, and the whole batch would have to fail for one caller's departure.
+    /// made, and a call whose caller left is then rolled back to it alone. Stopped
+    /// half way, nobody could say, and the whole batch would have to fail for one
+    /// caller's departure.
     pub async fn execute(
         self,
         first: &FirstStatement,
