@@ -131,7 +131,8 @@ async fn main() {
     if named("hops") {
         let dir = tempfile::tempdir().unwrap();
         let lite = fresh_sqlite(dir.path()).await;
-        hops::run(&lite, &mut figures).await;
+        let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+        hops::run(&lite, &url, &mut figures).await;
     }
     if wants("probe") {
         let keys = std::env::var("BENCH_PROBE_KEYS")

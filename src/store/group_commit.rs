@@ -12,7 +12,9 @@
 //! `SAVEPOINT`, and one `COMMIT` ends the batch; a page changed by eight calls goes
 //! into the WAL once. The guard's calls send their savepoint with their first
 //! statement ([`GroupCommit::begin_deferred`], [`Opening`]), so that joining a batch
-//! costs them no round trip to the connection's thread.
+//! costs them no round trip to the connection's thread; a call whose first statement
+//! carries nothing read before the write lock sends the batch's `BEGIN IMMEDIATE`
+//! with it too when it opens the batch ([`GroupCommit::begin_on_first_statement`]).
 //!
 //! - **Each call is still all or nothing.** A call that ends with an error or rolls
 //!   back is rolled back to its savepoint (the batch's first: the batch is rolled
@@ -43,15 +45,18 @@
 use super::StoreError;
 use super::error::classify;
 use super::finish_on_drop::FinishOnDrop;
+use batch::{Batch, Idle};
 use futures::TryStreamExt;
 use sqlx::query::Query;
 use sqlx::sqlite::{
     Sqlite, SqliteArguments, SqliteConnection, SqlitePool, SqliteQueryResult, SqliteRow,
 };
-use sqlx::{Either, Error, Executor, Transaction};
+use sqlx::{Either, Error, Executor};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
+
+pub(crate) mod batch;
 
 /// The most calls one commit takes: a bound on how long the first of them waits for
 /// it.
@@ -70,21 +75,28 @@ pub(crate) use begin_call;
 const BEGIN_CALL: &str = begin_call!();
 const UNDO_CALL: &str = "ROLLBACK TO idemwatch_call";
 
-/// A call's first statement, written twice: as it is, and led by the call's
-/// savepoint ([`first_statement!`]). A call that joins an open batch sends the
-/// second through [`Opening::execute`], so that joining costs no round trip of its
-/// own: each statement is a hand-off to the connection's thread and back (~80 µs on
-/// a small VM, docs/PERFORMANCE.md) while every writer queued behind waits.
+/// A call's first statement, written three times: as it is, led by the call's
+/// savepoint, and led by the batch's `BEGIN IMMEDIATE` ([`first_statement!`]). A call
+/// that joins an open batch sends the second through [`Opening::execute`], and a call
+/// that opens one from [`GroupCommit::begin_on_first_statement`] the third, so that
+/// neither costs a round trip of its own: each statement is a hand-off to the
+/// connection's thread and back (~80 µs on a small VM, docs/PERFORMANCE.md) while
+/// every writer queued behind waits.
 #[derive(Debug)]
 pub struct FirstStatement {
     alone: &'static str,
     joined: &'static str,
+    opening: &'static str,
 }
 
 impl FirstStatement {
-    /// Use [`first_statement!`], which writes `joined` from `alone`.
-    pub const fn new(alone: &'static str, joined: &'static str) -> Self {
-        Self { alone, joined }
+    /// Use [`first_statement!`], which writes `joined` and `opening` from `alone`.
+    pub const fn new(alone: &'static str, joined: &'static str, opening: &'static str) -> Self {
+        Self {
+            alone,
+            joined,
+            opening,
+        }
     }
 
     /// The statement without the savepoint: for a call past its first statement.
@@ -99,6 +111,7 @@ macro_rules! first_statement {
         $crate::store::group_commit::FirstStatement::new(
             concat!($($sql),+),
             concat!($crate::store::group_commit::begin_call!(), "; ", $($sql),+),
+            concat!($crate::store::group_commit::batch::begin_batch!(), "; ", $($sql),+),
         )
     };
 }
@@ -122,17 +135,15 @@ struct Shared {
 /// What the holder of the writer may use.
 #[derive(Debug, Default)]
 struct Slot {
+    /// The open batch, on the writer's connection.
     batch: Option<Batch>,
+    /// The calls that finished in the open batch, each waiting for its outcome.
+    members: Vec<oneshot::Sender<Outcome>>,
+    /// The writer's connection while no batch is open.
+    idle: Idle,
     /// A call was dropped before it ended: the next holder rolls it back before
     /// anything else.
     abandoned: Scope,
-}
-
-#[derive(Debug)]
-struct Batch {
-    tx: Transaction<'static, Sqlite>,
-    /// The calls that finished in this batch, each waiting for its outcome.
-    members: Vec<oneshot::Sender<Outcome>>,
 }
 
 type Outcome = Result<(), Arc<Error>>;
@@ -159,13 +170,48 @@ impl GroupCommit {
 
     /// [`GroupCommit::begin`] for a call that knows its first statement: the savepoint
     /// of a call that joins an open batch goes with that statement
-    /// ([`Opening::execute`]). A call that opens the batch has sent `BEGIN IMMEDIATE`.
+    /// ([`Opening::execute`]). A call that opens the batch has sent `BEGIN IMMEDIATE`
+    /// and holds the write lock on return, so what it reads now (the clock) is read
+    /// under it.
     pub async fn begin_deferred(&self) -> Result<Opening, StoreError> {
+        self.opening(Join::WithFirstStatement).await
+    }
+
+    /// [`GroupCommit::begin_deferred`] for a call whose first statement carries
+    /// nothing read before the write lock (a read, or a write conditioned on the head
+    /// it expects): a call that opens the batch sends `BEGIN IMMEDIATE` with that
+    /// statement too, one round trip to the writer instead of two. Another process
+    /// holding the file's lock is then waited for inside that statement.
+    pub async fn begin_on_first_statement(&self) -> Result<Opening, StoreError> {
+        self.opening(Join::AndBeginWithFirstStatement).await
+    }
+
+    async fn opening(&self, join: Join) -> Result<Opening, StoreError> {
         let mut tx = self.enter().await;
-        tx.open(Join::WithFirstStatement)
-            .await
-            .map_err(|error| classify(&error))?;
+        tx.open(join).await.map_err(|error| classify(&error))?;
         Ok(Opening { tx })
+    }
+
+    /// The writer to itself, outside any batch, for work that needs the one writer
+    /// (the WAL checkpointer's pass, migrations): waits its turn in the writers' queue
+    /// and commits the batch it finds open. Writers wait until the loan is dropped.
+    pub async fn lend(&self) -> Result<Loan, Error> {
+        let mut slot = Queued::enter(&self.shared).await;
+        // A call abandoned there fails its batch (its callers are told); the loan
+        // goes on with the writer free.
+        let _ = slot.tidy().await;
+        slot.commit().await;
+        slot.idle.fill(&self.shared.pool).await?;
+        Ok(Loan { slot })
+    }
+
+    /// Ends the open batch and gives the connection back to its pool, so that the
+    /// pool can close. A write after this takes the connection from the pool again.
+    pub async fn release(&self) {
+        let mut slot = self.shared.slot.clone().lock_owned().await;
+        let _ = slot.tidy().await;
+        slot.commit().await;
+        slot.idle.release();
     }
 
     /// Waits for the writer. From here a caller that gives up (a dropped request)
@@ -180,13 +226,39 @@ impl GroupCommit {
     }
 }
 
-/// When a call that joins an open batch makes its savepoint.
+/// The writer lent outside any batch ([`GroupCommit::lend`]): derefs to its
+/// connection.
+#[derive(Debug)]
+pub struct Loan {
+    slot: OwnedMutexGuard<Slot>,
+}
+
+impl std::ops::Deref for Loan {
+    type Target = SqliteConnection;
+    fn deref(&self) -> &SqliteConnection {
+        self.slot
+            .idle
+            .get_ref()
+            .expect("a loan holds the connection")
+    }
+}
+
+impl std::ops::DerefMut for Loan {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        self.slot.idle.get().expect("a loan holds the connection")
+    }
+}
+
+/// When a call makes its savepoint (joining an open batch) or begins the batch
+/// (opening one).
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Join {
     /// At once: the call is a [`WriteTx`] its body runs any statement on.
     Now,
-    /// With its first statement ([`Opening::execute`]).
+    /// The savepoint with its first statement ([`Opening::execute`]); the batch at once.
     WithFirstStatement,
+    /// Both with its first statement.
+    AndBeginWithFirstStatement,
 }
 
 /// A call that holds the writer and has not sent its first statement
@@ -200,50 +272,79 @@ pub struct Opening {
 
 impl Opening {
     /// Runs the call's first statement, `first` as `build` binds it (given the text
-    /// to bind: led by the savepoint when the call joined a batch), and returns the
-    /// call with what the statement answered.
+    /// to bind: led by the savepoint when the call joined a batch, by `BEGIN
+    /// IMMEDIATE` when it opens one on its first statement), and returns the call with
+    /// what the statement answered.
     ///
-    /// A call that joined a batch runs the statement to its end even when its caller
-    /// gives up (a client that disconnects, a timeout): the rest is finished in a task
-    /// of its own ([`FinishOnDrop`]), which always learns whether the savepoint was
-    /// made, and a call whose caller left is then rolled back to it alone. Stopped
-    /// half way, nobody could say, and the whole batch would have to fail for one
-    /// caller's departure.
+    /// A call that leads its statement with either runs it to its end even when its
+    /// caller gives up (a client that disconnects, a timeout): the rest is finished in
+    /// a task of its own ([`FinishOnDrop`]), which always learns whether the savepoint
+    /// or the transaction was made, and a call whose caller left is then rolled back
+    /// to it alone. Stopped half way, nobody could say, and the whole batch would have
+    /// to fail for one caller's departure.
     pub async fn execute(
         self,
         first: &FirstStatement,
         build: impl FnOnce(&'static str) -> Query<'static, Sqlite, SqliteArguments>,
     ) -> Result<(WriteTx, Answer), StoreError> {
         let mut tx = self.tx;
-        if tx.scope == Scope::Batch {
-            // The call opened the batch, which holds nothing else: a caller that gives
-            // up here drops the call, and rolling the batch back undoes exactly it. No
-            // task needed (at one caller, every call).
-            let steps: Vec<_> = (&mut *tx)
-                .fetch_many(build(first.alone))
-                .try_collect()
-                .await
-                .map_err(|error| classify(&error))?;
-            return Ok((tx, Answer::of(steps.into_iter())));
+        let lead = match tx.scope {
+            Scope::Batch => {
+                // The call opened the batch, which holds nothing else: a caller that
+                // gives up here drops the call, and rolling the batch back undoes
+                // exactly it. No task needed.
+                let steps: Vec<_> = (&mut *tx)
+                    .fetch_many(build(first.alone))
+                    .try_collect()
+                    .await
+                    .map_err(|error| classify(&error))?;
+                return Ok((tx, Answer::of(steps.into_iter())));
+            }
+            Scope::Opening => Lead::Begin,
+            _ => Lead::Savepoint,
+        };
+        let query = build(match lead {
+            Lead::Begin => first.opening,
+            Lead::Savepoint => first.joined,
+        });
+        if lead == Lead::Begin {
+            tx.batch_mut()
+                .expect("an opening call holds its batch")
+                .beginning();
         }
-        let query = build(first.joined);
         tx.scope = Scope::Unsure;
         // Run in this task while the caller waits (a task per call cost replays 5–8 %,
         // docs/PERFORMANCE.md); a caller that leaves hands the rest to a task of its
         // own, and the call it returns to nobody is dropped there, its scope known.
-        FinishOnDrop::new(tx.run_joined(query)).await
+        FinishOnDrop::new(tx.run_led(query, lead)).await
     }
 }
 
+/// What leads a call's first statement ([`Opening::execute`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Lead {
+    /// The call joined an open batch: its savepoint.
+    Savepoint,
+    /// The call opens the batch: its `BEGIN IMMEDIATE`.
+    Begin,
+}
+
 impl WriteTx {
-    /// A joined call's first statement, led by its savepoint: every step it answered,
-    /// to the end. The savepoint's step answers before the statement after it is even
-    /// prepared, so a statement that fails after one step failed inside the call's own
-    /// savepoint, and rolling back to it undoes this call and nothing else.
-    async fn run_joined(
+    /// A call's first statement led by its savepoint or by the batch's `BEGIN
+    /// IMMEDIATE`: every step it answered, to the end. The leading statement's step
+    /// answers before the statement after it is even prepared, so a statement that
+    /// fails after one step failed inside the call's own savepoint (or the batch it
+    /// opened, which holds nothing else), and rolling back to it undoes this call and
+    /// nothing else.
+    async fn run_led(
         mut self,
         query: Query<'static, Sqlite, SqliteArguments>,
+        lead: Lead,
     ) -> Result<(WriteTx, Answer), StoreError> {
+        let made = match lead {
+            Lead::Savepoint => Scope::Savepoint,
+            Lead::Begin => Scope::Batch,
+        };
         let mut steps = Vec::new();
         let failed = {
             let mut stream = (&mut *self).fetch_many(query);
@@ -257,15 +358,29 @@ impl WriteTx {
         };
         match failed {
             None => {
-                self.scope = Scope::Savepoint;
-                // The first step is the savepoint's, whose count is the connection's
-                // last INSERT, UPDATE or DELETE's, not a row of this call.
+                self.scope = made;
+                // The first step is the savepoint's or the `BEGIN`'s, whose count is
+                // the connection's last INSERT, UPDATE or DELETE's, not a row of this
+                // call.
                 Ok((self, Answer::of(steps.into_iter().skip(1))))
             }
             Some(error) if !steps.is_empty() => {
-                // Dropping the call rolls it back to its savepoint (`Slot::tidy`), as
-                // for any call that ends with an error; the batch's others keep theirs.
-                self.scope = Scope::Savepoint;
+                // Dropping the call rolls it back to its savepoint, or rolls back the
+                // batch it opened (`Slot::tidy`), as for any call that ends with an
+                // error; the batch's others keep theirs.
+                self.scope = made;
+                Err(classify(&error))
+            }
+            Some(error) if lead == Lead::Begin => {
+                // `BEGIN IMMEDIATE` itself failed (the file's lock not given within
+                // the busy timeout, I/O): nothing began, and the batch goes with its
+                // connection back to the pool.
+                self.scope = Scope::None;
+                let slot = self.slot.as_mut().expect("a call in progress");
+                if let Some(mut batch) = slot.batch.take() {
+                    batch.not_begun();
+                    slot.idle.put(batch.unbegun());
+                }
                 Err(classify(&error))
             }
             Some(error) => {
@@ -333,10 +448,15 @@ enum Scope {
     Batch,
     /// The call joined an open batch in a savepoint of its own.
     Savepoint,
-    /// A joined call's first statement, its savepoint's with it, was sent and has not
-    /// answered ([`Opening::execute`]): whether the savepoint was made is not known. It
-    /// is finished even when its caller leaves, so only work that never finished (a
-    /// runtime shutting down, a panic) drops a call here, and that fails the batch:
+    /// The call holds a batch that has not begun: its first statement will send
+    /// `BEGIN IMMEDIATE` ([`GroupCommit::begin_on_first_statement`]). Nothing to undo,
+    /// but the batch must go.
+    Opening,
+    /// A call's first statement, its savepoint's or its batch's `BEGIN` with it, was
+    /// sent and has not answered ([`Opening::execute`]): whether the savepoint was
+    /// made is not known. It is finished even when its caller leaves, so only work
+    /// that never finished (a runtime shutting down, a panic) drops a call here, and
+    /// that fails the batch:
     /// rolling back to `idemwatch_call` could undo the call before it, and doing
     /// nothing could commit this one's writes.
     Unsure,
@@ -368,18 +488,22 @@ impl WriteTx {
         self.end(None).await
     }
 
-    /// Opens the batch if none is open, or else the call's savepoint in it when
-    /// `join` says now.
+    /// Opens the batch if none is open (begun now, unless `join` says with the first
+    /// statement), or else the call's savepoint in it when `join` says now.
     async fn open(&mut self, join: Join) -> Result<(), Arc<Error>> {
         let slot = self.slot.as_mut().expect("a call in progress");
         slot.tidy().await?;
         if slot.batch.is_none() {
-            let tx = self.shared.pool.begin_with("BEGIN IMMEDIATE").await?;
-            slot.batch = Some(Batch {
-                tx,
-                members: Vec::new(),
-            });
-            self.scope = Scope::Batch;
+            let mut batch = Batch::new(slot.idle.take(&self.shared.pool).await?);
+            if join == Join::AndBeginWithFirstStatement {
+                self.scope = Scope::Opening;
+            } else if let Err(error) = batch.begin().await {
+                slot.idle.put(batch.unbegun());
+                return Err(Arc::new(error));
+            } else {
+                self.scope = Scope::Batch;
+            }
+            slot.batch = Some(batch);
         } else if join == Join::Now {
             slot.execute(BEGIN_CALL).await?;
             self.scope = Scope::Savepoint;
@@ -390,13 +514,12 @@ impl WriteTx {
     async fn end(mut self, undo: Option<&'static str>) -> Result<(), StoreError> {
         let mut slot = self.slot.take().expect("a call in progress");
         let (member, outcome) = oneshot::channel();
-        let batch = slot.batch.as_mut().expect("a call runs in an open batch");
         let last =
-            self.shared.queued.load(Ordering::SeqCst) == 0 || batch.members.len() + 1 >= MAX_BATCH;
+            self.shared.queued.load(Ordering::SeqCst) == 0 || slot.members.len() + 1 >= MAX_BATCH;
         if undo.is_none() && !last {
             // Someone is queued: the batch stays open for them, and the last call of
             // the batch commits it.
-            batch.members.push(member);
+            slot.members.push(member);
             drop(slot);
         } else {
             // Statements to run: in a task of their own, so that a caller that gives
@@ -408,8 +531,7 @@ impl WriteTx {
                     let _ = member.send(Err(error));
                     return;
                 }
-                let batch = slot.batch.as_mut().expect("a call runs in an open batch");
-                batch.members.push(member);
+                slot.members.push(member);
                 if last {
                     slot.commit().await;
                 }
@@ -425,26 +547,28 @@ impl WriteTx {
     }
 }
 
+impl WriteTx {
+    fn batch_mut(&mut self) -> Option<&mut Batch> {
+        self.slot.as_mut()?.batch.as_mut()
+    }
+}
+
 impl std::ops::Deref for WriteTx {
     type Target = SqliteConnection;
     fn deref(&self) -> &SqliteConnection {
         let slot = self.slot.as_ref().expect("a call in progress");
-        &slot
-            .batch
+        slot.batch
             .as_ref()
             .expect("a call runs in an open batch")
-            .tx
+            .connection_ref()
     }
 }
 
 impl std::ops::DerefMut for WriteTx {
     fn deref_mut(&mut self) -> &mut SqliteConnection {
-        let slot = self.slot.as_mut().expect("a call in progress");
-        &mut slot
-            .batch
-            .as_mut()
+        self.batch_mut()
             .expect("a call runs in an open batch")
-            .tx
+            .connection()
     }
 }
 
@@ -516,7 +640,7 @@ impl Slot {
             .batch
             .as_mut()
             .expect("a statement runs in an open batch");
-        match sqlx::raw_sql(statement).execute(&mut *batch.tx).await {
+        match sqlx::raw_sql(statement).execute(batch.connection()).await {
             Ok(_) => Ok(()),
             Err(error) => Err(self.fail(error).await),
         }
@@ -527,6 +651,13 @@ impl Slot {
     async fn tidy(&mut self) -> Result<(), Arc<Error>> {
         match std::mem::take(&mut self.abandoned) {
             Scope::None => Ok(()),
+            Scope::Opening => {
+                // Its statement was never sent: nothing began.
+                if let Some(batch) = self.batch.take() {
+                    self.idle.put(batch.unbegun());
+                }
+                Ok(())
+            }
             Scope::Batch => self.roll_back().await,
             Scope::Savepoint => self.execute(UNDO_CALL).await,
             Scope::Unsure => {
@@ -542,10 +673,12 @@ impl Slot {
 
     /// Rolls back a batch that holds one call's writes and no other call.
     async fn roll_back(&mut self) -> Result<(), Arc<Error>> {
-        match self.batch.take() {
-            Some(batch) => batch.tx.rollback().await.map_err(Arc::new),
-            None => Ok(()),
-        }
+        let Some(batch) = self.batch.take() else {
+            return Ok(());
+        };
+        let conn = batch.roll_back().await.map_err(Arc::new)?;
+        self.idle.put(conn);
+        Ok(())
     }
 
     /// Commits the open batch and tells its calls.
@@ -553,11 +686,18 @@ impl Slot {
         let Some(batch) = self.batch.take() else {
             return;
         };
-        let outcome = batch.tx.commit().await.map_err(Arc::new);
-        if let Err(error) = &outcome {
-            tracing::warn!(%error, calls = batch.members.len(), "SQLite group commit failed");
-        }
-        for member in batch.members {
+        let members = std::mem::take(&mut self.members);
+        let outcome = match batch.commit().await {
+            Ok(conn) => {
+                self.idle.put(conn);
+                Ok(())
+            }
+            Err(error) => {
+                tracing::warn!(%error, calls = members.len(), "SQLite group commit failed");
+                Err(Arc::new(error))
+            }
+        };
+        for member in members {
             let _ = member.send(outcome.clone());
         }
     }
@@ -566,9 +706,12 @@ impl Slot {
     async fn fail(&mut self, error: Error) -> Arc<Error> {
         let error = Arc::new(error);
         if let Some(batch) = self.batch.take() {
-            tracing::warn!(%error, calls = batch.members.len(), "SQLite write batch rolled back");
-            let _ = batch.tx.rollback().await;
-            for member in batch.members {
+            let members = std::mem::take(&mut self.members);
+            tracing::warn!(%error, calls = members.len(), "SQLite write batch rolled back");
+            // Not kept even if the rollback works: the connection that failed a
+            // statement goes back to the pool, which tests it.
+            let _ = batch.roll_back().await;
+            for member in members {
                 let _ = member.send(Err(error.clone()));
             }
         }
@@ -584,9 +727,14 @@ mod tests {
 
     /// One writer on an in-memory database with a table `written`.
     async fn writer() -> GroupCommit {
+        writer_on("sqlite::memory:".parse().unwrap()).await
+    }
+
+    /// One writer on the database `options` opens, with a table `written`.
+    async fn writer_on(options: sqlx::sqlite::SqliteConnectOptions) -> GroupCommit {
         let pool = SqlitePoolOptions::new()
             .max_connections(1)
-            .connect("sqlite::memory:")
+            .connect_with(options)
             .await
             .unwrap();
         sqlx::query("CREATE TABLE written (name TEXT NOT NULL)")
@@ -596,14 +744,23 @@ mod tests {
         GroupCommit::new(pool)
     }
 
+    /// What is committed, read on the writer in its turn (the group keeps the pool's
+    /// one connection).
     async fn committed(group: &GroupCommit) -> Vec<String> {
+        let mut writer = group.lend().await.unwrap();
         sqlx::query_scalar("SELECT name FROM written ORDER BY name")
-            .fetch_all(&group.shared.pool)
+            .fetch_all(&mut *writer)
             .await
             .unwrap()
     }
 
     const INSERT: FirstStatement = first_statement!("INSERT INTO written (name) VALUES ($1)");
+
+    /// A first statement that writes `$1` and takes long enough to be dropped in.
+    const SLOW: FirstStatement = first_statement!(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000000) \
+         INSERT INTO written (name) SELECT $1 FROM n WHERE i = 3000000"
+    );
 
     /// A call that opened the batch and wrote `name`: the writer is held until it ends.
     async fn holding(group: &GroupCommit, name: &str) -> WriteTx {
@@ -621,7 +778,22 @@ mod tests {
         group: &GroupCommit,
         name: Option<&str>,
     ) -> Result<(WriteTx, Answer), StoreError> {
-        let opening = group.begin_deferred().await?;
+        insert_first(group.begin_deferred().await?, name).await
+    }
+
+    /// A call through [`GroupCommit::begin_on_first_statement`] whose first statement
+    /// writes `name`.
+    async fn opening_insert(
+        group: &GroupCommit,
+        name: Option<&str>,
+    ) -> Result<(WriteTx, Answer), StoreError> {
+        insert_first(group.begin_on_first_statement().await?, name).await
+    }
+
+    async fn insert_first(
+        opening: Opening,
+        name: Option<&str>,
+    ) -> Result<(WriteTx, Answer), StoreError> {
         opening
             .execute(&INSERT, |text| sqlx::query(text).bind(name))
             .await
@@ -639,7 +811,147 @@ mod tests {
             INSERT.joined,
             "SAVEPOINT idemwatch_call; INSERT INTO written (name) VALUES ($1)"
         );
+        assert_eq!(
+            INSERT.opening,
+            "BEGIN IMMEDIATE; INSERT INTO written (name) VALUES ($1)"
+        );
         assert_eq!(UNDO_CALL, BEGIN_CALL.replace("SAVEPOINT", "ROLLBACK TO"));
+    }
+
+    /// A call that opens the batch on its first statement sends the `BEGIN` with it:
+    /// the statement runs inside the batch (rolling back undoes it), and the rows it
+    /// reports are its own, not the count the connection's last batch left.
+    #[tokio::test]
+    async fn a_call_that_opens_on_its_first_statement_begins_the_batch_with_it() {
+        let group = writer().await;
+        // Two rows: the count a stale step would report.
+        let mut tx = group.begin().await.unwrap();
+        sqlx::query("INSERT INTO written (name) VALUES ('a'), ('b')")
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+
+        let (tx, answer) = opening_insert(&group, Some("undone")).await.unwrap();
+        assert_eq!(tx.scope, Scope::Batch, "the call opened the batch");
+        assert_eq!(answer.written, 1, "the BEGIN's step counted as a row");
+        tx.rollback().await.unwrap();
+        assert_eq!(
+            committed(&group).await,
+            ["a", "b"],
+            "the insert ran outside the batch"
+        );
+
+        let (tx, answer) = opening_insert(&group, Some("c")).await.unwrap();
+        assert_eq!(answer.written, 1);
+        tx.commit().await.unwrap();
+        assert_eq!(committed(&group).await, ["a", "b", "c"]);
+    }
+
+    /// An opening call whose statement fails after its `BEGIN`, one dropped while
+    /// its statement runs, and one dropped before it sent anything: none leaves a
+    /// row or a transaction behind, and the writer takes the next call (a `BEGIN`
+    /// inside a transaction left open would fail it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_opening_call_that_fails_or_is_dropped_leaves_nothing_begun() {
+        let group = writer().await;
+
+        // NOT NULL: the BEGIN is made, the insert fails.
+        assert!(opening_insert(&group, None).await.is_err());
+        let (tx, _) = deferred_insert(&group, Some("a")).await.unwrap();
+        tx.commit().await.unwrap();
+
+        let opening = group.begin_on_first_statement().await.unwrap();
+        let run = opening.execute(&SLOW, |text| sqlx::query(text).bind("slow"));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(30), run)
+                .await
+                .is_err(),
+            "the slow statement ended before it was dropped"
+        );
+        let (tx, _) = deferred_insert(&group, Some("b")).await.unwrap();
+        tx.commit().await.unwrap();
+
+        drop(group.begin_on_first_statement().await.unwrap());
+        holding(&group, "c").await.commit().await.unwrap();
+
+        assert_eq!(committed(&group).await, ["a", "b", "c"]);
+    }
+
+    /// A `BEGIN IMMEDIATE` that fails (another process holds the file's write lock
+    /// past the busy timeout), sent alone or with a call's first statement, begins
+    /// nothing: once the lock is free the writer's next calls commit.
+    #[tokio::test]
+    async fn a_begin_that_fails_begins_nothing() {
+        use sqlx::ConnectOptions;
+        use sqlx::sqlite::SqliteConnectOptions;
+        let dir = tempfile::tempdir().unwrap();
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join("busy.db"))
+            .create_if_missing(true)
+            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+            .busy_timeout(Duration::from_millis(50));
+        let group = writer_on(options.clone()).await;
+        let mut other = options.connect().await.unwrap();
+        sqlx::raw_sql("BEGIN IMMEDIATE")
+            .execute(&mut other)
+            .await
+            .unwrap();
+
+        let opened = opening_insert(&group, Some("x")).await;
+        assert!(opened.is_err(), "the write lock was held elsewhere");
+        assert!(
+            group.begin().await.is_err(),
+            "the write lock was held elsewhere"
+        );
+
+        sqlx::raw_sql("COMMIT").execute(&mut other).await.unwrap();
+        let (tx, _) = opening_insert(&group, Some("a")).await.unwrap();
+        tx.commit().await.unwrap();
+        holding(&group, "b").await.commit().await.unwrap();
+        let names: Vec<String> = sqlx::query_scalar("SELECT name FROM written ORDER BY name")
+            .fetch_all(&mut other)
+            .await
+            .unwrap();
+        assert_eq!(names, ["a", "b"]);
+    }
+
+    /// The writer's connection stays with the group between batches, not in the pool
+    /// (whose every return pings it); a loan of it waits its turn, finds the batch it
+    /// waited behind committed, and `release` gives the connection back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_writer_keeps_its_connection_and_lends_it_in_turn() {
+        let group = writer().await;
+        let (tx, _) = deferred_insert(&group, Some("a")).await.unwrap();
+        tx.commit().await.unwrap();
+        let pool = group.shared.pool.clone();
+        assert_eq!(
+            (pool.size(), pool.num_idle()),
+            (1, 0),
+            "the connection went back to the pool after the batch"
+        );
+
+        let held = holding(&group, "b").await;
+        let g = group.clone();
+        let loan = tokio::spawn(async move {
+            let mut writer = g.lend().await.unwrap();
+            let names: Vec<String> = sqlx::query_scalar("SELECT name FROM written ORDER BY name")
+                .fetch_all(&mut *writer)
+                .await
+                .unwrap();
+            names
+        });
+        settle().await;
+        assert!(
+            !loan.is_finished(),
+            "the loan did not wait for the open batch"
+        );
+        held.commit().await.unwrap();
+        assert_eq!(loan.await.unwrap(), ["a", "b"]);
+
+        group.release().await;
+        settle().await;
+        assert_eq!(pool.num_idle(), 1, "release kept the connection");
     }
 
     /// A call that joins a batch makes its savepoint with its first statement: rolling
@@ -761,7 +1073,7 @@ mod tests {
         while let Some(done) = calls.join_next().await {
             outcomes.push(done.unwrap());
         }
-        let free = tokio::time::timeout(Duration::from_secs(5), group.shared.pool.acquire());
+        let free = tokio::time::timeout(Duration::from_secs(5), group.lend());
         drop(free.await.expect("a batch was left open").unwrap());
 
         let committed = committed(&group).await;
@@ -798,11 +1110,6 @@ mod tests {
     /// are committed. Nothing of the dropped call is.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_call_dropped_during_its_first_statement_is_undone_alone() {
-        // A first statement that takes long enough to be dropped in.
-        const SLOW: FirstStatement = first_statement!(
-            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3000000) \
-             INSERT INTO written (name) SELECT $1 FROM n WHERE i = 3000000"
-        );
         let group = writer().await;
         let first = holding(&group, "a").await;
         let g = group.clone();

@@ -39,6 +39,7 @@ pub use export::{
     COLUMNS, ExportCells, ExportFilter, ExportRow, FilterError, JsonText, KeyRange, RawExportRow,
     micros, parse_time,
 };
+pub use group_commit::Loan;
 pub use pools::{SqlitePools, WritePool};
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use sessions::SessionRow;
@@ -174,7 +175,9 @@ impl Store {
                 // An in-memory database is one per pool: share the one pool.
                 let in_memory = url.contains(":memory:") || url.contains("mode=memory");
                 if in_memory {
-                    return Ok(Store::Sqlite(SqlitePools::new(read.clone(), read, None)));
+                    return Ok(Store::Sqlite(
+                        SqlitePools::new(read.clone(), read, None).await?,
+                    ));
                 }
                 let write = SqlitePoolOptions::new()
                     .max_connections(1)
@@ -188,8 +191,9 @@ impl Store {
                     .test_before_acquire(false)
                     .connect_with(connect.clone())
                     .await?;
-                let wal = wal::Checkpointer::start(&connect, write.clone()).await?;
-                Ok(Store::Sqlite(SqlitePools::new(read, write, Some(wal))))
+                Ok(Store::Sqlite(
+                    SqlitePools::new(read, write, Some(&connect)).await?,
+                ))
             }
         }
     }
@@ -226,7 +230,11 @@ impl Store {
         let migrator = self.migrator();
         match self {
             Store::Postgres(pool) => migrator.run(pool).await?,
-            Store::Sqlite(pools) => migrator.run(pools.writer()).await?,
+            Store::Sqlite(pools) => {
+                // Through the writers' queue, which keeps the one write connection.
+                let mut writer = pools.lend_writer().await?;
+                migrator.run(&mut *writer).await?
+            }
         }
         Ok(())
     }

@@ -24,13 +24,14 @@
 //! handler; the crate's own writes all use transactions.
 
 use super::StoreError;
-use super::group_commit::{GroupCommit, Opening, WriteTx};
+use super::group_commit::{GroupCommit, Loan, Opening, WriteTx};
 use super::wal::Checkpointer;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use sqlx::postgres::{PgPool, Postgres};
 use sqlx::sqlite::{
-    Sqlite, SqlitePool, SqliteQueryResult, SqliteRow, SqliteStatement, SqliteTypeInfo,
+    Sqlite, SqliteConnectOptions, SqlitePool, SqliteQueryResult, SqliteRow, SqliteStatement,
+    SqliteTypeInfo,
 };
 use sqlx::{Describe, Either, Error, Execute, Executor, SqlStr, Transaction};
 use std::future::Future;
@@ -80,14 +81,25 @@ pub struct SqlitePools {
 
 impl SqlitePools {
     /// `write` should have exactly one connection; an in-memory database, which each
-    /// pool would otherwise see its own copy of, passes the same pool twice.
-    pub(super) fn new(read: SqlitePool, write: SqlitePool, wal: Option<Checkpointer>) -> Self {
-        Self {
+    /// pool would otherwise see its own copy of, passes the same pool twice. A
+    /// database file has WAL checkpoints, run on a connection of their own opened
+    /// with `checkpoints` (wal.rs); one in memory has no WAL.
+    pub(super) async fn new(
+        read: SqlitePool,
+        write: SqlitePool,
+        checkpoints: Option<&SqliteConnectOptions>,
+    ) -> Result<Self, Error> {
+        let group = GroupCommit::new(write.clone());
+        let wal = match checkpoints {
+            Some(options) => Some(Arc::new(Checkpointer::start(options, group.clone()).await?)),
+            None => None,
+        };
+        Ok(Self {
             read,
-            group: GroupCommit::new(write.clone()),
             write,
-            wal: wal.map(Arc::new),
-        }
+            group,
+            wal,
+        })
     }
 
     /// A write call that sends its savepoint, when it joins the writer's batch, with
@@ -96,13 +108,29 @@ impl SqlitePools {
         self.group.begin_deferred().await
     }
 
+    /// [`SqlitePools::begin_deferred`] for a call whose first statement carries
+    /// nothing read before the write lock: a call that opens the writer's batch sends
+    /// its `BEGIN IMMEDIATE` with that statement too (group_commit.rs).
+    pub(super) async fn begin_on_first_statement(&self) -> Result<Opening, StoreError> {
+        self.group.begin_on_first_statement().await
+    }
+
+    /// The one writer outside any batch, in its turn (migrations; the benchmarks'
+    /// measurements of the connection itself). Writes wait until it is dropped.
+    pub async fn lend_writer(&self) -> Result<Loan, StoreError> {
+        Ok(self.group.lend().await?)
+    }
+
     pub fn reader(&self) -> &SqlitePool {
         &self.read
     }
 
-    /// The single write connection's pool.
-    pub fn writer(&self) -> &SqlitePool {
-        &self.write
+    /// How many connections the writer's pool holds: one, kept by the writers' queue
+    /// (group_commit.rs). Statements on the writer go through
+    /// [`SqlitePools::lend_writer`] or a write transaction, never the pool directly,
+    /// where they would wait for a connection the queue does not give back.
+    pub fn write_connections(&self) -> u32 {
+        self.write.size()
     }
 
     pub async fn close(&self) {
@@ -110,6 +138,8 @@ impl SqlitePools {
         if let Some(wal) = &self.wal {
             wal.stop().await;
         }
+        // The writer's queue keeps the connection between batches.
+        self.group.release().await;
         self.write.close().await;
         self.read.close().await;
     }

@@ -275,7 +275,7 @@ impl LockRecord for SqlitePools {
         key: &IdempotencyKey,
     ) -> Result<(Self::Tx, Option<Record>), StoreError> {
         let (tx, answer) = self
-            .begin_deferred()
+            .begin_on_first_statement()
             .await?
             .execute(&sql::LOCK_RECORD_SQLITE, |text| {
                 sqlx::query(text).bind(key.as_str())
@@ -606,7 +606,7 @@ async fn write_if_unchanged_sqlite(
     next: &Record,
     attempt: &Attempt,
 ) -> Result<bool, StoreError> {
-    let opening = pools.begin_deferred().await?;
+    let opening = pools.begin_on_first_statement().await?;
     let (tx, answer) = opening
         .execute(&sql::UPDATE_RECORD_IF_HEAD_AND_APPEND_SQLITE, |text| {
             let q = bind_update!(sqlx::query(text), next, expected.fencing_token);

@@ -311,7 +311,9 @@ pub const CLAIM_AND_APPEND_SQLITE: FirstStatement = first_statement!(
 /// fingerprint and key, the window's start `$35`) finds nothing, and its sealed
 /// `claimed` attempt (`$23`–`$34`) only with the record. The last statement answers
 /// one row: whether the attempt was written (`changes()` of the attempt's insert, 1 or
-/// 0; it is written only with the record) and the probe's finding.
+/// 0; it is written only with the record) and, when it was not, the probe's finding
+/// (when it was, the probe found nothing: the record was inserted only then, so the
+/// probe is not run again).
 ///
 /// Correctness (beside [`CLAIM_AND_APPEND_SQLITE`]'s, which holds for the inserts):
 /// - the attempt was sealed without a `suspected_duplicate_of`, and is written only
@@ -337,9 +339,9 @@ pub const CLAIM_PROBED_SQLITE: FirstStatement = first_statement!(
     ") ON CONFLICT (key) DO NOTHING; INSERT INTO idempotency_attempts (",
     attempt_columns!(),
     ") SELECT $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34 WHERE changes() = 1; \
-     SELECT changes(), (",
+     SELECT changes(), CASE WHEN changes() = 1 THEN NULL ELSE (",
     duplicate_probe!("$2", "$3", "$7", "$8", "$35", "$1"),
-    ")"
+    ") END"
 );
 
 /// SQLite: [`UPDATE_RECORD_IF_HEAD_AND_APPEND_POSTGRES`] as one batch of two

@@ -42,7 +42,8 @@
 
 mod flush;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqlitePool};
+use super::group_commit::GroupCommit;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use sqlx::{Connection, Error};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -70,10 +71,10 @@ pub struct Checkpointer {
 
 impl Checkpointer {
     /// Opens the task's own connection and starts it. `writer` is the store's one
-    /// write connection's pool.
+    /// writer's queue.
     pub async fn start(
         options: &SqliteConnectOptions,
-        writer: SqlitePool,
+        writer: GroupCommit,
     ) -> Result<Checkpointer, Error> {
         let conn = SqliteConnection::connect_with(options).await?;
         let (stop, stopped) = watch::channel(false);
@@ -95,7 +96,7 @@ impl Checkpointer {
     }
 }
 
-async fn run(mut conn: SqliteConnection, writer: SqlitePool, mut stopped: watch::Receiver<bool>) {
+async fn run(mut conn: SqliteConnection, writer: GroupCommit, mut stopped: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failing = false;
@@ -127,7 +128,7 @@ async fn run(mut conn: SqliteConnection, writer: SqlitePool, mut stopped: watch:
 /// [`RESTART_PAGES`], sync beside the writer what can be synced there, then finish on
 /// the writer.
 #[tracing::instrument(level = "debug", skip_all)]
-async fn checkpoint(conn: &mut SqliteConnection, writer: &SqlitePool) -> Result<(), Error> {
+async fn checkpoint(conn: &mut SqliteConnection, writer: &GroupCommit) -> Result<(), Error> {
     let (busy, wal, copied) = passive(conn).await?;
     if busy != 0 || wal < RESTART_PAGES {
         return Ok(());
@@ -145,7 +146,8 @@ async fn checkpoint(conn: &mut SqliteConnection, writer: &SqlitePool) -> Result<
         flush::flush_database_file(conn).await?;
         passive(conn).await?;
     }
-    let mut write = writer.acquire().await?;
+    // In the writers' queue, between two batches.
+    let mut write = writer.lend().await?;
     passive(&mut write).await?;
     Ok(())
 }

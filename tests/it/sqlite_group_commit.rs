@@ -21,7 +21,7 @@ impl Db {
         let file = db.url.trim_start_matches("sqlite://");
         let file = PathBuf::from(file.split('?').next().unwrap());
         sqlx::query("CREATE TABLE written (name TEXT NOT NULL)")
-            .execute(Db::pools_of(&db).writer())
+            .execute(&mut *Db::pools_of(&db).lend_writer().await.unwrap())
             .await
             .unwrap();
         Db {
@@ -265,8 +265,8 @@ async fn no_way_of_ending_a_call_leaves_the_writer_held() {
     while let Some(done) = calls.join_next().await {
         outcomes.push(done.unwrap());
     }
-    // The writer is free: the pool's one connection can be taken, so no batch is open.
-    let free = tokio::time::timeout(Duration::from_secs(5), db.pools().writer().acquire()).await;
+    // The writer is free: it can be borrowed in its turn, so no call holds it.
+    let free = tokio::time::timeout(Duration::from_secs(5), db.pools().lend_writer()).await;
     drop(
         free.expect("a batch was left open: the writer is held")
             .unwrap(),

@@ -62,7 +62,7 @@ async fn writes_queue_for_one_connection_while_reads_use_the_pool() {
         now,
     };
     let held = db.store.prune_begin(&cutoffs, 10).await.unwrap();
-    assert_eq!(pools.writer().size(), 1);
+    assert_eq!(pools.write_connections(), 1);
 
     // A guard call waits for the writer; a read does not.
     let effects = Arc::new(Effects::default());
@@ -89,7 +89,7 @@ async fn writes_queue_for_one_connection_while_reads_use_the_pool() {
     while let Some(done) = calls.join_next().await {
         done.unwrap().unwrap();
     }
-    assert_eq!(pools.writer().size(), 1, "one write connection, ever");
+    assert_eq!(pools.write_connections(), 1, "one write connection, ever");
     assert_eq!(effects.snapshot().len(), 33);
 }
 
@@ -153,17 +153,17 @@ async fn the_wal_is_checkpointed_beside_the_writer_and_stays_bounded() {
     };
     // No commit copies the WAL into the database file: the store's checkpointer does.
     let auto: i64 = sqlx::query_scalar("PRAGMA wal_autocheckpoint")
-        .fetch_one(pools.writer())
+        .fetch_one(&mut *pools.lend_writer().await.unwrap())
         .await
         .unwrap();
     assert_eq!(auto, 0, "automatic checkpoints are off on the writer");
     // Durability as before: WAL with synchronous = NORMAL (1).
     let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
-        .fetch_one(pools.writer())
+        .fetch_one(&mut *pools.lend_writer().await.unwrap())
         .await
         .unwrap();
     let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
-        .fetch_one(pools.writer())
+        .fetch_one(&mut *pools.lend_writer().await.unwrap())
         .await
         .unwrap();
     assert_eq!((mode.as_str(), synchronous), ("wal", 1));
@@ -175,7 +175,7 @@ async fn the_wal_is_checkpointed_beside_the_writer_and_stays_bounded() {
     // 64 MiB through the WAL in a steady stream of 256 KiB transactions, four times
     // the size at which the checkpointer makes the WAL start over (16 MiB).
     sqlx::query("CREATE TABLE filler (body BLOB NOT NULL)")
-        .execute(pools.writer())
+        .execute(&mut *pools.lend_writer().await.unwrap())
         .await
         .unwrap();
     let (chunk, chunks) = (256 << 10, 256);
@@ -238,7 +238,7 @@ async fn the_flush_keeps_sqlites_lock_on_the_database() {
             .ok()
     };
     sqlx::query("CREATE TABLE filler (body BLOB NOT NULL)")
-        .execute(pools.writer())
+        .execute(&mut *pools.lend_writer().await.unwrap())
         .await
         .unwrap();
     let first = sequence();
