@@ -35,9 +35,9 @@
 //!   for the writer leaves the transaction open for it; the call that finds nobody
 //!   queued behind it (or the [`MAX_BATCH`]th) commits. At one caller every batch is
 //!   one call, as before; under load the batch is the queue.
-//! - The open transaction holds the write connection, so anything else that takes the
-//!   writer's pool directly (the WAL checkpointer's step, migrations) waits for the
-//!   batch's commit, as it used to wait for a transaction's.
+//! - **The queue keeps the write connection**, between batches too ([`batch`]): anything
+//!   else that needs the writer (the WAL checkpointer's step, migrations) borrows it in
+//!   its turn ([`GroupCommit::lend`]), after the batch it finds open is committed.
 //!
 //! A commit that fails (disk full, I/O error) fails every call of the batch, each
 //! with that error; none of their writes is in the database.
@@ -226,8 +226,8 @@ impl GroupCommit {
     }
 }
 
-/// The writer lent outside any batch ([`GroupCommit::lend`]): derefs to its
-/// connection.
+/// The writer lent outside any batch (`GroupCommit::lend`,
+/// `SqlitePools::lend_writer`): derefs to its connection.
 #[derive(Debug)]
 pub struct Loan {
     slot: OwnedMutexGuard<Slot>,
