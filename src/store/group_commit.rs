@@ -924,10 +924,11 @@ mod tests {
         let group = writer().await;
         let (tx, _) = deferred_insert(&group, Some("a")).await.unwrap();
         tx.commit().await.unwrap();
+        // Not `num_idle`, which sqlx counts without a lock and can read as -1 for a
+        // moment (seen once under CI); the pool's one connection cannot be had.
         let pool = group.shared.pool.clone();
-        assert_eq!(
-            (pool.size(), pool.num_idle()),
-            (1, 0),
+        assert!(
+            pool.try_acquire().is_none(),
             "the connection went back to the pool after the batch"
         );
 
@@ -950,8 +951,11 @@ mod tests {
         assert_eq!(loan.await.unwrap(), ["a", "b"]);
 
         group.release().await;
-        settle().await;
-        assert_eq!(pool.num_idle(), 1, "release kept the connection");
+        let back = tokio::time::timeout(Duration::from_secs(5), pool.acquire()).await;
+        assert!(
+            back.expect("release kept the connection").is_ok(),
+            "the released connection was broken"
+        );
     }
 
     /// A call that joins a batch makes its savepoint with its first statement: rolling
