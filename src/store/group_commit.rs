@@ -799,6 +799,18 @@ mod tests {
             .await
     }
 
+    /// Commits `name` in a call that must open a batch of its own: a call that joined
+    /// would mean something was left behind as an open batch.
+    async fn commit_in_a_new_batch(group: &GroupCommit, name: &str) {
+        let (tx, _) = deferred_insert(group, Some(name)).await.unwrap();
+        assert_eq!(
+            tx.scope,
+            Scope::Batch,
+            "a batch was left open before {name}"
+        );
+        tx.commit().await.unwrap();
+    }
+
     /// Lets a spawned call reach the writer's queue.
     async fn settle() {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -858,8 +870,7 @@ mod tests {
 
         // NOT NULL: the BEGIN is made, the insert fails.
         assert!(opening_insert(&group, None).await.is_err());
-        let (tx, _) = deferred_insert(&group, Some("a")).await.unwrap();
-        tx.commit().await.unwrap();
+        commit_in_a_new_batch(&group, "a").await;
 
         let opening = group.begin_on_first_statement().await.unwrap();
         let run = opening.execute(&SLOW, |text| sqlx::query(text).bind("slow"));
@@ -869,11 +880,10 @@ mod tests {
                 .is_err(),
             "the slow statement ended before it was dropped"
         );
-        let (tx, _) = deferred_insert(&group, Some("b")).await.unwrap();
-        tx.commit().await.unwrap();
+        commit_in_a_new_batch(&group, "b").await;
 
         drop(group.begin_on_first_statement().await.unwrap());
-        holding(&group, "c").await.commit().await.unwrap();
+        commit_in_a_new_batch(&group, "c").await;
 
         assert_eq!(committed(&group).await, ["a", "b", "c"]);
     }
@@ -907,6 +917,7 @@ mod tests {
 
         sqlx::raw_sql("COMMIT").execute(&mut other).await.unwrap();
         let (tx, _) = opening_insert(&group, Some("a")).await.unwrap();
+        assert_eq!(tx.scope, Scope::Batch, "a failed BEGIN left a batch behind");
         tx.commit().await.unwrap();
         holding(&group, "b").await.commit().await.unwrap();
         let names: Vec<String> = sqlx::query_scalar("SELECT name FROM written ORDER BY name")
