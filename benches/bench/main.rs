@@ -4,7 +4,7 @@
 //! Areas: guard, guard-http, chain, probe, tailer, pages, export, footprint, exporter, checkpoint
 //! (all when none is named), `soak` (only when named: it runs for `BENCH_SOAK_SECS`,
 //! see soak.rs) and `hops` (only when named: what a statement's hand-off to SQLite's
-//! connection thread costs, see hops.rs).
+//! connection thread costs, and a trip through sqlx's pool, see hops.rs).
 //!
 //! Environment: `BENCH_SCALE` (`small`, the default, or `full`: 1 M keys / 10 M
 //! attempts, 10 M records for the backlog), `BENCH_KEYS` / `BENCH_BACKLOG_RECORDS` to
