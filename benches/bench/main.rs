@@ -35,6 +35,7 @@ mod report;
 mod seed;
 mod slices;
 mod soak;
+mod soak_diag;
 mod tailer;
 
 use idemwatch::store::{Store, StoreOptions};

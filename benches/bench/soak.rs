@@ -135,6 +135,9 @@ pub struct Sample {
     pub attempts_mib: f64,
     pub attempts_indexes_mib: f64,
     pub pruner_behind_s: f64,
+    /// Where the interval's time went (`soak_diag`): CPU by process group, buffer
+    /// reads, autovacuum runs, every table's size, the costliest statements.
+    pub diag: Value,
 }
 
 #[derive(Default)]
@@ -342,6 +345,7 @@ pub async fn run(store: &Store, url: &str, plan: &SoakPlan, figures: &mut Vec<Fi
     };
 
     let pg = super::seed::pg(store);
+    let mut diag = super::soak_diag::Diag::start(pg.clone()).await;
     let mut samples = Vec::new();
     let mut last = Instant::now();
     while Instant::now() < end {
@@ -375,6 +379,7 @@ pub async fn run(store: &Store, url: &str, plan: &SoakPlan, figures: &mut Vec<Fi
             attempts_mib: mib(sizes.2),
             attempts_indexes_mib: mib(sizes.3),
             pruner_behind_s: behind,
+            diag: diag.sample().await,
         };
         eprintln!("soak sample: {s:?}");
         samples.push(s);
