@@ -110,12 +110,29 @@ pub const TAIL_BATCH_SQLITE: &str = "SELECT id, 0 AS txid, tool, tenant, kind, \
     detail->>'suspected_duplicate_of' AS suspected_duplicate_of, duration_ms, occurred_at \
     FROM idempotency_attempts WHERE id > $2 ORDER BY id LIMIT $3";
 
-/// PostgreSQL: committed rows the tail may not read yet (an index range on txid, a
-/// handful of rows unless something holds the tail back), and the age of the oldest
-/// open write transaction, prepared ones included.
+/// How many of the rows the tail may not read yet [`TAIL_PENDING_POSTGRES`] looks at
+/// (its `$1`).
+pub const TAIL_PENDING_WINDOW: i64 = 1000;
+
+/// PostgreSQL: the oldest of the committed rows the tail may not read yet, and the
+/// age of the oldest open write transaction, prepared ones included.
+///
+/// The rows are read in tail order from the `idempotency_attempts_txid` index, at
+/// most [`TAIL_PENDING_WINDOW`] of them, inside a subquery with a LIMIT. Both are
+/// needed. A bare `min(occurred_at) … WHERE txid >= xmin` lets the planner answer
+/// the min from the `occurred_at` index, walking the whole log from its oldest row
+/// and filtering on txid, because it assumes the pending rows are spread evenly in
+/// time when they are all at the end: a 2026-12-04 soak caught it at 60–120 ms a
+/// poll, two polls a second, growing with the log (docs/PERFORMANCE.md, "The tail's
+/// pending rows"). And the pending rows can be many (a transaction left open for an
+/// hour holds back an hour of rows); the window bounds each poll's work. Past the
+/// window the figure is the oldest of the next rows in tail order, which are the
+/// rows of the oldest transactions: the same within the milliseconds between a
+/// transaction's first write and its attempt row.
 pub const TAIL_PENDING_POSTGRES: &str = "SELECT \
-    (SELECT min(occurred_at) FROM idempotency_attempts \
-       WHERE txid >= pg_snapshot_xmin(pg_current_snapshot())) AS oldest_pending, \
+    (SELECT min(occurred_at) FROM (SELECT a.occurred_at FROM idempotency_attempts a \
+       WHERE a.txid >= pg_snapshot_xmin(pg_current_snapshot()) \
+       ORDER BY a.txid, a.id LIMIT $1) pending) AS oldest_pending, \
     (SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(started)), 0)::float8 FROM ( \
        SELECT xact_start AS started FROM pg_stat_activity WHERE backend_xid IS NOT NULL \
        UNION ALL SELECT prepared FROM pg_prepared_xacts) open_writes) AS held_back_seconds";
@@ -239,6 +256,7 @@ impl Store {
         match self {
             Store::Postgres(pool) => {
                 let row: PendingRow = sqlx::query_as(TAIL_PENDING_POSTGRES)
+                    .bind(TAIL_PENDING_WINDOW)
                     .fetch_one(pool)
                     .await?;
                 Ok(TailPending {
@@ -248,6 +266,25 @@ impl Store {
                 })
             }
             Store::Sqlite(_) => Ok(TailPending::default()),
+        }
+    }
+
+    /// `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` of what [`Store::tail_pending`] runs,
+    /// run now: for the test that checks a poll's work does not grow with the log.
+    /// `None` on SQLite, which has no such statement.
+    #[doc(hidden)]
+    pub async fn explain_tail_pending(&self) -> Result<Option<serde_json::Value>, StoreError> {
+        match self {
+            Store::Postgres(pool) => {
+                let explain =
+                    format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {TAIL_PENDING_POSTGRES}");
+                let plan: serde_json::Value = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
+                    .bind(TAIL_PENDING_WINDOW)
+                    .fetch_one(pool)
+                    .await?;
+                Ok(Some(plan))
+            }
+            Store::Sqlite(_) => Ok(None),
         }
     }
 

@@ -5,6 +5,7 @@
 //! the scenarios also pin concrete numbers, so a mapping bug in either place fails.
 
 mod tail_faults;
+mod tail_pending;
 mod values;
 
 use crate::support::fixture::Fixture;
