@@ -222,8 +222,13 @@ async fn main() {
         }
     }
     if named("soak") {
-        let (pg, url) = fresh_postgres("soak").await;
-        soak::run(&pg, &url, &soak::SoakPlan::from_env(), &mut figures).await;
+        let plan = soak::SoakPlan::from_env();
+        if let Ok(path) = std::env::var("BENCH_SOAK_REPLAY") {
+            soak::report_saved(&path, &plan, &mut figures);
+        } else {
+            let (pg, url) = fresh_postgres("soak").await;
+            soak::run(&pg, &url, &plan, &mut figures).await;
+        }
     }
     report::print(&figures);
 }
