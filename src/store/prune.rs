@@ -18,13 +18,23 @@ use sqlx::types::Json;
 /// Never UNKNOWN or IN_PROGRESS: only the two terminal statuses, each with its own
 /// cut-off on `updated_at` (the last thing that happened to the key, replays
 /// included), and never while the provider may still remember the key.
+///
+/// `updated_at < greatest($1, $2)` says nothing the OR does not, but it is what the
+/// planner needs: with two different cut-offs (DONE 30 days and FAILED 90 by
+/// default) it finds no index condition in the OR, and reads the `updated_at` index
+/// from the oldest key with everything as a filter. A batch that finds fewer keys than
+/// its limit, as the last batch of every run does, then read every record in the
+/// table. With the bound, it stops at the later cut-off.
 pub const PICK_POSTGRES: &str = "SELECT key FROM idempotency_records \
-    WHERE ((status = 'DONE' AND updated_at < $1) OR (status = 'FAILED' AND updated_at < $2)) \
+    WHERE updated_at < greatest($1, $2) \
+    AND ((status = 'DONE' AND updated_at < $1) OR (status = 'FAILED' AND updated_at < $2)) \
     AND provider_retention_until <= $3 \
     ORDER BY updated_at, key LIMIT $4 \
     FOR UPDATE SKIP LOCKED";
+/// The same, with SQLite's two-argument `max` for `greatest`.
 pub const PICK_SQLITE: &str = "SELECT key FROM idempotency_records \
-    WHERE ((status = 'DONE' AND updated_at < $1) OR (status = 'FAILED' AND updated_at < $2)) \
+    WHERE updated_at < max($1, $2) \
+    AND ((status = 'DONE' AND updated_at < $1) OR (status = 'FAILED' AND updated_at < $2)) \
     AND provider_retention_until <= $3 \
     ORDER BY updated_at, key LIMIT $4";
 
@@ -131,6 +141,33 @@ impl Store {
             (Tx::from(tx), keys)
         });
         Ok(PruneBatch { tx, backend, keys })
+    }
+}
+
+impl Store {
+    /// `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` of the pruner's pick as
+    /// [`Store::prune_begin`] runs it, rolled back (it locks rows): for the test that
+    /// checks a pick's work does not grow with the table. `None` on SQLite.
+    #[doc(hidden)]
+    pub async fn explain_prune_pick(
+        &self,
+        cutoffs: &PruneCutoffs,
+        limit: u32,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        let Store::Postgres(pool) = self else {
+            return Ok(None);
+        };
+        let mut tx = pool.begin().await?;
+        let explain = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {PICK_POSTGRES}");
+        let plan = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
+            .bind(cutoffs.done_before)
+            .bind(cutoffs.failed_before)
+            .bind(cutoffs.now)
+            .bind(i64::from(limit))
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.rollback().await?;
+        Ok(Some(plan))
     }
 }
 

@@ -210,3 +210,53 @@ both_backends!(
         assert_eq!(unique.len(), 24);
     }
 );
+
+/// The pruner's pick reads up to the later cut-off, not the whole table. With DONE
+/// and FAILED cut-offs that differ (30 and 90 days by default) the OR alone gives the
+/// planner no index condition; when its statistics say many keys are due (they are
+/// stale between ANALYZEs, and the pruner is what makes them stale) it walks the
+/// `updated_at` index from the oldest key with everything as a filter, and a pick
+/// that finds fewer keys than its limit, the last of every run, read every record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_pick_that_finds_few_keys_reads_no_further_than_the_cutoffs() {
+    let Some(db) = crate::support::TestDb::postgres().await else {
+        return;
+    };
+    let Store::Postgres(pool) = &db.store else {
+        unreachable!()
+    };
+    let exec = |sql: &'static str| sqlx::query(sql).execute(pool);
+    // 20,000 keys, one a second over the last 5.5 hours. The statistics are taken
+    // while the provider is done with every key; then it remembers them all again,
+    // so nothing is due but the planner believes the oldest keys are.
+    crate::page_indexes::fill(&db.store, 20_000).await;
+    exec("UPDATE idempotency_records SET provider_retention_until = now() - interval '1 day'")
+        .await
+        .unwrap();
+    exec("ANALYZE idempotency_records").await.unwrap();
+    exec("UPDATE idempotency_records SET provider_retention_until = now() + interval '1 day'")
+        .await
+        .unwrap();
+    let now = Utc::now();
+    // About 1,800 keys are older than the later cut-off, 18,000 newer.
+    let cutoffs = idemwatch::store::PruneCutoffs {
+        done_before: now - TimeDelta::minutes(300),
+        failed_before: now - TimeDelta::minutes(310),
+        now,
+    };
+    let explained = db
+        .store
+        .explain_prune_pick(&cutoffs, 500)
+        .await
+        .unwrap()
+        .unwrap();
+    let plan = &explained[0]["Plan"];
+    assert_eq!(plan["Actual Rows"], 0, "nothing is due: {plan}");
+    // Reading the ~1,800 keys older than the later cut-off is allowed (238 blocks on
+    // 2026-12-05); reading on through the 18,000 newer ones (the old plan) is not.
+    let blocks = crate::support::plans::most_blocks(plan);
+    assert!(
+        blocks < 2_500,
+        "a pick that found nothing touched {blocks} blocks, reading past the cut-offs: {plan}"
+    );
+}

@@ -7,7 +7,7 @@
 //! in time when they are all at its end. Its cost grew with the log.
 
 use crate::support::TestDb;
-use serde_json::Value;
+use crate::support::plans::most_blocks;
 use sqlx::{Connection, PgConnection};
 
 /// Attempts for 100 keys (`batch` picks which), at `seq`, in their own transaction:
@@ -27,20 +27,6 @@ async fn insert_batches(pool: &sqlx::PgPool, batches: std::ops::Range<i64>, seq:
             .await
             .unwrap();
     }
-}
-
-/// The most (shared hit + read) blocks any node of the plan touched.
-fn most_blocks(node: &Value) -> i64 {
-    let own = ["Shared Hit Blocks", "Shared Read Blocks"]
-        .iter()
-        .filter_map(|k| node[*k].as_i64())
-        .sum::<i64>();
-    let children = node["Plans"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(most_blocks);
-    children.fold(own, i64::max)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

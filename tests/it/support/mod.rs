@@ -8,6 +8,7 @@ pub mod effects;
 pub mod fixture;
 pub mod guard_api;
 pub mod pg;
+pub mod plans;
 pub mod process;
 pub mod provider;
 pub mod server;
