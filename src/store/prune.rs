@@ -23,7 +23,7 @@ use sqlx::types::Json;
 /// planner needs: with two different cut-offs (DONE 30 days and FAILED 90 by
 /// default) it finds no index condition in the OR, and reads the `updated_at` index
 /// from the oldest key with everything as a filter. A batch that finds fewer keys than
-/// its limit, as the last batch of every run does, then read every record in the
+/// its limit, as the last batch of every run does, then reads every record in the
 /// table. With the bound, it stops at the later cut-off.
 pub const PICK_POSTGRES: &str = "SELECT key FROM idempotency_records \
     WHERE updated_at < greatest($1, $2) \
@@ -142,9 +142,7 @@ impl Store {
         });
         Ok(PruneBatch { tx, backend, keys })
     }
-}
 
-impl Store {
     /// `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` of the pruner's pick as
     /// [`Store::prune_begin`] runs it, rolled back (it locks rows): for the test that
     /// checks a pick's work does not grow with the table. `None` on SQLite.
