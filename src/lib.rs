@@ -10,6 +10,7 @@ pub mod export;
 pub mod guard;
 pub mod metrics;
 pub mod retention;
+pub mod runtime;
 pub mod store;
 pub mod tail;
 pub mod time_input;

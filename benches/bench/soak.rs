@@ -1,7 +1,7 @@
 //! `soak`: the service as production runs it, for a while, sampled over time.
 //!
 //! `run_server` (what `serve` runs: the app, the tailer and the backlog refresher on
-//! their own pool, the pruner) on a fresh PostgreSQL database, with retention
+//! their own pool, the pruner, the checkpointer) on a fresh PostgreSQL database, with retention
 //! compressed so rows expire during the run, and the guard driven in-process at a
 //! fixed offered rate with a mix of new calls, replays, timeouts (the provider's
 //! error is ambiguous: the key goes UNKNOWN) and takeovers (a retry of a timed-out
@@ -17,7 +17,9 @@
 //! has reused the deleted rows' space by then; with `10m` the 10th minute is still
 //! filling, docs/PERFORMANCE.md),
 //! `BENCH_SOAK_PRUNE_INTERVAL` (`1m`), `BENCH_SOAK_PRUNE_BATCH` (`--prune-batch-size`,
-//! 500, the default), `BENCH_SOAK_STEADY_SECS` (the reference
+//! 500, the default), `BENCH_SOAK_CHECKPOINT_INTERVAL` (`--checkpoint-interval` with a
+//! signing key made for the run, `1m` as `serve`'s default; `0`: no checkpoints, as
+//! the runs before 2026-12-05), `BENCH_SOAK_STEADY_SECS` (the reference
 //! sample the later ones are compared with, 600). Writes
 //! `docs/performance/soak-<date>.json` and `.svg`. `BENCH_SOAK_REPLAY=<such a file>`
 //! reports a saved run's samples instead of running (`report_saved`).
@@ -52,6 +54,8 @@ pub struct SoakPlan {
     pub prune_interval: String,
     /// `--prune-batch-size`: keys per pruner transaction.
     pub prune_batch: String,
+    /// `--checkpoint-interval`; `0`: no signing key, no checkpoints.
+    pub checkpoint_interval: String,
     pub steady: Duration,
 }
 
@@ -73,6 +77,7 @@ impl SoakPlan {
             retain: text("BENCH_SOAK_RETAIN", "3m"),
             prune_interval: text("BENCH_SOAK_PRUNE_INTERVAL", "1m"),
             prune_batch: text("BENCH_SOAK_PRUNE_BATCH", "500"),
+            checkpoint_interval: text("BENCH_SOAK_CHECKPOINT_INTERVAL", "1m"),
             steady: secs("BENCH_SOAK_STEADY_SECS", 600),
         }
     }
@@ -125,6 +130,9 @@ pub struct Sample {
     pub at_s: u64,
     pub ops_per_s: f64,
     pub errors: u64,
+    /// Of `errors`, the offers dropped because 256 calls were in flight.
+    #[serde(default)]
+    pub dropped: u64,
     pub guard_p50_ms: f64,
     pub guard_p99_ms: f64,
     pub key_page_p99_ms: f64,
@@ -136,6 +144,19 @@ pub struct Sample {
     pub attempts_mib: f64,
     pub attempts_indexes_mib: f64,
     pub pruner_behind_s: f64,
+    /// The evidence tables (`evidence_*`: leaves, receipts, checkpoints, block roots)
+    /// with their indexes. 0 in the files of runs before 2026-12-05.
+    #[serde(default)]
+    pub evidence_mib: f64,
+    /// Checkpoints written in the interval and their mean time
+    /// (`idemwatch_checkpoint_duration_seconds`); 0 without checkpoints.
+    #[serde(default)]
+    pub checkpoints: u64,
+    #[serde(default)]
+    pub checkpoint_mean_s: f64,
+    /// Age of the newest checkpoint when sampled (0: none yet).
+    #[serde(default)]
+    pub checkpoint_age_s: f64,
     /// Where the interval's time went (`soak_diag`): CPU by process group, buffer
     /// reads, autovacuum runs, every table's size, the costliest statements. Absent
     /// from the files of runs before 2026-12-04 22:30.
@@ -150,11 +171,21 @@ struct Window {
     lag_ms: Vec<f64>,
     done: u64,
     errors: u64,
+    dropped: u64,
+    /// The first failed call's error of the interval, for the log.
+    first_error: Option<String>,
+    /// When the interval's first and last offers were dropped, for the log.
+    drops: Option<(chrono::DateTime<chrono::Utc>, chrono::DateTime<chrono::Utc>)>,
 }
 
 const SIZES: &str = "SELECT pg_table_size('idempotency_records'), pg_indexes_size('idempotency_records'), \
     pg_table_size('idempotency_attempts'), pg_indexes_size('idempotency_attempts'), \
     (SELECT count(*) FROM idempotency_records), (SELECT count(*) FROM idempotency_attempts)";
+
+const EVIDENCE_SIZE: &str = "SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::bigint \
+    FROM pg_stat_user_tables WHERE relname LIKE 'evidence\\_%'";
+const NEWEST_CHECKPOINT_AGE: &str = "SELECT coalesce(extract(epoch FROM (now() - max(created_at)))::float8, 0) \
+    FROM evidence_checkpoints";
 
 /// Seconds by which the oldest DONE key the pruner may delete is past its cutoff.
 const BEHIND: &str = "SELECT coalesce(extract(epoch FROM ($1 - min(updated_at)))::float8, 0) \
@@ -162,23 +193,43 @@ const BEHIND: &str = "SELECT coalesce(extract(epoch FROM ($1 - min(updated_at)))
     AND provider_retention_until <= $2";
 
 pub async fn run(store: &Store, url: &str, plan: &SoakPlan, figures: &mut Vec<Figure>) {
-    let args = Args::parse_from([
-        "soak",
-        "--database-url",
-        url,
-        "--retain-done",
-        &plan.retain,
-        "--retain-failed",
-        &plan.retain,
-        "--max-workflow-duration",
-        &plan.retain,
-        "--max-provider-key-retention",
-        &plan.retain,
-        "--prune-interval",
-        &plan.prune_interval,
-        "--prune-batch-size",
-        &plan.prune_batch,
-    ])
+    // A signing key made for the run, as an operator's `new-signing-key` would.
+    let key_dir = tempfile::tempdir().unwrap();
+    let key_file = key_dir.path().join("signing.pem");
+    std::fs::write(
+        &key_file,
+        idemwatch::evidence::keys::signing_key_pem(&idemwatch::evidence::keys::generate()),
+    )
+    .unwrap();
+    let mut argv = vec![
+        "soak".to_string(),
+        "--checkpoint-interval".into(),
+        plan.checkpoint_interval.clone(),
+    ];
+    if plan.checkpoint_interval != "0" {
+        argv.extend(["--signing-key".into(), key_file.display().to_string()]);
+    }
+    let args = Args::parse_from(
+        argv.into_iter().chain(
+            [
+                "--database-url",
+                url,
+                "--retain-done",
+                &plan.retain,
+                "--retain-failed",
+                &plan.retain,
+                "--max-workflow-duration",
+                &plan.retain,
+                "--max-provider-key-retention",
+                &plan.retain,
+                "--prune-interval",
+                &plan.prune_interval,
+                "--prune-batch-size",
+                &plan.prune_batch,
+            ]
+            .map(String::from),
+        ),
+    )
     .serve;
     let retention = args.retention.checked().await.unwrap();
     let retain = retention.retain_done.0;
@@ -208,8 +259,14 @@ pub async fn run(store: &Store, url: &str, plan: &SoakPlan, figures: &mut Vec<Fi
         })
     };
     println!(
-        "soak: {:?} at {} ops/s offered, DONE kept {}, pruner every {} ({} keys a batch), sample every {:?}",
-        plan.duration, plan.rate, plan.retain, plan.prune_interval, plan.prune_batch, plan.sample
+        "soak: {:?} at {} ops/s offered, DONE kept {}, pruner every {} ({} keys a batch), checkpoints every {}, sample every {:?}",
+        plan.duration,
+        plan.rate,
+        plan.retain,
+        plan.prune_interval,
+        plan.prune_batch,
+        plan.checkpoint_interval,
+        plan.sample
     );
 
     let guard = Guard::new(
@@ -244,7 +301,11 @@ pub async fn run(store: &Store, url: &str, plan: &SoakPlan, figures: &mut Vec<Fi
                 tick.tick().await;
                 for _ in 0..per_tick {
                     let Ok(permit) = in_flight.clone().try_acquire_owned() else {
-                        lock(&window).errors += 1;
+                        let mut w = lock(&window);
+                        w.errors += 1;
+                        w.dropped += 1;
+                        let now = chrono::Utc::now();
+                        w.drops = Some(w.drops.map_or((now, now), |(first, _)| (first, now)));
                         continue;
                     };
                     let n = next.fetch_add(1, Ordering::Relaxed);
@@ -283,6 +344,9 @@ pub async fn run(store: &Store, url: &str, plan: &SoakPlan, figures: &mut Vec<Fi
                             w.done += 1;
                             if !ok {
                                 w.errors += 1;
+                                if w.first_error.is_none() {
+                                    w.first_error = Some(format!("{kind}: {:?}", result.err()));
+                                }
                             }
                         }
                         match kind {
@@ -351,6 +415,7 @@ pub async fn run(store: &Store, url: &str, plan: &SoakPlan, figures: &mut Vec<Fi
     let mut diag = super::soak_diag::Diag::start(pg.clone()).await;
     let mut samples = Vec::new();
     let mut last = Instant::now();
+    let mut checkpoints_before = (0.0, 0.0);
     while Instant::now() < end {
         tokio::time::sleep(plan.sample.min(end - Instant::now())).await;
         let w = std::mem::take(&mut *lock(&window));
@@ -365,12 +430,30 @@ pub async fn run(store: &Store, url: &str, plan: &SoakPlan, figures: &mut Vec<Fi
             .fetch_one(pg)
             .await
             .unwrap();
+        let evidence: i64 = sqlx::query_scalar(EVIDENCE_SIZE)
+            .fetch_one(pg)
+            .await
+            .unwrap();
+        let checkpoint_age_s: f64 = sqlx::query_scalar(NEWEST_CHECKPOINT_AGE)
+            .fetch_one(pg)
+            .await
+            .unwrap();
+        // A connection of its own each time: the server closes one idle for a minute.
+        let body = Client::connect(addr).await.get_text("/metrics").await;
+        let checkpoints_now = (
+            gauge(&body, "idemwatch_checkpoint_duration_seconds_count").unwrap_or(0.0),
+            gauge(&body, "idemwatch_checkpoint_duration_seconds_sum").unwrap_or(0.0),
+        );
+        let checkpoints = checkpoints_now.0 - checkpoints_before.0;
+        let checkpoint_time = checkpoints_now.1 - checkpoints_before.1;
+        checkpoints_before = checkpoints_now;
         let (g, p) = (Latencies::new(w.guard), Latencies::new(w.page));
         let mib = |b: i64| b as f64 / 1_048_576.0;
         let s = Sample {
             at_s: started.elapsed().as_secs(),
             ops_per_s: w.done as f64 / secs,
             errors: w.errors,
+            dropped: w.dropped,
             guard_p50_ms: g.p50_ms(),
             guard_p99_ms: g.p99_ms(),
             key_page_p99_ms: p.p99_ms(),
@@ -382,13 +465,36 @@ pub async fn run(store: &Store, url: &str, plan: &SoakPlan, figures: &mut Vec<Fi
             attempts_mib: mib(sizes.2),
             attempts_indexes_mib: mib(sizes.3),
             pruner_behind_s: behind,
+            evidence_mib: mib(evidence),
+            checkpoints: checkpoints as u64,
+            checkpoint_mean_s: if checkpoints > 0.0 {
+                checkpoint_time / checkpoints
+            } else {
+                0.0
+            },
+            checkpoint_age_s,
             diag: diag.sample().await,
         };
+        if let Some(e) = &w.first_error {
+            eprintln!("soak: first failed call of the interval: {e}");
+        }
+        if let Some((first, last)) = w.drops {
+            eprintln!("soak: offers dropped from {first} to {last}");
+        }
         eprintln!("soak sample: {s:?}");
         samples.push(s);
     }
     for task in [load, pages, lags] {
         task.await.unwrap();
+    }
+    let written: Vec<(i64, chrono::DateTime<chrono::Utc>, i64)> = sqlx::query_as(
+        "SELECT seq, created_at, leaves_added FROM evidence_checkpoints ORDER BY seq",
+    )
+    .fetch_all(pg)
+    .await
+    .unwrap();
+    for (seq, at, leaves) in written {
+        eprintln!("soak: checkpoint {seq} begun at {at}, {leaves} leaves");
     }
     // Let in-flight calls finish, then stop the service.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -470,6 +576,60 @@ fn report(plan: &SoakPlan, prune_every_s: f64, samples: &[Sample], figures: &mut
         behind,
         format!("prune interval {prune_every_s} s"),
         Some(("<= one interval", behind <= prune_every_s)),
+    ));
+    evidence(plan, later, figures);
+}
+
+/// The checkpointer and the evidence tables, in runs that wrote checkpoints (or
+/// receipts: the pruner writes one per key it deletes, with or without checkpoints).
+/// The evidence is an append-only log: it grows with every key, by design, and its
+/// size is reported against the issue's band like the other tables', and as a rate.
+fn evidence(plan: &SoakPlan, later: &[Sample], figures: &mut Vec<Figure>) {
+    let (Some(first), Some(last)) = (later.first(), later.last()) else {
+        return;
+    };
+    if first.evidence_mib > 0.0 {
+        let hours = (last.at_s - first.at_s) as f64 / 3600.0;
+        let growth = (last.evidence_mib - first.evidence_mib) / hours.max(1e-9);
+        let ops: f64 =
+            later[1..].iter().map(|s| s.ops_per_s).sum::<f64>() / (later.len() - 1).max(1) as f64;
+        figures.push(Figure::plain(
+            format!("soak: evidence tables + indexes, growth after {} s", first.at_s),
+            "MiB/h",
+            growth,
+            format!(
+                "{:.0} → {:.0} MiB, {:.0} bytes per guard call at {ops:.0} calls/s; an append-only log",
+                first.evidence_mib,
+                last.evidence_mib,
+                growth * 1_048_576.0 / (ops * 3600.0).max(1.0)
+            ),
+            Some((
+                "within ±20 %",
+                (last.evidence_mib - first.evidence_mib).abs() <= 0.2 * first.evidence_mib,
+            )),
+        ));
+    }
+    let written: Vec<&Sample> = later.iter().filter(|s| s.checkpoints > 0).collect();
+    if written.is_empty() {
+        return;
+    }
+    let slowest = written
+        .iter()
+        .map(|s| s.checkpoint_mean_s)
+        .fold(0.0, f64::max);
+    let oldest = later.iter().map(|s| s.checkpoint_age_s).fold(0.0, f64::max);
+    let count: u64 = written.iter().map(|s| s.checkpoints).sum();
+    let interval = idemwatch::cli::parse_duration(&plan.checkpoint_interval)
+        .map_or(f64::INFINITY, |d| d.as_secs_f64());
+    figures.push(Figure::plain(
+        "soak: checkpoint time, slowest sample's mean".into(),
+        "s",
+        slowest,
+        format!(
+            "{count} checkpoints in {} samples, every {interval} s; the newest's age at most {oldest:.0} s",
+            later.len()
+        ),
+        Some(("< one checkpoint interval", slowest < interval)),
     ));
 }
 
@@ -556,6 +716,10 @@ pub fn report_saved(path: &str, plan: &SoakPlan, figures: &mut Vec<Figure>) {
         .map_or(plan.sample, |(b, a)| Duration::from_secs(b.at_s - a.at_s));
     let plan = SoakPlan {
         sample,
+        checkpoint_interval: saved["checkpoint_interval"]
+            .as_str()
+            .unwrap_or("0")
+            .to_string(),
         ..plan.clone()
     };
     println!("soak: the samples of {path}");
@@ -564,12 +728,12 @@ pub fn report_saved(path: &str, plan: &SoakPlan, figures: &mut Vec<Figure>) {
 
 fn print_table(samples: &[Sample]) {
     println!(
-        "| t (s) | guard ops/s | errors | guard p50 / p99 ms | key page p99 ms | tail lag max ms | records | attempts | records + idx MiB | attempts + idx MiB | pruner behind s |"
+        "| t (s) | guard ops/s | errors | guard p50 / p99 ms | key page p99 ms | tail lag max ms | records | attempts | records + idx MiB | attempts + idx MiB | pruner behind s | evidence MiB | checkpoint s (age s) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for s in samples {
         println!(
-            "| {} | {:.0} | {} | {:.2} / {:.2} | {:.2} | {:.0} | {} | {} | {:.1} + {:.1} | {:.1} + {:.1} | {:.0} |",
+            "| {} | {:.0} | {} | {:.2} / {:.2} | {:.2} | {:.0} | {} | {} | {:.1} + {:.1} | {:.1} + {:.1} | {:.0} | {:.0} | {:.2} ({:.0}) |",
             s.at_s,
             s.ops_per_s,
             s.errors,
@@ -583,7 +747,10 @@ fn print_table(samples: &[Sample]) {
             s.records_indexes_mib,
             s.attempts_mib,
             s.attempts_indexes_mib,
-            s.pruner_behind_s
+            s.pruner_behind_s,
+            s.evidence_mib,
+            s.checkpoint_mean_s,
+            s.checkpoint_age_s
         );
     }
 }
@@ -599,6 +766,7 @@ fn write_files(plan: &SoakPlan, samples: &[Sample]) {
         "rate": plan.rate,
         "retain": plan.retain,
         "prune_interval": plan.prune_interval,
+        "checkpoint_interval": plan.checkpoint_interval,
         "samples": samples,
     });
     std::fs::write(
@@ -625,6 +793,7 @@ fn svg(samples: &[Sample]) -> String {
             vec![
                 ("records", |s| s.records_mib + s.records_indexes_mib),
                 ("attempts", |s| s.attempts_mib + s.attempts_indexes_mib),
+                ("evidence", |s| s.evidence_mib),
             ],
         ),
         (
@@ -637,7 +806,7 @@ fn svg(samples: &[Sample]) -> String {
     ];
     let (w, h, pad) = (360.0, 180.0, 40.0);
     let t_max = samples.last().map_or(1.0, |s| s.at_s as f64).max(1.0);
-    let colours = ["#1f77b4", "#d62728"];
+    let colours = ["#1f77b4", "#d62728", "#2ca02c"];
     let mut out = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" font-size=\"11\">\n",
         2.0 * w,
@@ -683,11 +852,11 @@ fn svg(samples: &[Sample]) -> String {
             out += &format!(
                 "<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\" points=\"{}\"/>\n\
                  <text x=\"{}\" y=\"{}\" fill=\"{}\">{name}</text>\n",
-                colours[j % 2],
+                colours[j % colours.len()],
                 points.join(" "),
                 left + pw - 60.0,
                 top + 14.0 + 12.0 * j as f64,
-                colours[j % 2]
+                colours[j % colours.len()]
             );
         }
     }

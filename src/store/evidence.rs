@@ -209,6 +209,24 @@ fn leaves_of(receipts: Vec<ReceiptDb>, live: BTreeMap<String, Leaf>) -> Vec<Leaf
     pruned.into_values().chain(live.into_values()).collect()
 }
 
+/// Leaves a statement of [`Store::write_checkpoint`] inserts. A minute at 1,000 keys/s
+/// is ~100,000 leaves: in one statement, its ~15 MB of JSON were built and encoded
+/// in one go on a worker of the runtime, and the guard's calls queued behind it
+/// (docs/PERFORMANCE.md, "A checkpoint that stalled the guard"). In statements of
+/// 5,000 each is a few milliseconds of work between two waits for the database.
+const LEAVES_PER_STATEMENT: usize = 5_000;
+
+/// One leaf as the insert statements read it (`jsonb_to_recordset`, `json_each`).
+#[derive(serde::Serialize)]
+struct LeafRow<'a> {
+    idx: i64,
+    checkpoint_seq: u64,
+    key: &'a str,
+    log_seq: i64,
+    log_hash: &'a str,
+    pruned: bool,
+}
+
 fn block_rows(blocks: &[(u64, String)]) -> Vec<serde_json::Value> {
     blocks
         .iter()
@@ -250,7 +268,9 @@ macro_rules! checkpoint_transaction {
             .map(Into::into);
         let (tail, pruned_id) = last
             .as_ref()
-            .map_or((TailPosition { txid: 0, id: 0 }, 0), |l| (l.tail, l.pruned_id));
+            .map_or((TailPosition { txid: 0, id: 0 }, 0), |l| {
+                (l.tail, l.pruned_id)
+            });
         let receipts: Vec<ReceiptDb> = sqlx::query_as(NEW_RECEIPTS)
             .bind(pruned_id)
             .fetch_all(&mut *$tx)
@@ -266,7 +286,10 @@ macro_rules! checkpoint_transaction {
                 .fetch(&mut *$tx);
             while let Some(h) = rows.next().await {
                 let h = h?;
-                next_tail = next_tail.max(TailPosition { txid: h.txid, id: h.id });
+                next_tail = next_tail.max(TailPosition {
+                    txid: h.txid,
+                    id: h.id,
+                });
                 let newer = live.get(&h.key).is_none_or(|l| h.seq > l.log_seq);
                 if newer {
                     live.insert(
@@ -292,24 +315,25 @@ macro_rules! checkpoint_transaction {
             blocks,
         } = $make(last.as_ref(), &leaves)?;
         let first_idx = last.as_ref().map_or(0, |l| l.checkpoint.body.tree_size) as i64;
-        let rows: Vec<serde_json::Value> = leaves
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                serde_json::json!({
-                    "idx": first_idx + i as i64,
-                    "checkpoint_seq": checkpoint.body.seq,
-                    "key": l.key,
-                    "log_seq": l.log_seq,
-                    "log_hash": l.log_hash,
-                    "pruned": l.pruned,
+        for (n, chunk) in leaves.chunks(LEAVES_PER_STATEMENT).enumerate() {
+            let offset = first_idx + (n * LEAVES_PER_STATEMENT) as i64;
+            let rows: Vec<LeafRow<'_>> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, l)| LeafRow {
+                    idx: offset + i as i64,
+                    checkpoint_seq: checkpoint.body.seq,
+                    key: &l.key,
+                    log_seq: l.log_seq,
+                    log_hash: &l.log_hash,
+                    pruned: l.pruned,
                 })
-            })
-            .collect();
-        sqlx::query($leaves_sql)
-            .bind(Json(rows))
-            .execute(&mut *$tx)
-            .await?;
+                .collect();
+            sqlx::query($leaves_sql)
+                .bind(Json(rows))
+                .execute(&mut *$tx)
+                .await?;
+        }
         if !blocks.is_empty() {
             sqlx::query($blocks_sql)
                 .bind(Json(block_rows(&blocks)))

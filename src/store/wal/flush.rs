@@ -25,7 +25,6 @@ use libsqlite3_sys as ffi;
 use sqlx::Error;
 use sqlx::sqlite::SqliteConnection;
 use std::ptr::{self, NonNull};
-use tokio::runtime::{Handle, RuntimeFlavor};
 
 /// Flushes the database file of `conn` (a connection of the checkpointer's own, idle
 /// between statements) to the disk. An extra sync never weakens what SQLite's own syncs
@@ -37,13 +36,8 @@ pub(super) async fn flush_database_file(conn: &mut SqliteConnection) -> Result<(
     let db = locked.as_raw_handle();
     // SAFETY: `db` is an open connection that nothing else uses while `locked` lives.
     let sync = || unsafe { sync_main_file(db) };
-    // A sync takes milliseconds; on a multi-threaded runtime (serve, the CLI) the other
-    // tasks move off this thread meanwhile. A current-thread runtime (tests) has no
-    // other thread to hand them to, and waits.
-    match Handle::current().runtime_flavor() {
-        RuntimeFlavor::MultiThread => tokio::task::block_in_place(sync),
-        _ => sync(),
-    }
+    // A sync takes milliseconds.
+    crate::runtime::cpu_bound(sync)
 }
 
 /// `xSync` on the `main` database file of `db`.
