@@ -209,8 +209,14 @@ impl PruneBatch {
         );
         let delete_attempts = pick(DELETE_ATTEMPTS_POSTGRES, DELETE_ATTEMPTS_SQLITE);
         let delete_records = pick(DELETE_RECORDS_POSTGRES, DELETE_RECORDS_SQLITE);
+        let postgres = self.backend == Backend::Postgres;
         let (attempts, statuses) = on_batch!(self.tx, &self.keys, |tx, keys| {
             let mut tx = tx;
+            if postgres {
+                sqlx::query(super::evidence::RECEIPTS_LOCK_POSTGRES)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             // The receipt first, in the same transaction: a pruned key is never
             // taken for a deleted one (docs/EXPORT.md, retention).
             sqlx::query(receipts)

@@ -752,3 +752,92 @@ both_backends!(
         assert_eq!(timed(&registry), before + 1);
     }
 );
+
+/// Receipts are read by id, and PostgreSQL hands out ids when a row is inserted, not
+/// when it commits. Two pruners (two replicas, or `idemwatch prune` beside `serve`):
+/// A inserts its receipt (id 1) and is held up before it commits; B inserts id 2 and
+/// commits; a checkpoint reads up to id 2 and stores that position. A's receipt then
+/// commits below the position and never became a tombstone leaf. The pruners now take
+/// the checkpoint's lock in shared mode for their receipts, so a checkpoint waits for
+/// receipts already numbered to commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn postgres_a_receipt_committed_after_a_later_one_still_becomes_a_tombstone() {
+    use futures::TryStreamExt;
+    use idemwatch::store::PruneCutoffs;
+    use std::collections::BTreeSet;
+    let Some(db) = crate::support::TestDb::postgres().await else {
+        return;
+    };
+    let f = Fixture::new(&db);
+    let Store::Postgres(pool) = &f.store else {
+        unreachable!()
+    };
+    let t0 = chrono::Utc::now() - chrono::TimeDelta::days(200);
+    let mut keys = Vec::new();
+    for (i, at) in [t0, t0 + chrono::TimeDelta::hours(1)]
+        .into_iter()
+        .enumerate()
+    {
+        f.clock.set(at);
+        let call = refund(&format!("P-{i}"), 100, "1");
+        f.guard.run(&call, &f.client([])).await.unwrap();
+        keys.push(call.intent.key().unwrap().to_string());
+    }
+    let (key_a, key_b) = (keys[0].clone(), keys[1].clone());
+    let writer = checkpointer(&f, None);
+    checkpoint_to(&f.store, &writer, 2).await;
+    let now = chrono::Utc::now();
+    let cutoffs = PruneCutoffs {
+        done_before: now - chrono::TimeDelta::days(30),
+        failed_before: now - chrono::TimeDelta::days(90),
+        now,
+    };
+
+    // Hold pruner A between its receipt and its commit: its delete of the attempt
+    // rows waits for a row lock held here.
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM idempotency_attempts WHERE key = $1 FOR UPDATE")
+        .bind(&key_a)
+        .fetch_all(&mut *holder)
+        .await
+        .unwrap();
+    let a = {
+        let (store, key_a) = (f.store.clone(), key_a.clone());
+        tokio::spawn(async move {
+            let batch = store.prune_begin(&cutoffs, 1).await.unwrap();
+            assert_eq!(batch.keys(), [key_a]);
+            batch.delete_and_commit().await
+        })
+    };
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+        WHERE datname = current_database() AND wait_event_type = 'Lock'";
+    for _ in 0..200 {
+        let n: i64 = sqlx::query_scalar(waiting).fetch_one(pool).await.unwrap();
+        if n > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // Pruner B skips A's locked key, takes the other and commits.
+    let b = f.store.prune_begin(&cutoffs, 1).await.unwrap();
+    assert_eq!(b.keys(), std::slice::from_ref(&key_b));
+    b.delete_and_commit().await.unwrap();
+    // A checkpoint now (before: it read B's receipt and moved past A's).
+    let c = {
+        let writer = writer.clone();
+        tokio::spawn(async move { writer.checkpoint().await.map(|_| ()) })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    holder.commit().await.unwrap();
+    a.await.unwrap().unwrap();
+    c.await.unwrap().unwrap();
+    writer.checkpoint().await.unwrap();
+
+    let leaves: Vec<_> = f.store.checkpoint_leaves().try_collect().await.unwrap();
+    let tombstones: BTreeSet<String> = leaves
+        .into_iter()
+        .filter(|(_, l)| l.pruned)
+        .map(|(_, l)| l.key)
+        .collect();
+    assert_eq!(tombstones, BTreeSet::from([key_a, key_b]));
+}
