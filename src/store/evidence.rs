@@ -49,12 +49,11 @@ pub const LOCK_POSTGRES: &str = "SELECT pg_advisory_xact_lock(7310291844)";
 /// pruner's committed receipts, store the position past them, and never read an
 /// earlier-numbered receipt that commits after it, whose key then never got its
 /// tombstone leaf. With it, a checkpoint waits for every receipt already numbered to
-/// commit, and pruners wait for a checkpoint (about a second a minute at 1,000
-/// keys/s) rather than the other way round for longer. SQLite numbers rows on its one
-/// writer, in commit order.
+/// commit, and a pruner's receipts wait for a checkpoint in progress (about a second
+/// at 1,000 keys/s). SQLite numbers rows on its one writer, in commit order.
 pub const RECEIPTS_LOCK_POSTGRES: &str = "SELECT pg_advisory_xact_lock_shared(7310291844)";
 
-/// All leaves of one checkpoint in one statement, from a JSON array.
+/// Up to [`LEAVES_PER_STATEMENT`] of a checkpoint's leaves, from a JSON array.
 pub const INSERT_LEAVES_POSTGRES: &str = "INSERT INTO evidence_leaves \
     (idx, checkpoint_seq, key, log_seq, log_hash, pruned) \
     SELECT idx, checkpoint_seq, key, log_seq, log_hash, pruned FROM jsonb_to_recordset($1) AS \
