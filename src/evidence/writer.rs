@@ -10,7 +10,8 @@ use crate::store::{NewCheckpoint, Store, StoreError, StoredCheckpoint};
 use chrono::SubsecRound;
 use ed25519_dalek::SigningKey;
 use futures::StreamExt;
-use prometheus::{Histogram, HistogramOpts, IntGauge, Registry};
+use prometheus::core::Collector;
+use prometheus::{Gauge, Histogram, HistogramOpts, IntCounter, IntGauge, Registry};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,21 +23,32 @@ use tokio::sync::watch;
 /// (exact in a float64 sample); with the seq it pins the checkpoint without a label.
 /// `idemwatch_checkpoint_duration_seconds`: how long each checkpoint took, so that one
 /// approaching its interval is seen before the evidence falls behind.
+/// `idemwatch_checkpoint_last_success_timestamp_seconds` and
+/// `idemwatch_checkpoint_interval_seconds`: a heartbeat and the period it should beat
+/// at. The newest checkpoint's time moves only when keys change, so it cannot tell a
+/// quiet service from a checkpointer that fails or hangs; the heartbeat can
+/// (`IdemwatchCheckpointerStalled`). `idemwatch_checkpoint_failures_total` says which.
 #[derive(Debug, Clone)]
 pub struct CheckpointMetrics {
     seq: IntGauge,
     timestamp: IntGauge,
     hash_prefix: IntGauge,
     duration: Histogram,
+    last_success: Gauge,
+    interval: Gauge,
+    failures: IntCounter,
 }
 
 impl CheckpointMetrics {
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
-        let gauge = |name: &str, help: &str| -> prometheus::Result<IntGauge> {
-            let g = IntGauge::new(name, help)?;
-            registry.register(Box::new(g.clone()))?;
-            Ok(g)
-        };
+        fn registered<C: Collector + Clone + 'static>(
+            registry: &Registry,
+            c: C,
+        ) -> prometheus::Result<C> {
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        }
+        let gauge = |name: &str, help: &str| registered(registry, IntGauge::new(name, help)?);
         Ok(Self {
             seq: gauge(
                 "idemwatch_checkpoint_last_seq",
@@ -50,8 +62,9 @@ impl CheckpointMetrics {
                 "idemwatch_checkpoint_last_hash_prefix",
                 "First 48 bits of the newest checkpoint's SHA-256 hash, as an integer.",
             )?,
-            duration: {
-                let h = Histogram::with_opts(
+            duration: registered(
+                registry,
+                Histogram::with_opts(
                     HistogramOpts::new(
                         "idemwatch_checkpoint_duration_seconds",
                         "Time to write one signed checkpoint (or to find nothing changed), seconds.",
@@ -59,11 +72,43 @@ impl CheckpointMetrics {
                     .buckets(vec![
                         0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                     ]),
-                )?;
-                registry.register(Box::new(h.clone()))?;
-                h
-            },
+                )?,
+            )?,
+            last_success: registered(
+                registry,
+                Gauge::new(
+                    "idemwatch_checkpoint_last_success_timestamp_seconds",
+                    "Unix time the checkpointer last succeeded (a checkpoint written, or nothing \
+                     changed), or started: a heartbeat, at least every checkpoint interval.",
+                )?,
+            )?,
+            failures: registered(
+                registry,
+                IntCounter::new(
+                    "idemwatch_checkpoint_failures_total",
+                    "Checkpoints that failed (each is retried at the next interval).",
+                )?,
+            )?,
+            interval: registered(
+                registry,
+                Gauge::new(
+                    "idemwatch_checkpoint_interval_seconds",
+                    "Time between checkpoints of this process (--checkpoint-interval), seconds.",
+                )?,
+            )?,
         })
+    }
+
+    /// The checkpointer starts: its interval, and a heartbeat from now (its first
+    /// checkpoint is an interval away).
+    fn started(&self, interval: Duration, now: chrono::DateTime<chrono::Utc>) {
+        self.interval.set(interval.as_secs_f64());
+        self.succeeded(now);
+    }
+
+    fn succeeded(&self, now: chrono::DateTime<chrono::Utc>) {
+        self.last_success
+            .set(now.timestamp_micros() as f64 / 1_000_000.0);
     }
 
     pub fn observe(&self, c: &Checkpoint) {
@@ -112,13 +157,19 @@ impl Checkpointer {
     #[tracing::instrument(skip_all)]
     pub async fn checkpoint(&self) -> anyhow::Result<Option<Checkpoint>> {
         let started = std::time::Instant::now();
-        let written = self.write().await?;
-        // Successes only: a failure is logged by the caller, and a fast failure would
-        // make a slow checkpointer look healthy.
+        let written = self.write().await;
         if let Some(m) = &self.metrics {
-            m.duration.observe(started.elapsed().as_secs_f64());
+            match &written {
+                // Time successes only: a fast failure would make a slow checkpointer
+                // look healthy.
+                Ok(_) => {
+                    m.duration.observe(started.elapsed().as_secs_f64());
+                    m.succeeded(self.clock.now());
+                }
+                Err(_) => m.failures.inc(),
+            }
         }
-        Ok(written)
+        written
     }
 
     async fn write(&self) -> anyhow::Result<Option<Checkpoint>> {
@@ -237,6 +288,9 @@ impl Checkpointer {
     /// Every `interval` until `stop`; a failure is logged and retried next time.
     pub async fn run(self, interval: Duration, mut stop: watch::Receiver<bool>) {
         tracing::info!(interval_s = interval.as_secs_f64(), dir = ?self.dir, "checkpointer started");
+        if let Some(m) = &self.metrics {
+            m.started(interval, self.clock.now());
+        }
         if let Err(e) = self.observe_latest().await {
             tracing::warn!(error = %e, "cannot read the newest checkpoint");
         }
@@ -262,7 +316,9 @@ impl Checkpointer {
 async fn write_file(dir: &Path, c: &Checkpoint) -> anyhow::Result<()> {
     use anyhow::Context;
     use tokio::io::AsyncWriteExt;
-    tokio::fs::create_dir_all(dir).await?;
+    tokio::fs::create_dir_all(dir)
+        .await
+        .with_context(|| format!("cannot create the checkpoint directory {}", dir.display()))?;
     let path = dir.join(file_name(c.body.seq));
     let partial = dir.join(format!("{}.partial", file_name(c.body.seq)));
     let mut file = tokio::fs::File::create(&partial)

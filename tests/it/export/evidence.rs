@@ -753,6 +753,100 @@ both_backends!(
     }
 );
 
+both_backends!(
+    /// `idemwatch_checkpoint_last_timestamp_seconds` moves only when keys change, so a
+    /// quiet service and a checkpointer that fails look alike there. The heartbeat moves
+    /// on every success (one written, or nothing changed) and from the start, and not on
+    /// a failure, which is counted; the interval beside it is what
+    /// `IdemwatchCheckpointerStalled` divides by.
+    async fn the_checkpointer_heartbeat_moves_on_success_only_and_counts_failures(db: TestDb) {
+        use idemwatch::evidence::CheckpointMetrics;
+        let f = Fixture::new(&db);
+        let registry = prometheus::Registry::new();
+        // A file where the checkpoint directory should be: a checkpoint that writes a
+        // file fails after its transaction, one that finds nothing changed does not.
+        let tmp = tempfile::tempdir().unwrap();
+        let not_a_dir = tmp.path().join("not-a-dir");
+        std::fs::write(&not_a_dir, "").unwrap();
+        let writer = checkpointer(&f, Some(&not_a_dir))
+            .with_metrics(CheckpointMetrics::register(&registry).unwrap());
+        let value = |name: &str| -> f64 {
+            let family = registry.gather();
+            let m = family
+                .iter()
+                .find(|m| m.name() == name)
+                .unwrap_or_else(|| panic!("{name} not registered"));
+            let m = &m.get_metric()[0];
+            if name.ends_with("_total") {
+                m.get_counter().value()
+            } else {
+                m.get_gauge().value()
+            }
+        };
+        let at = |t: chrono::DateTime<chrono::Utc>| t.timestamp_micros() as f64 / 1e6;
+        assert_eq!(
+            value("idemwatch_checkpoint_last_success_timestamp_seconds"),
+            0.0
+        );
+
+        // Started: the interval, and a heartbeat from the start (the first checkpoint
+        // is an interval away).
+        let started = f.clock.now();
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let running = tokio::spawn(
+            writer
+                .clone()
+                .run(std::time::Duration::from_secs(90), stopped),
+        );
+        for _ in 0..100 {
+            if value("idemwatch_checkpoint_interval_seconds") > 0.0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(value("idemwatch_checkpoint_interval_seconds"), 90.0);
+        assert_eq!(
+            value("idemwatch_checkpoint_last_success_timestamp_seconds"),
+            at(started)
+        );
+        stop.send(true).unwrap();
+        running.await.unwrap();
+
+        // A failure: counted, the heartbeat stays.
+        done_keys(&f, 2).await;
+        f.clock.advance(chrono::TimeDelta::seconds(60));
+        let err = writer.checkpoint().await.unwrap_err();
+        assert!(format!("{err:#}").contains("not-a-dir"), "{err:#}");
+        assert_eq!(value("idemwatch_checkpoint_failures_total"), 1.0);
+        assert_eq!(
+            value("idemwatch_checkpoint_last_success_timestamp_seconds"),
+            at(started)
+        );
+
+        // Nothing changed since: a success, the heartbeat moves to now.
+        f.clock.advance(chrono::TimeDelta::seconds(60));
+        let mut quiet = None;
+        for _ in 0..100 {
+            // PostgreSQL: another test's open transaction may hold back the two keys'
+            // last rows for a moment, and a checkpoint that finds them fails again.
+            match writer.checkpoint().await {
+                Ok(None) => {
+                    quiet = Some(f.clock.now());
+                    break;
+                }
+                Ok(Some(c)) => panic!("no file was written, yet checkpoint {c:?} succeeded"),
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            }
+        }
+        let quiet = quiet.expect("a checkpoint that finds nothing changed");
+        assert_eq!(
+            value("idemwatch_checkpoint_last_success_timestamp_seconds"),
+            at(quiet)
+        );
+        assert!(value("idemwatch_checkpoint_failures_total") >= 1.0);
+    }
+);
+
 /// Receipts are read by id, and PostgreSQL hands out ids when a row is inserted, not
 /// when it commits. Two pruners (two replicas, or `idemwatch prune` beside `serve`):
 /// A inserts its receipt (id 1) and is held up before it commits; B inserts id 2 and
