@@ -40,6 +40,10 @@ async fn the_example_alertmanager_holds_backlog_alerts_while_the_database_is_dow
             json!({"job": "idemwatch", "instance": "10.0.0.2:8080", "severity": "warning"})
         ),
         alert(
+            "IdemwatchCheckpointerStalled",
+            json!({"job": "idemwatch", "severity": "warning"})
+        ),
+        alert(
             "IdempotencyUnknownNearRetention",
             json!({"job": "idemwatch-staging", "tool": "issue_refund", "severity": "critical"})
         ),
@@ -97,6 +101,10 @@ async fn the_example_alertmanager_holds_backlog_alerts_while_the_database_is_dow
         "\"suppressed\" inhibited_by=1"
     );
     assert_eq!(
+        state("IdemwatchCheckpointerStalled", "idemwatch"),
+        "\"suppressed\" inhibited_by=1"
+    );
+    assert_eq!(
         state("IdemwatchTailHeldBack", "idemwatch"),
         "\"active\" inhibited_by=0"
     );
@@ -110,9 +118,9 @@ async fn the_example_alertmanager_holds_backlog_alerts_while_the_database_is_dow
         for alert in notification.alerts() {
             assert!(
                 !(alert["labels"]["job"] == "idemwatch"
-                    && alert["labels"]["alertname"]
-                        .as_str()
-                        .is_some_and(|n| n.starts_with("IdempotencyUnknown"))),
+                    && alert["labels"]["alertname"].as_str().is_some_and(|n| {
+                        n.starts_with("IdempotencyUnknown") || n == "IdemwatchCheckpointerStalled"
+                    })),
                 "an inhibited alert was delivered: {alert}"
             );
         }
