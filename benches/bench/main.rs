@@ -4,7 +4,9 @@
 //! Areas: guard, guard-http, chain, probe, tailer, pages, export, footprint, exporter, checkpoint
 //! (all when none is named), `soak` (only when named: it runs for `BENCH_SOAK_SECS`,
 //! see soak.rs) and `hops` (only when named: what a statement's hand-off to SQLite's
-//! connection thread costs, and a trip through sqlx's pool, see hops.rs).
+//! connection thread costs, and a trip through sqlx's pool, see hops.rs), and
+//! `checkpoint-writer` (only when named: what a checkpoint costs the guard on SQLite,
+//! see checkpoint_writer.rs).
 //!
 //! Environment: `BENCH_SCALE` (`small`, the default, or `full`: 1 M keys / 10 M
 //! attempts, 10 M records for the backlog), `BENCH_KEYS` / `BENCH_BACKLOG_RECORDS` to
@@ -17,6 +19,7 @@
 
 mod chain;
 mod checkpoint;
+mod checkpoint_writer;
 mod export;
 mod exporter;
 mod guard;
@@ -128,6 +131,11 @@ async fn main() {
             let lite = fresh_sqlite(dir.path()).await;
             guard::run(&lite, "SQLite", plan, &mut figures).await;
         }
+    }
+    if named("checkpoint-writer") {
+        let dir = tempfile::tempdir().unwrap();
+        let lite = fresh_sqlite(dir.path()).await;
+        checkpoint_writer::run(&lite, &mut figures).await;
     }
     if named("hops") {
         let dir = tempfile::tempdir().unwrap();

@@ -3,7 +3,7 @@
 //! one `checkpoint-<seq>.json` each, written once and never rewritten), to the log,
 //! and to three gauges, so copies exist where the database's writers cannot reach.
 
-use super::checkpoint::{Checkpoint, leaf_in_order};
+use super::checkpoint::{Checkpoint, Leaf, leaf_in_order};
 use super::merkle::{BLOCK_HEIGHT, BLOCK_LEAVES, Frontier};
 use crate::guard::Clock;
 use crate::store::{NewCheckpoint, Store, StoreError, StoredCheckpoint};
@@ -181,48 +181,55 @@ impl Checkpointer {
         }
         // Microseconds: the precision checkpoints are stored, signed and compared at.
         let now = self.clock.now().trunc_subsecs(6);
-        let key = self.key.clone();
         let written = self
             .store
-            .write_checkpoint(|last, leaves| {
-                // ~2 hashes a leaf: 100,000 leaves (a minute at 1,000 keys/s) are
-                // ~100 ms of one core.
-                crate::runtime::cpu_bound(|| {
-                    let mut frontier = match last {
-                        Some(l) => Frontier::from_hex(l.checkpoint.body.tree_size, &l.frontier)
-                            .map_err(|e| {
-                                StoreError::Corrupt(format!("checkpoint frontier: {e}"))
-                            })?,
-                        None => Frontier::default(),
-                    };
-                    let blocks = leaves
-                        .iter()
-                        .filter_map(|leaf| frontier.push_noting(leaf.hash(), BLOCK_HEIGHT))
-                        .map(|(idx, root)| (idx, hex::encode(root)))
-                        .collect();
-                    // Never earlier than the checkpoint before, whatever the clock says.
-                    let created_at = last.map_or(now, |l| now.max(l.checkpoint.body.created_at));
-                    let body = Checkpoint::next_body(
-                        last.map(|l| &l.checkpoint),
-                        created_at,
-                        frontier.size(),
-                        &frontier.root(),
-                        leaves.len() as u64,
-                        &key.verifying_key(),
-                    );
-                    Ok(NewCheckpoint {
-                        checkpoint: body.sign(&key),
-                        frontier: frontier.to_hex(),
-                        blocks,
-                    })
-                })
-            })
+            .write_checkpoint(|last, leaves| self.sign(now, last, leaves))
             .await?;
         let Some(StoredCheckpoint { checkpoint, .. }) = written else {
             return Ok(None);
         };
         self.publish(&checkpoint).await?;
         Ok(Some(checkpoint))
+    }
+
+    /// The checkpoint after `last` that appends `leaves`, signed, created at `now` (or
+    /// at `last`'s time if the clock is behind it): what [`Store::write_checkpoint`]
+    /// asks of its caller.
+    pub fn sign(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+        last: Option<&StoredCheckpoint>,
+        leaves: &[Leaf],
+    ) -> Result<NewCheckpoint, StoreError> {
+        // ~2 hashes a leaf: 100,000 leaves (a minute at 1,000 keys/s) are ~100 ms of
+        // one core.
+        crate::runtime::cpu_bound(|| {
+            let mut frontier = match last {
+                Some(l) => Frontier::from_hex(l.checkpoint.body.tree_size, &l.frontier)
+                    .map_err(|e| StoreError::Corrupt(format!("checkpoint frontier: {e}")))?,
+                None => Frontier::default(),
+            };
+            let blocks = leaves
+                .iter()
+                .filter_map(|leaf| frontier.push_noting(leaf.hash(), BLOCK_HEIGHT))
+                .map(|(idx, root)| (idx, hex::encode(root)))
+                .collect();
+            // Never earlier than the checkpoint before, whatever the clock says.
+            let created_at = last.map_or(now, |l| now.max(l.checkpoint.body.created_at));
+            let body = Checkpoint::next_body(
+                last.map(|l| &l.checkpoint),
+                created_at,
+                frontier.size(),
+                &frontier.root(),
+                leaves.len() as u64,
+                &self.key.verifying_key(),
+            );
+            Ok(NewCheckpoint {
+                checkpoint: body.sign(&self.key),
+                frontier: frontier.to_hex(),
+                blocks,
+            })
+        })
     }
 
     /// Writes the roots of complete blocks that have none: leaves checkpointed before

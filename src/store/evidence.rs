@@ -10,7 +10,7 @@ mod checkpoint;
 pub use checkpoint::{Checkpoint, CheckpointBody, Leaf};
 
 use super::tail::TailPosition;
-use super::{Backend, Store, StoreError, WritePool, on_pool};
+use super::{Store, StoreError, WritePool, on_pool};
 use chrono::{DateTime, Utc};
 use futures::stream::{BoxStream, StreamExt};
 use sqlx::types::Json;
@@ -30,6 +30,9 @@ pub const INSERT_CHECKPOINT: &str = "INSERT INTO evidence_checkpoints (seq, vers
     tree_size, root_hash, prev_hash, leaves_added, key_id, signature, hash, frontier, tail_txid, \
     tail_id, pruned_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
+/// The newest checkpoint's seq: whether the one a SQLite checkpoint read beside the
+/// writer is still the newest ([`Store::write_checkpoint`]).
+pub const NEWEST_SEQ: &str = "SELECT seq FROM evidence_checkpoints ORDER BY seq DESC LIMIT 1";
 /// Receipts written since the last checkpoint, by id.
 pub const NEW_RECEIPTS: &str =
     "SELECT id, key, log_seq, log_hash FROM evidence_pruned WHERE id > $1 ORDER BY id";
@@ -56,7 +59,7 @@ pub const RECEIPTS_LOCK_POSTGRES: &str = "SELECT pg_advisory_xact_lock_shared(73
 /// Up to [`LEAVES_PER_STATEMENT`] of a checkpoint's leaves, from a JSON array.
 pub const INSERT_LEAVES_POSTGRES: &str = "INSERT INTO evidence_leaves \
     (idx, checkpoint_seq, key, log_seq, log_hash, pruned) \
-    SELECT idx, checkpoint_seq, key, log_seq, log_hash, pruned FROM jsonb_to_recordset($1) AS \
+    SELECT idx, checkpoint_seq, key, log_seq, log_hash, pruned FROM jsonb_to_recordset($1::jsonb) AS \
     x(idx bigint, checkpoint_seq bigint, key text, log_seq bigint, log_hash text, pruned boolean)";
 pub const INSERT_LEAVES_SQLITE: &str = "INSERT INTO evidence_leaves \
     (idx, checkpoint_seq, key, log_seq, log_hash, pruned) \
@@ -71,7 +74,7 @@ pub const LEAVES_BETWEEN: &str = "SELECT idx, key, log_seq, log_hash, pruned FRO
 /// Block roots (`evidence_blocks`), from a JSON array of `{idx, hash}`. A block's root
 /// never changes once its leaves are written, so a row already there is the same row.
 pub const INSERT_BLOCKS_POSTGRES: &str = "INSERT INTO evidence_blocks (idx, hash) \
-    SELECT idx, hash FROM jsonb_to_recordset($1) AS x(idx bigint, hash text) \
+    SELECT idx, hash FROM jsonb_to_recordset($1::jsonb) AS x(idx bigint, hash text) \
     ON CONFLICT (idx) DO NOTHING";
 /// `WHERE true`: SQLite's parser needs it between `SELECT … FROM` and an upsert clause.
 pub const INSERT_BLOCKS_SQLITE: &str = "INSERT INTO evidence_blocks (idx, hash) \
@@ -221,8 +224,10 @@ fn leaves_of(receipts: Vec<ReceiptDb>, live: BTreeMap<String, Leaf>) -> Vec<Leaf
 /// Leaves a statement of [`Store::write_checkpoint`] inserts. A minute at 1,000 keys/s
 /// is ~100,000 leaves: in one statement, its ~15 MB of JSON were built and encoded
 /// in one go on a worker of the runtime, and the guard's calls queued behind it
-/// (docs/PERFORMANCE.md, "A checkpoint that stalled the guard"). In statements of
-/// 5,000 each is a few milliseconds of work between two waits for the database.
+/// (docs/PERFORMANCE.md, "A checkpoint that stalled the guard"). The JSON is now made
+/// off the runtime's workers, before the writer is taken ([`Changes::sign`]); the
+/// statements stay 5,000 leaves each, so that neither database parses a document of
+/// every leaf at once.
 const LEAVES_PER_STATEMENT: usize = 5_000;
 
 /// One leaf as the insert statements read it (`jsonb_to_recordset`, `json_each`).
@@ -268,9 +273,20 @@ macro_rules! insert_checkpoint {
     }};
 }
 
-/// The body of [`Store::write_checkpoint`], expanded once per backend.
-macro_rules! checkpoint_transaction {
-    ($tx:ident, $heads_sql:expr, $leaves_sql:expr, $blocks_sql:expr, $make:expr) => {{
+/// What changed since the last checkpoint, read in one snapshot ([`read_changes!`]).
+struct Changes {
+    last: Option<StoredCheckpoint>,
+    /// Tombstones first, then live heads, each group by key ([`leaves_of`]).
+    leaves: Vec<Leaf>,
+    /// Where the next checkpoint continues.
+    tail: TailPosition,
+    pruned_id: i64,
+}
+
+/// Reads [`Changes`] on an open transaction (one snapshot): the last checkpoint, the
+/// receipts and the attempt rows after its positions.
+macro_rules! read_changes {
+    ($tx:ident, $heads_sql:expr) => {{
         let last: Option<StoredCheckpoint> = sqlx::query_as::<_, CheckpointDb>(LATEST_CHECKPOINT)
             .fetch_optional(&mut *$tx)
             .await?
@@ -313,75 +329,200 @@ macro_rules! checkpoint_transaction {
                 }
             }
         }
-        let next_pruned_id = receipts.last().map_or(pruned_id, |r| r.id);
-        let leaves = leaves_of(receipts, live);
-        if leaves.is_empty() {
+        Changes {
+            last,
+            tail: next_tail,
+            pruned_id: receipts.last().map_or(pruned_id, |r| r.id),
+            leaves: leaves_of(receipts, live),
+        }
+    }};
+}
+
+/// The statements that append a signed checkpoint, as JSON text made before the
+/// writer is taken ([`Changes::sign`]).
+struct Signed {
+    stored: StoredCheckpoint,
+    /// Up to [`LEAVES_PER_STATEMENT`] leaves each, as `LeafRow`s.
+    leaves: Vec<String>,
+    /// The blocks completed, as `{idx, hash}` rows; `None` when there are none.
+    blocks: Option<String>,
+}
+
+impl Changes {
+    /// The signed checkpoint for these changes and its statements' JSON (`make` signs,
+    /// see [`Store::write_checkpoint`]); `None` when nothing changed.
+    fn sign<F>(self, make: &F) -> Result<Option<Signed>, StoreError>
+    where
+        F: Fn(Option<&StoredCheckpoint>, &[Leaf]) -> Result<NewCheckpoint, StoreError>,
+    {
+        if self.leaves.is_empty() {
             return Ok(None);
         }
         let NewCheckpoint {
             checkpoint,
             frontier,
             blocks,
-        } = $make(last.as_ref(), &leaves)?;
-        let first_idx = last.as_ref().map_or(0, |l| l.checkpoint.body.tree_size) as i64;
-        for (n, chunk) in leaves.chunks(LEAVES_PER_STATEMENT).enumerate() {
-            let offset = first_idx + (n * LEAVES_PER_STATEMENT) as i64;
-            let rows: Vec<LeafRow<'_>> = chunk
-                .iter()
+        } = make(self.last.as_ref(), &self.leaves)?;
+        let first_idx = self
+            .last
+            .as_ref()
+            .map_or(0, |l| l.checkpoint.body.tree_size) as i64;
+        // ~15 MB of text for 100,000 leaves: tens of milliseconds of one core.
+        let leaves = crate::runtime::cpu_bound(|| {
+            self.leaves
+                .chunks(LEAVES_PER_STATEMENT)
                 .enumerate()
-                .map(|(i, l)| LeafRow {
-                    idx: offset + i as i64,
-                    checkpoint_seq: checkpoint.body.seq,
-                    key: &l.key,
-                    log_seq: l.log_seq,
-                    log_hash: &l.log_hash,
-                    pruned: l.pruned,
+                .map(|(n, chunk)| {
+                    let offset = first_idx + (n * LEAVES_PER_STATEMENT) as i64;
+                    let rows: Vec<LeafRow<'_>> = chunk
+                        .iter()
+                        .enumerate()
+                        .map(|(i, l)| LeafRow {
+                            idx: offset + i as i64,
+                            checkpoint_seq: checkpoint.body.seq,
+                            key: &l.key,
+                            log_seq: l.log_seq,
+                            log_hash: &l.log_hash,
+                            pruned: l.pruned,
+                        })
+                        .collect();
+                    to_json(&rows)
                 })
-                .collect();
+                .collect::<Result<_, _>>()
+        })?;
+        let blocks = (!blocks.is_empty())
+            .then(|| to_json(&block_rows(&blocks)))
+            .transpose()?;
+        Ok(Some(Signed {
+            stored: StoredCheckpoint {
+                checkpoint,
+                frontier,
+                tail: self.tail,
+                pruned_id: self.pruned_id,
+            },
+            leaves,
+            blocks,
+        }))
+    }
+}
+
+fn to_json<T: serde::Serialize>(rows: &T) -> Result<String, StoreError> {
+    serde_json::to_string(rows).map_err(|e| StoreError::Other(format!("checkpoint rows: {e}")))
+}
+
+/// Appends a [`Signed`] checkpoint on an open write transaction and commits it.
+macro_rules! append_signed {
+    ($tx:ident, $signed:expr, $leaves_sql:expr, $blocks_sql:expr) => {{
+        let Signed {
+            stored,
+            leaves,
+            blocks,
+        } = $signed;
+        for rows in leaves {
             sqlx::query($leaves_sql)
-                .bind(Json(rows))
+                .bind(rows)
                 .execute(&mut *$tx)
                 .await?;
         }
-        if !blocks.is_empty() {
+        if let Some(rows) = blocks {
             sqlx::query($blocks_sql)
-                .bind(Json(block_rows(&blocks)))
+                .bind(rows)
                 .execute(&mut *$tx)
                 .await?;
         }
-        let stored = StoredCheckpoint {
-            checkpoint,
-            frontier,
-            tail: next_tail,
-            pruned_id: next_pruned_id,
-        };
         insert_checkpoint!(&mut *$tx, &stored);
         $tx.commit().await?;
-        Ok(Some(stored))
+        stored
     }};
 }
+
+/// Times a SQLite checkpoint writer reads the changes again when another writer (another
+/// process on the same file) appended a checkpoint between its read and its write.
+const SQLITE_CHECKPOINT_TRIES: usize = 3;
 
 impl Store {
     /// Appends a checkpoint for what changed since the last one: `make` receives the
     /// last checkpoint and the new leaves and returns the signed checkpoint, the tree's
     /// new right border and the block roots the new leaves complete, all written in
     /// one transaction. Nothing changed: no checkpoint, `None`.
+    ///
+    /// PostgreSQL reads and writes in one transaction under the checkpoint writers'
+    /// lock. On a SQLite file the changes are read and signed on a reader, in one
+    /// snapshot, and only the inserts take the one writer that every guard call needs
+    /// (a minute at 1,000 keys/s held it ~1 s; docs/PERFORMANCE.md, "A SQLite
+    /// checkpoint beside the writer"). That is the same as reading them under the
+    /// writer, because SQLite numbers attempt rows and receipts (`AUTOINCREMENT`) on
+    /// its one writer, in commit order: a snapshot holds every row up to some id and
+    /// none after, so the positions it stores skip nothing, and a row committed after
+    /// the snapshot is past them, for the next checkpoint. What is checked under the
+    /// writer is that the checkpoint read is still the newest; if another writer
+    /// appended one meanwhile, the changes are read again.
     pub async fn write_checkpoint<F>(&self, make: F) -> Result<Option<StoredCheckpoint>, StoreError>
     where
-        F: FnOnce(Option<&StoredCheckpoint>, &[Leaf]) -> Result<NewCheckpoint, StoreError>,
+        F: Fn(Option<&StoredCheckpoint>, &[Leaf]) -> Result<NewCheckpoint, StoreError>,
     {
-        let backend = self.backend();
-        let heads = backend.pick(NEW_HEADS_POSTGRES, NEW_HEADS_SQLITE);
-        let leaves = backend.pick(INSERT_LEAVES_POSTGRES, INSERT_LEAVES_SQLITE);
-        let blocks = backend.pick(INSERT_BLOCKS_POSTGRES, INSERT_BLOCKS_SQLITE);
-        on_pool!(self, pool => {
-            let mut tx = pool.begin_write().await?;
-            // SQLite's write transaction already excludes every other writer.
-            if backend == Backend::Postgres {
+        match self {
+            Store::Postgres(pool) => {
+                let mut tx = pool.begin_write().await?;
                 sqlx::query(LOCK_POSTGRES).execute(&mut *tx).await?;
+                let changes = read_changes!(tx, NEW_HEADS_POSTGRES);
+                let Some(signed) = changes.sign(&make)? else {
+                    return Ok(None);
+                };
+                Ok(Some(append_signed!(
+                    tx,
+                    signed,
+                    INSERT_LEAVES_POSTGRES,
+                    INSERT_BLOCKS_POSTGRES
+                )))
             }
-            checkpoint_transaction!(tx, heads, leaves, blocks, make)
-        })
+            Store::Sqlite(pools) if pools.reads_beside_writer() => {
+                for _ in 0..SQLITE_CHECKPOINT_TRIES {
+                    let changes = {
+                        let mut tx = pools.reader().begin().await?;
+                        let changes = read_changes!(tx, NEW_HEADS_SQLITE);
+                        tx.rollback().await?;
+                        changes
+                    };
+                    let read_seq = changes.last.as_ref().map(|l| l.checkpoint.body.seq as i64);
+                    let Some(signed) = changes.sign(&make)? else {
+                        return Ok(None);
+                    };
+                    let mut tx = pools.begin_write().await?;
+                    let newest: Option<i64> = sqlx::query_scalar(NEWEST_SEQ)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    if newest != read_seq {
+                        tx.rollback().await?;
+                        continue;
+                    }
+                    return Ok(Some(append_signed!(
+                        tx,
+                        signed,
+                        INSERT_LEAVES_SQLITE,
+                        INSERT_BLOCKS_SQLITE
+                    )));
+                }
+                Err(StoreError::Conflict(format!(
+                    "another checkpoint writer appended a checkpoint during each of {SQLITE_CHECKPOINT_TRIES} tries"
+                )))
+            }
+            // In memory: the reads under the writer, as on PostgreSQL.
+            Store::Sqlite(pools) => {
+                let mut tx = pools.begin_write().await?;
+                let changes = read_changes!(tx, NEW_HEADS_SQLITE);
+                let Some(signed) = changes.sign(&make)? else {
+                    tx.rollback().await?;
+                    return Ok(None);
+                };
+                Ok(Some(append_signed!(
+                    tx,
+                    signed,
+                    INSERT_LEAVES_SQLITE,
+                    INSERT_BLOCKS_SQLITE
+                )))
+            }
+        }
     }
 
     pub async fn latest_checkpoint(&self) -> Result<Option<StoredCheckpoint>, StoreError> {

@@ -125,6 +125,13 @@ impl SqlitePools {
         &self.read
     }
 
+    /// Whether a read transaction on [`SqlitePools::reader`] is a snapshot beside the
+    /// writer: a database file, in WAL mode. In memory (shared cache), a reader and
+    /// the writer lock each other's tables instead.
+    pub fn reads_beside_writer(&self) -> bool {
+        self.wal.is_some()
+    }
+
     /// How many connections the writer's pool holds: one, kept by the writers' queue
     /// (group_commit.rs). Statements on the writer go through
     /// [`SqlitePools::lend_writer`] or a write transaction, never the pool directly,

@@ -847,6 +847,120 @@ both_backends!(
     }
 );
 
+/// Runs `work` to its end from inside a checkpoint's `sign` (a plain function, called
+/// between the checkpoint's read and its write), within `limit`.
+fn meanwhile<T>(
+    limit: std::time::Duration,
+    work: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current()
+            .block_on(async { tokio::time::timeout(limit, work).await.ok() })
+    })
+}
+
+/// A checkpoint of `writer` that runs `first` the first time it signs (between its
+/// read and its write); returns it and how many times it signed.
+async fn checkpoint_interleaved(
+    f: &Fixture,
+    writer: &Checkpointer,
+    first: impl Fn(),
+) -> (idemwatch::store::StoredCheckpoint, usize) {
+    let signed = std::sync::atomic::AtomicUsize::new(0);
+    let now = f.clock.now();
+    let written = f
+        .store
+        .write_checkpoint(|last, leaves| {
+            if signed.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                first();
+            }
+            writer.sign(now, last, leaves)
+        })
+        .await
+        .unwrap()
+        .expect("a checkpoint");
+    (written, signed.into_inner())
+}
+
+/// On a SQLite file a checkpoint reads what changed in a snapshot on a reader, and
+/// signs it, without the one writer that every guard call needs: a guard call made
+/// while it signs completes (under the old code it waited for the checkpoint, here
+/// forever). The call's key came after the snapshot: not in this checkpoint, in the
+/// next, and the evidence verifies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_a_checkpoint_reads_and_signs_without_holding_the_writer() {
+    let db = crate::support::TestDb::sqlite().await;
+    let f = Fixture::new(&db);
+    let writer = checkpointer(&f, None);
+    done_keys(&f, 3).await;
+    let late = refund("E-late", 999, "1");
+    let (written, signed) = checkpoint_interleaved(&f, &writer, || {
+        meanwhile(
+            std::time::Duration::from_secs(5),
+            f.guard.run(&late, &f.client([])),
+        )
+        .expect("a guard call completes while a checkpoint signs")
+        .unwrap();
+    })
+    .await;
+    assert_eq!(signed, 1, "signed once: nobody else appended");
+    assert_eq!(written.checkpoint.body.leaves_added, 3);
+    let late_key = late.intent.key().unwrap().to_string();
+    let next = writer.checkpoint().await.unwrap().expect("the late key");
+    assert_eq!(next.body.leaves_added, 1);
+    let keys: Vec<String> = {
+        use futures::TryStreamExt;
+        let leaves: Vec<_> = f.store.checkpoint_leaves().try_collect().await.unwrap();
+        leaves.into_iter().map(|(_, l)| l.key).collect()
+    };
+    assert_eq!(keys.last(), Some(&late_key));
+    assert_eq!(keys.len(), 4);
+    let report = verify_database_with(&f.store, &with_key()).await.unwrap();
+    assert!(report.is_intact(), "{:#?}", report.breaks);
+    assert_eq!(report.keys, 4);
+}
+
+/// Two checkpoint writers on one SQLite file (two `serve`, or `idemwatch checkpoint`
+/// beside `serve`): another appends a checkpoint between this one's read and its
+/// write. This one then reads again, from the other's position, and appends after it:
+/// every key once, in order, the chain of checkpoints intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_a_checkpoint_overtaken_by_another_writer_reads_again() {
+    let db = crate::support::TestDb::sqlite().await;
+    let f = Fixture::new(&db);
+    let other_process = crate::support::TestDb::at(&db.url).await;
+    let other = Checkpointer::new(
+        other_process.store.clone(),
+        signing_key(),
+        Arc::new(f.clock.clone()),
+    );
+    let writer = checkpointer(&f, None);
+    done_keys(&f, 2).await;
+    let (written, signed) = checkpoint_interleaved(&f, &writer, || {
+        // The other writer takes the same two keys, and a third comes after.
+        let theirs = meanwhile(std::time::Duration::from_secs(5), other.checkpoint())
+            .expect("the other writer is not held up")
+            .unwrap()
+            .expect("the other writer's checkpoint");
+        assert_eq!(theirs.body.leaves_added, 2);
+        meanwhile(
+            std::time::Duration::from_secs(5),
+            f.guard.run(&refund("E-third", 7, "1"), &f.client([])),
+        )
+        .unwrap()
+        .unwrap();
+    })
+    .await;
+    assert_eq!(signed, 2, "read and signed again after the other's");
+    assert_eq!(written.checkpoint.body.seq, 2);
+    assert_eq!(written.checkpoint.body.leaves_added, 1);
+    assert_eq!(written.checkpoint.body.tree_size, 3);
+    let report = verify_database_with(&f.store, &with_key()).await.unwrap();
+    assert!(report.is_intact(), "{:#?}", report.breaks);
+    assert_eq!(report.keys, 3);
+    other_process.store.close().await;
+}
+
 /// Receipts are read by id, and PostgreSQL hands out ids when a row is inserted, not
 /// when it commits. Two pruners (two replicas, or `idemwatch prune` beside `serve`):
 /// A inserts its receipt (id 1) and is held up before it commits; B inserts id 2 and
