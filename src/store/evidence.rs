@@ -602,7 +602,10 @@ impl Store {
         let sql = self
             .backend()
             .pick(INSERT_BLOCKS_POSTGRES, INSERT_BLOCKS_SQLITE);
-        let rows = Json(block_rows(blocks));
+        // As text, as a checkpoint binds it: sqlx prepares a statement once per
+        // connection, with the parameter types of its first use, and a `jsonb` value
+        // sent to a statement prepared for text fails on PostgreSQL.
+        let rows = to_json(&block_rows(blocks))?;
         on_pool!(self, pool => {
             let mut tx = pool.begin_write().await?;
             sqlx::query(sql).bind(rows).execute(&mut *tx).await?;

@@ -920,6 +920,33 @@ async fn sqlite_a_checkpoint_reads_and_signs_without_holding_the_writer() {
     assert_eq!(report.keys, 4);
 }
 
+/// An in-memory SQLite database has no snapshot beside the writer (shared cache: a
+/// reader and the writer lock each other's tables), so its checkpoints read under the
+/// writer as before: they still take every key, and verify.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sqlite_in_memory_checkpoints_read_under_the_writer_and_verify() {
+    let db = crate::support::TestDb::at("sqlite::memory:").await;
+    db.store.migrate().await.unwrap();
+    let f = Fixture::new(&db);
+    let writer = checkpointer(&f, None);
+    done_keys(&f, 3).await;
+    let first = writer.checkpoint().await.unwrap().expect("a checkpoint");
+    assert_eq!(first.body.leaves_added, 3);
+    assert!(
+        writer.checkpoint().await.unwrap().is_none(),
+        "nothing changed"
+    );
+    f.guard
+        .run(&refund("E-new", 5, "1"), &f.client([]))
+        .await
+        .unwrap();
+    let second = writer.checkpoint().await.unwrap().expect("a checkpoint");
+    assert_eq!((second.body.seq, second.body.tree_size), (2, 4));
+    let report = verify_database_with(&f.store, &with_key()).await.unwrap();
+    assert!(report.is_intact(), "{:#?}", report.breaks);
+    assert_eq!(report.keys, 4);
+}
+
 /// Two checkpoint writers on one SQLite file (two `serve`, or `idemwatch checkpoint`
 /// beside `serve`): another appends a checkpoint between this one's read and its
 /// write. This one then reads again, from the other's position, and appends after it:
@@ -959,6 +986,40 @@ async fn sqlite_a_checkpoint_overtaken_by_another_writer_reads_again() {
     assert!(report.is_intact(), "{:#?}", report.breaks);
     assert_eq!(report.keys, 3);
     other_process.store.close().await;
+}
+
+/// sqlx prepares a statement once per connection, with the parameter types of its
+/// first use. The block roots' insert ran with two: JSON text from a checkpoint, a
+/// `jsonb` value from the backfill of lost roots. On one connection the second use
+/// sent jsonb's bytes to a statement prepared for text, failed, and the roots were
+/// never written again (seen once on CI, where the pool happened to reuse the
+/// connection). On a one-connection pool it happens every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_checkpoint_and_the_roots_backfill_on_one_connection() {
+    use idemwatch::evidence::merkle::BLOCK_LEAVES;
+    let Some(db) = crate::support::TestDb::postgres().await else {
+        return;
+    };
+    let one = crate::support::TestDb::at_with_connections(&db.url, 1).await;
+    let f = Fixture::new(&one);
+    let writer = checkpointer(&f, None);
+    many_done_keys(&f, BLOCK_LEAVES as usize).await;
+    checkpoint_to(&f.store, &writer, BLOCK_LEAVES).await;
+    let blocks = f.store.checkpoint_blocks(1).await.unwrap();
+    assert_eq!(blocks.len(), 1, "the checkpoint completed block 0");
+
+    dba(&f.store, "DELETE FROM evidence_blocks").await;
+    f.guard
+        .run(&refund("B-late", 1, "1"), &f.client([]))
+        .await
+        .unwrap();
+    checkpoint_to(&f.store, &writer, BLOCK_LEAVES + 1).await;
+    assert_eq!(
+        f.store.checkpoint_blocks(1).await.unwrap(),
+        blocks,
+        "the backfill wrote the root again"
+    );
+    one.store.close().await;
 }
 
 /// Receipts are read by id, and PostgreSQL hands out ids when a row is inserted, not

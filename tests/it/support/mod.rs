@@ -57,8 +57,14 @@ impl TestDb {
 
     /// A store on `url`, already migrated (the fault scenarios' own servers).
     pub async fn at(url: &str) -> TestDb {
+        Self::at_with_connections(url, 12).await
+    }
+
+    /// [`TestDb::at`] with a pool of `connections` (1: every statement on one
+    /// connection, whose prepared statements it keeps).
+    pub async fn at_with_connections(url: &str, connections: u32) -> TestDb {
         let options = StoreOptions {
-            max_connections: 12,
+            max_connections: connections,
             ..StoreOptions::default()
         };
         let store = Store::connect(url, &options)
