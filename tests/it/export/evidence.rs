@@ -699,9 +699,10 @@ both_backends!(
 );
 
 both_backends!(
-    /// A minute at 1,000 keys/s is ~100,000 leaves, inserted 5,000 a statement
-    /// (`LEAVES_PER_STATEMENT`, src/store/evidence.rs) so that no statement's JSON is
-    /// built in one long go on a worker of the runtime. Every leaf lands at its index,
+    /// A minute at 1,000 keys/s is ~100,000 leaves, inserted 5,000 a statement on
+    /// PostgreSQL (`LEAVES_PER_STATEMENT`, src/store/evidence.rs) so that no statement's
+    /// JSON is built in one long go on a worker of the runtime, and 1,000 a statement on
+    /// SQLite (`SQLITE_LEAVES_PER_STATEMENT`). Every leaf lands at its index,
     /// the roots verify, and the checkpoint's time is in its histogram, a checkpoint
     /// that finds nothing changed included.
     async fn a_checkpoint_larger_than_one_insert_statement_stores_every_leaf_in_place(db: TestDb) {
@@ -725,7 +726,7 @@ both_backends!(
         assert_eq!(report.keys, size as u64);
         if matches!(f.store, Store::Sqlite(_)) {
             // No other writer's transaction can hold a SQLite checkpoint back: the
-            // first one took every key, in two statements. (On PostgreSQL another
+            // first one took every key, in seven statements. (On PostgreSQL another
             // test's open transaction may split the keys over several checkpoints.)
             let sizes: Vec<u64> = f
                 .store
