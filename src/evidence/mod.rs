@@ -13,4 +13,4 @@ pub use checkpoint::{
     CHECKPOINT_VERSION, Checkpoint, CheckpointBody, Leaf, check_sequence, leaf_in_order,
 };
 pub use proof::{Anchor, ExportEvidence, KeyProof, LeafLog, ProofPath, ProofSource, Proofs};
-pub use writer::{CheckpointMetrics, Checkpointer, hash_prefix, read_dir};
+pub use writer::{CheckpointMetrics, Checkpointer, file_name, hash_prefix, read_dir};

@@ -129,6 +129,10 @@ pub struct Checkpointer {
     key: Arc<SigningKey>,
     clock: Arc<dyn Clock>,
     dir: Option<PathBuf>,
+    /// The first seq whose file this process knows is still to be written in `dir`
+    /// (`None`: not known yet). Held while files are written, so that two
+    /// checkpoints' files are never written at once.
+    unfiled_from: Arc<tokio::sync::Mutex<Option<u64>>>,
     metrics: Option<CheckpointMetrics>,
 }
 
@@ -139,6 +143,7 @@ impl Checkpointer {
             key: Arc::new(key),
             clock,
             dir: None,
+            unfiled_from: Arc::default(),
             metrics: None,
         }
     }
@@ -264,11 +269,10 @@ impl Checkpointer {
         Ok(())
     }
 
-    /// The copies outside the database: the file, the log line, the gauges.
+    /// The copies outside the database: the log line, the gauges, the file. The file
+    /// last: it is the one that can fail (a full or unmounted volume), and the others
+    /// are copies too.
     async fn publish(&self, c: &Checkpoint) -> anyhow::Result<()> {
-        if let Some(dir) = &self.dir {
-            write_file(dir, c).await?;
-        }
         tracing::info!(
             checkpoint_seq = c.body.seq,
             tree_size = c.body.tree_size,
@@ -280,6 +284,50 @@ impl Checkpointer {
         );
         if let Some(m) = &self.metrics {
             m.observe(c);
+        }
+        if let Some(dir) = &self.dir {
+            self.file(dir, c).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes `c`'s file and, first, those of the checkpoints before it that have none.
+    /// Files are written in seq order and a failure stops the ones after it, so the
+    /// checkpoints without a file are those from the first that failed (in this
+    /// process) or after the directory's newest file (after a restart): a file that
+    /// could not be written (a full or unmounted volume) is written by the next
+    /// checkpoint that succeeds. A directory with no checkpoint file yet starts at `c`.
+    /// A file already there (another replica's, in a shared directory) must be the
+    /// same checkpoint.
+    async fn file(&self, dir: &Path, c: &Checkpoint) -> anyhow::Result<()> {
+        let mut unfiled = self.unfiled_from.lock().await;
+        let from = match *unfiled {
+            Some(seq) => seq,
+            None => match newest_file(dir).await {
+                Ok(newest) => newest.map_or(c.body.seq, |seq| seq + 1),
+                Err(e) => {
+                    *unfiled = Some(c.body.seq);
+                    return Err(e);
+                }
+            },
+        };
+        let missing = if from < c.body.seq {
+            let missing = self.store.checkpoints_between(from - 1, c.body.seq).await?;
+            tracing::info!(
+                from,
+                to = c.body.seq - 1,
+                "writing checkpoint files missing from the directory"
+            );
+            missing
+        } else {
+            Vec::new()
+        };
+        for m in missing.iter().chain([c]) {
+            if let Err(e) = write_file_once(dir, m).await {
+                unfiled.get_or_insert(m.body.seq);
+                return Err(e);
+            }
+            *unfiled = Some(m.body.seq + 1);
         }
         Ok(())
     }
@@ -359,6 +407,50 @@ async fn write_file(dir: &Path, c: &Checkpoint) -> anyhow::Result<()> {
 
 pub fn file_name(seq: u64) -> String {
     format!("checkpoint-{seq:012}.json")
+}
+
+/// [`write_file`], or nothing if the file is there with the same checkpoint.
+async fn write_file_once(dir: &Path, c: &Checkpoint) -> anyhow::Result<()> {
+    let path = dir.join(file_name(c.body.seq));
+    match tokio::fs::read_to_string(&path).await {
+        Ok(text) if text == format!("{}\n", c.to_json_line()) => Ok(()),
+        Ok(_) => anyhow::bail!(
+            "{} holds another checkpoint than the database's {}",
+            path.display(),
+            c.body.seq
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => write_file(dir, c).await,
+        Err(e) => Err(anyhow::Error::new(e).context(format!("cannot read {}", path.display()))),
+    }
+}
+
+/// The highest seq among the checkpoint files in `dir` (by name); `None` when there
+/// are none, or no directory yet.
+async fn newest_file(dir: &Path) -> anyhow::Result<Option<u64>> {
+    use anyhow::Context;
+    let mut entries = match tokio::fs::read_dir(dir).await {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!("cannot read {}", dir.display())));
+        }
+    };
+    let mut newest = None;
+    while let Some(entry) = entries
+        .next_entry()
+        .await
+        .with_context(|| format!("cannot read {}", dir.display()))?
+    {
+        let name = entry.file_name();
+        let seq = name.to_str().and_then(|n| {
+            n.strip_prefix("checkpoint-")?
+                .strip_suffix(".json")?
+                .parse()
+                .ok()
+        });
+        newest = newest.max(seq);
+    }
+    Ok(newest)
 }
 
 /// Reads every `checkpoint-*.json` in `dir`, in seq order.

@@ -1023,6 +1023,80 @@ async fn postgres_a_checkpoint_and_the_roots_backfill_on_one_connection() {
     one.store.close().await;
 }
 
+both_backends!(
+    /// `--checkpoint-dir` keeps a copy of every checkpoint where the database's writers
+    /// cannot reach. A file that could not be written (a full or unmounted volume) is
+    /// written by the next checkpoint that succeeds; after a restart, from the
+    /// directory's newest file; and replicas sharing the directory skip each other's
+    /// files. Before, the file of a checkpoint whose write failed never appeared.
+    async fn checkpoint_files_that_could_not_be_written_are_written_later(db: TestDb) {
+        use idemwatch::evidence::read_dir;
+        let f = Fixture::new(&db);
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("checkpoints");
+        // The volume is not there: a file stands where the directory goes.
+        std::fs::write(&dir, "").unwrap();
+        let writer = checkpointer(&f, Some(&dir));
+        done_keys(&f, 2).await;
+        let mut failed = false;
+        for _ in 0..100 {
+            // PostgreSQL: another test's transaction may hold the keys back a moment.
+            match writer.checkpoint().await {
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+                Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            }
+        }
+        assert!(failed, "a checkpoint whose file cannot be written fails");
+        let stored = f.store.checkpoints().await.unwrap();
+        assert!(!stored.is_empty(), "the checkpoint itself is stored");
+
+        // The volume is back: the next checkpoint writes the missing file before its own.
+        std::fs::remove_file(&dir).unwrap();
+        let call = refund("F-1", 1, "1");
+        f.guard.run(&call, &f.client([])).await.unwrap();
+        checkpoint_to(&f.store, &writer, 3).await;
+        let all = f.store.checkpoints().await.unwrap();
+        assert!(all.len() > stored.len());
+        assert_eq!(
+            read_dir(&dir).unwrap(),
+            all,
+            "every checkpoint has its file"
+        );
+
+        // Files lost in a failure just before a restart: a new process writes them from
+        // the directory's newest file.
+        for c in &all[1..] {
+            std::fs::remove_file(dir.join(idemwatch::evidence::file_name(c.body.seq))).unwrap();
+        }
+        let restarted = checkpointer(&f, Some(&dir));
+        f.guard
+            .run(&refund("F-2", 2, "1"), &f.client([]))
+            .await
+            .unwrap();
+        checkpoint_to(&f.store, &restarted, 4).await;
+        let all = f.store.checkpoints().await.unwrap();
+        assert_eq!(
+            read_dir(&dir).unwrap(),
+            all,
+            "written again after a restart"
+        );
+
+        // Two replicas, one directory: each skips the files the other wrote.
+        for (n, replica) in [&writer, &restarted, &writer].into_iter().enumerate() {
+            f.guard
+                .run(&refund(&format!("F-3{n}"), 3, "1"), &f.client([]))
+                .await
+                .unwrap();
+            checkpoint_to(&f.store, replica, 5 + n as u64).await;
+        }
+        let all = f.store.checkpoints().await.unwrap();
+        assert_eq!(read_dir(&dir).unwrap(), all, "shared by two writers");
+    }
+);
+
 /// Receipts are read by id, and PostgreSQL hands out ids when a row is inserted, not
 /// when it commits. Two pruners (two replicas, or `idemwatch prune` beside `serve`):
 /// A inserts its receipt (id 1) and is held up before it commits; B inserts id 2 and
