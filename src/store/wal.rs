@@ -10,9 +10,15 @@
 //! So a store on a SQLite file turns the automatic checkpoint off
 //! (`wal_autocheckpoint = 0` on every connection) and runs this task instead:
 //!
-//! - every [`TICK`] a `PASSIVE` checkpoint on a connection of its own. PASSIVE takes
+//! - a `PASSIVE` checkpoint on a connection of its own, every [`BUSY_TICK`] while
+//!   commits keep adding to the WAL and every [`TICK`] once it is quiet. PASSIVE takes
 //!   no write lock and waits for nothing, so the copying and the fsyncs run beside
 //!   the writer, not in front of it.
+//! - Beside is not free: the guard calls that overlap a pass, its WAL sync and the
+//!   database file's flush (below) are the slow ones (the others' p99 is about half),
+//!   though the writer's thread itself never waits on the disk. Small passes often
+//!   cost those calls less than large ones seldom, so a busy WAL is checkpointed every
+//!   [`BUSY_TICK`] (measured in docs/PERFORMANCE.md, "Small checkpoints often").
 //! - Under a steady stream of writes that alone never lets the WAL start over: SQLite
 //!   rewinds the WAL at the start of a write transaction only once *every* frame is in
 //!   the database file, and the writer appends frames while the checkpoint copies.
@@ -30,9 +36,9 @@
 //!
 //! Durability is unchanged: `synchronous = NORMAL` in WAL mode syncs the WAL at each
 //! checkpoint, never at a commit. Checkpoints now run on a clock, so the commits that
-//! a power cut can lose are about a [`TICK`] old while the checkpointer can copy
-//! (before: however long the WAL took to reach 1,000 pages, unbounded on a quiet
-//! service).
+//! a power cut can lose are at most about a [`TICK`] old while the checkpointer can
+//! copy, a [`BUSY_TICK`] under load (before: however long the WAL took to reach 1,000
+//! pages, unbounded on a quiet service).
 //!
 //! Every store on a SQLite file runs one — `serve`, each CLI command and each test —
 //! so nobody depends on a process remembering to start it; it stops with
@@ -50,9 +56,14 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-/// How often the background checkpoint runs. One with nothing to copy reads the
-/// WAL index and returns.
+/// How often the background checkpoint runs while the WAL is quiet. One with nothing
+/// to copy reads the WAL index and returns.
 pub const TICK: Duration = Duration::from_millis(100);
+
+/// How often it runs while commits keep adding to the WAL: each pass then copies and
+/// syncs about this long's commits. At 100 ms the 8-worker guard's p99 on SQLite was
+/// 8.5–10.6 ms, at 25 ms 8.1–9.6, at 10 ms 7.2–7.5 (docs/PERFORMANCE.md).
+pub const BUSY_TICK: Duration = Duration::from_millis(10);
 
 /// The WAL size (in pages, 4 KiB by default) past which the checkpoint is finished on
 /// the writer, so that the WAL starts over (16 MiB at 4 KiB a page).
@@ -97,41 +108,72 @@ impl Checkpointer {
 }
 
 async fn run(mut conn: SqliteConnection, writer: GroupCommit, mut stopped: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut pace = Pace::default();
+    let mut next = tokio::time::Instant::now();
     let mut failing = false;
     loop {
         tokio::select! {
-            _ = tick.tick() => {}
+            _ = tokio::time::sleep_until(next) => {}
             // Told to stop, or every handle on the store dropped.
             _ = stopped.changed() => break,
         }
+        let result = checkpoint(&mut conn, &writer).await;
+        // From the pass's end, not its start: on a slow disk, where a pass's syncs
+        // take longer than the tick, the passes do not follow each other back to back.
+        next = tokio::time::Instant::now() + pace.after(result.as_ref().ok().copied());
         // Logged when checkpoints start failing and when they work again, not on
         // every tick: a broken disk would otherwise write ten warnings a second.
-        match (checkpoint(&mut conn, &writer).await, failing) {
+        match (result, failing) {
             (Err(error), false) => {
                 tracing::warn!(%error, "SQLite WAL checkpoints failing; retrying every tick");
                 failing = true;
             }
             (Err(error), true) => tracing::debug!(%error, "SQLite WAL checkpoint failed again"),
-            (Ok(()), true) => {
+            (Ok(_), true) => {
                 tracing::info!("SQLite WAL checkpoints work again");
                 failing = false;
             }
-            (Ok(()), false) => {}
+            (Ok(_), false) => {}
         }
     }
     let _ = conn.close().await;
 }
 
+/// What a pass found in the WAL: its pages, and how many of them were in the
+/// database file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct WalPages {
+    wal: i64,
+    copied: i64,
+}
+
+/// When the next pass runs.
+#[derive(Debug, Default)]
+struct Pace {
+    last: Option<WalPages>,
+}
+
+impl Pace {
+    /// The wait after a pass that found `found` (`None`: it failed). A WAL that
+    /// changed since the previous pass is busy; one that did not, or a failing pass,
+    /// waits the quiet [`TICK`], so an idle service does not checkpoint a hundred
+    /// times a second, nor a broken disk get retried that often.
+    fn after(&mut self, found: Option<WalPages>) -> Duration {
+        let busy = found.is_some() && found != self.last;
+        self.last = found;
+        if busy { BUSY_TICK } else { TICK }
+    }
+}
+
 /// One pass: copy what the WAL holds beside the writer; once the WAL has grown past
 /// [`RESTART_PAGES`], sync beside the writer what can be synced there, then finish on
-/// the writer.
+/// the writer. Returns what its first step found.
 #[tracing::instrument(level = "debug", skip_all)]
-async fn checkpoint(conn: &mut SqliteConnection, writer: &GroupCommit) -> Result<(), Error> {
+async fn checkpoint(conn: &mut SqliteConnection, writer: &GroupCommit) -> Result<WalPages, Error> {
     let (busy, wal, copied) = passive(conn).await?;
+    let found = WalPages { wal, copied };
     if busy != 0 || wal < RESTART_PAGES {
-        return Ok(());
+        return Ok(found);
     }
     // The writer's pass syncs the WAL's frames written since the last sync of it, then
     // the database file's pages copied since the last sync of that, with every writer
@@ -149,7 +191,7 @@ async fn checkpoint(conn: &mut SqliteConnection, writer: &GroupCommit) -> Result
     // In the writers' queue, between two batches.
     let mut write = writer.lend().await?;
     passive(&mut write).await?;
-    Ok(())
+    Ok(found)
 }
 
 /// A `PASSIVE` checkpoint: (busy, pages in the WAL, pages of it in the database file).
@@ -161,4 +203,58 @@ async fn passive(conn: &mut SqliteConnection) -> Result<(i64, i64, i64), Error> 
     sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
         .fetch_one(&mut *conn)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AT_REST: WalPages = WalPages {
+        wal: 40,
+        copied: 40,
+    };
+
+    #[test]
+    fn a_growing_wal_is_checkpointed_every_busy_tick_and_a_quiet_one_every_tick() {
+        let mut pace = Pace::default();
+        // The first pass has nothing to compare with: it looks again soon.
+        assert_eq!(pace.after(Some(AT_REST)), BUSY_TICK);
+        // Nothing written since: quiet.
+        assert_eq!(pace.after(Some(AT_REST)), TICK);
+        assert_eq!(pace.after(Some(AT_REST)), TICK);
+        // Commits added frames; then the pass copied them: both are changes.
+        assert_eq!(
+            pace.after(Some(WalPages {
+                wal: 90,
+                copied: 40
+            })),
+            BUSY_TICK
+        );
+        assert_eq!(
+            pace.after(Some(WalPages {
+                wal: 90,
+                copied: 90
+            })),
+            BUSY_TICK
+        );
+        assert_eq!(
+            pace.after(Some(WalPages {
+                wal: 90,
+                copied: 90
+            })),
+            TICK
+        );
+        // The WAL started over: smaller, still a change.
+        assert_eq!(pace.after(Some(WalPages { wal: 3, copied: 0 })), BUSY_TICK);
+    }
+
+    #[test]
+    fn a_failing_pass_waits_the_quiet_tick() {
+        let mut pace = Pace::default();
+        assert_eq!(pace.after(None), TICK);
+        assert_eq!(pace.after(None), TICK);
+        // Working again: compared with nothing, so busy once.
+        assert_eq!(pace.after(Some(AT_REST)), BUSY_TICK);
+        assert_eq!(pace.after(Some(AT_REST)), TICK);
+    }
 }
