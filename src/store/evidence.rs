@@ -264,7 +264,8 @@ fn insert_leaves_sqlite(rows: &[LeafRow<'_>]) -> Query<'static, Sqlite, SqliteAr
     query
 }
 
-/// One leaf as the insert statements read it (`jsonb_to_recordset`, `json_each`).
+/// One leaf as the insert statements take it (PostgreSQL's `jsonb_to_recordset`, SQLite's
+/// bound `VALUES`).
 #[derive(serde::Serialize)]
 struct LeafRow<'a> {
     idx: i64,
@@ -447,6 +448,12 @@ impl Changes {
     }
 }
 
+fn checkpoints_of(rows: Vec<CheckpointDb>) -> Vec<Checkpoint> {
+    rows.into_iter()
+        .map(|r| StoredCheckpoint::from(r).checkpoint)
+        .collect()
+}
+
 fn to_json<T: serde::Serialize + ?Sized>(rows: &T) -> Result<String, StoreError> {
     serde_json::to_string(rows).map_err(|e| StoreError::Other(format!("checkpoint rows: {e}")))
 }
@@ -582,10 +589,7 @@ impl Store {
     pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, StoreError> {
         let rows: Vec<CheckpointDb> =
             on_pool!(self, pool => sqlx::query_as(ALL_CHECKPOINTS).fetch_all(pool).await)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| StoredCheckpoint::from(r).checkpoint)
-            .collect())
+        Ok(checkpoints_of(rows))
     }
 
     /// The checkpoints after seq `after` and before seq `before`, in seq order.
@@ -599,10 +603,7 @@ impl Store {
             .bind(before as i64)
             .fetch_all(pool)
             .await)?;
-        Ok(rows
-            .into_iter()
-            .map(|r| StoredCheckpoint::from(r).checkpoint)
-            .collect())
+        Ok(checkpoints_of(rows))
     }
 
     /// The head log, leaf by leaf in index order, streamed.
