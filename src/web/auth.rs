@@ -253,6 +253,10 @@ pub async fn authenticate(
             ))
             .into_response(),
         ),
+        Some(p) if !is_guard(&path) => super::limits::check(&state, p, &path, request.uri().query())
+            .await
+            .err()
+            .map(IntoResponse::into_response),
         Some(_) => None,
     };
     let mut response = match refusal {

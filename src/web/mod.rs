@@ -9,6 +9,7 @@ pub mod filters;
 mod guard;
 mod health;
 mod layout;
+mod limits;
 mod links;
 mod login;
 mod metrics;

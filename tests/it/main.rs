@@ -4,6 +4,7 @@
 mod support;
 
 mod auth;
+mod auth_limits;
 mod auth_login_flood;
 mod auth_proxy;
 mod auth_rebinding;

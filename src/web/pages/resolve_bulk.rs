@@ -14,6 +14,7 @@ use super::resolve::{KeyState, label, meaning};
 use crate::auth::Principal;
 use crate::guard::{FencingToken, IdempotencyKey, Resolution, ResolveRequest};
 use crate::web::auth::{Csrf, check_form_csrf, require_resolve};
+use crate::web::limits::keys_in_scope;
 use crate::web::{AppState, Error};
 use askama::Template;
 use axum::Router;
@@ -140,6 +141,10 @@ async fn bulk(
             .map(Item::parse)
             .collect::<Result<_, _>>()?,
     )?;
+    // A token limited to some tenants or tools acts on none of the list unless every
+    // key is inside its limits (docs/AUTH.md, "Token limits").
+    let keys: Vec<&IdempotencyKey> = selected.iter().map(|i| &i.key).collect();
+    keys_in_scope(&state, &principal, &keys).await?;
 
     if p.get("confirm") == Some("yes") {
         // Exactly the listed keys, each under the token shown for it.
@@ -203,6 +208,8 @@ async fn bulk(
                 ),
             ));
         }
+        let keys: Vec<&IdempotencyKey> = page.keys.iter().map(|k| &k.key).collect();
+        keys_in_scope(&state, &principal, &keys).await?;
         let scope = match &tool {
             Some(t) => format!("all {} backlog keys of tool {t}", page.keys.len()),
             None => format!("all {} backlog keys", page.keys.len()),
