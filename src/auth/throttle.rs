@@ -5,10 +5,17 @@
 //! - At most [`hashing_permits`] checks run at once, on threads of their own
 //!   ([`PasswordChecks`]); a login that finds them all busy is refused at once
 //!   ([`Refusal::Busy`]) without hashing.
-//! - Failures are counted per user name and per client address. From the
-//!   `threshold`-th failure (forgotten [`WINDOW_SECONDS`] after the last), that name (or address) is
-//!   refused for 30 s, doubling with each further failure up to 15 minutes. A refused
-//!   attempt does not hash and does not count as a failure.
+//! - Failures are counted per (client address, user name) and per user name. From the
+//!   `threshold`-th failure (forgotten [`WINDOW_SECONDS`] after the last), that pair
+//!   (or that name, from anywhere) is refused for 30 s, doubling with each further
+//!   failure up to 15 minutes. A refused attempt does not hash and does not count as a
+//!   failure.
+//! - Nothing is counted per address alone: behind a reverse proxy every sign-in has
+//!   the proxy's address, so a lock on an address locked out every user (issue 47:
+//!   ~20 bad logins from anyone did). The rightful user's correct password is accepted
+//!   unless their own name is locked; guesses at one name from one address pause
+//!   after a few, and guesses at one name from everywhere after more. Guessing one
+//!   password against many names is bounded by the per-name counts of each name.
 //!
 //! Why not `governor`: it limits the rate of *all* calls with a fixed quota, while
 //! this counts *failures* only (a person who signs in correctly is never slowed) and
@@ -46,7 +53,7 @@ pub enum Refusal {
     Busy,
     /// Too many recent failures for this user name; retry after this many seconds.
     ThrottledUser(i64),
-    /// Too many recent failures from this client address.
+    /// Too many recent failures for this user name from this client address.
     ThrottledAddress(i64),
     /// The password was checked and is wrong (or the user does not exist).
     BadCredentials,
@@ -75,17 +82,19 @@ impl Refusal {
 /// How many failures before refusing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Thresholds {
+    /// Failures for one name from one address: a guesser is paused quickly, and the
+    /// same person at another address is not.
+    pub per_address_and_user: u32,
+    /// Failures for one name from every address together: bounds guessing spread over
+    /// many addresses. Higher, because reaching it locks the name for everyone.
     pub per_user: u32,
-    /// Higher than per user: several people may share an address (an office NAT, or
-    /// the reverse proxy in front, whose address every request then has).
-    pub per_address: u32,
 }
 
 impl Default for Thresholds {
     fn default() -> Self {
         Self {
-            per_user: 5,
-            per_address: 20,
+            per_address_and_user: 5,
+            per_user: 20,
         }
     }
 }
@@ -96,7 +105,8 @@ pub struct LoginLimiter {
     checks: PasswordChecks,
     thresholds: Thresholds,
     users: Mutex<Failures<String>>,
-    addresses: Mutex<Failures<IpAddr>>,
+    /// Keyed by ([`address_key`], [`user_key`]); no address gives the unspecified one.
+    pairs: Mutex<Failures<(IpAddr, String)>>,
 }
 
 impl Default for LoginLimiter {
@@ -111,7 +121,7 @@ impl LoginLimiter {
             checks: PasswordChecks::new(permits),
             thresholds,
             users: Mutex::new(Failures::new(MAX_TRACKED)),
-            addresses: Mutex::new(Failures::new(MAX_TRACKED)),
+            pairs: Mutex::new(Failures::new(MAX_TRACKED)),
         }
     }
 
@@ -121,9 +131,7 @@ impl LoginLimiter {
         if let Some(wait) = lock(&self.users).refused_for(&user_key(user), now) {
             return Err(Refusal::ThrottledUser(wait));
         }
-        if let Some(wait) =
-            address.and_then(|a| lock(&self.addresses).refused_for(&address_key(a), now))
-        {
+        if let Some(wait) = lock(&self.pairs).refused_for(&pair_key(address, user), now) {
             return Err(Refusal::ThrottledAddress(wait));
         }
         self.checks.try_slot().ok_or(Refusal::Busy)
@@ -141,21 +149,20 @@ impl LoginLimiter {
 
     /// The outcome of a password check that [`admit`](Self::admit) let through.
     pub fn record(&self, user: &str, address: Option<IpAddr>, now: i64, signed_in: bool) {
+        let pair = pair_key(address, user);
         if signed_in {
-            // The address keeps its count: one account of its own must not let an
-            // address reset its failures against the others.
+            // Only this name's counts: no other name's failures are cleared by it.
             lock(&self.users).forget(&user_key(user));
+            lock(&self.pairs).forget(&pair);
             return;
         }
         lock(&self.users).fail(user_key(user), now, self.thresholds.per_user);
-        if let Some(a) = address {
-            lock(&self.addresses).fail(address_key(a), now, self.thresholds.per_address);
-        }
+        lock(&self.pairs).fail(pair, now, self.thresholds.per_address_and_user);
     }
 
-    /// Names and addresses tracked now (for tests of the cap).
+    /// Names and (address, name) pairs tracked now (for tests of the cap).
     pub fn tracked(&self) -> (usize, usize) {
-        (lock(&self.users).len(), lock(&self.addresses).len())
+        (lock(&self.users).len(), lock(&self.pairs).len())
     }
 }
 
@@ -169,6 +176,11 @@ fn user_key(user: &str) -> String {
         end -= 1;
     }
     user[..end].to_string()
+}
+
+fn pair_key(address: Option<IpAddr>, user: &str) -> (IpAddr, String) {
+    let address = address.map_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), address_key);
+    (address, user_key(user))
 }
 
 /// IPv6 clients usually own a whole /64: count the /64, not each address in it.
@@ -279,8 +291,8 @@ mod tests {
         LoginLimiter::new(
             2,
             Thresholds {
-                per_user: 3,
-                per_address: 5,
+                per_address_and_user: 3,
+                per_user: 5,
             },
         )
     }
@@ -291,32 +303,35 @@ mod tests {
     }
 
     #[test]
-    fn a_user_is_refused_after_the_threshold_for_a_doubling_interval() {
+    fn one_address_guessing_one_name_is_paused_and_the_name_elsewhere_only_later() {
         let l = limiter();
         fail(&l, "sam", HOME, 0);
         fail(&l, "sam", HOME, 1);
         fail(&l, "sam", HOME, 2);
         assert_eq!(
-            l.admit("sam", AWAY, 2).unwrap_err(),
-            Refusal::ThrottledUser(30)
+            l.admit("sam", HOME, 2).unwrap_err(),
+            Refusal::ThrottledAddress(30)
+        );
+        assert!(l.admit("sam", AWAY, 2).is_ok(), "the same name elsewhere");
+        assert!(l.admit("ada", HOME, 2).is_ok(), "another name here");
+        fail(&l, "sam", AWAY, 3);
+        fail(&l, "sam", AWAY, 4);
+        assert_eq!(
+            l.admit("sam", AWAY, 4).unwrap_err(),
+            Refusal::ThrottledUser(30),
+            "5 failures for the name from anywhere"
         );
         assert_eq!(
             l.admit("sam", HOME, 31).unwrap_err(),
-            Refusal::ThrottledUser(1)
+            Refusal::ThrottledUser(3),
+            "the name's pause is checked first"
         );
-        fail(&l, "sam", HOME, 32);
+        assert!(l.admit("sam", AWAY, 34).is_ok(), "both pauses over");
+        fail(&l, "sam", AWAY, 34);
         assert_eq!(
-            l.admit("sam", HOME, 32).unwrap_err(),
-            Refusal::ThrottledUser(60)
-        );
-        fail(&l, "sam", HOME, 92);
-        assert_eq!(
-            l.admit("sam", HOME, 92).unwrap_err(),
-            Refusal::ThrottledUser(120)
-        );
-        assert!(
-            l.admit("ada", AWAY, 92).is_ok(),
-            "another user is not affected"
+            l.admit("sam", AWAY, 34).unwrap_err(),
+            Refusal::ThrottledUser(60),
+            "doubled"
         );
     }
 
@@ -332,7 +347,7 @@ mod tests {
                     l.record("sam", None, now, false);
                     failures += 1;
                 }
-                Err(Refusal::ThrottledUser(wait)) => now += wait,
+                Err(Refusal::ThrottledUser(wait) | Refusal::ThrottledAddress(wait)) => now += wait,
                 Err(other) => panic!("{other:?}"),
             }
         }
@@ -349,21 +364,24 @@ mod tests {
     }
 
     #[test]
-    fn signing_in_clears_the_users_failures_but_not_the_addresses() {
+    fn failures_from_a_shared_address_lock_out_no_other_name() {
+        // Behind a reverse proxy every sign-in comes from its address.
         let l = limiter();
-        fail(&l, "sam", HOME, 0);
-        fail(&l, "sam", HOME, 0);
-        l.record("sam", HOME, 0, true);
-        fail(&l, "sam", HOME, 0);
-        fail(&l, "sam", HOME, 0);
-        assert!(l.admit("sam", HOME, 0).is_ok());
-        fail(&l, "ada", HOME, 0);
-        assert_eq!(
-            l.admit("vic", HOME, 0).unwrap_err(),
-            Refusal::ThrottledAddress(30),
-            "5 failures from one address, whatever the names"
+        for i in 0..100 {
+            fail(&l, &format!("guess{i}"), HOME, 0);
+        }
+        fail(&l, "vic", HOME, 0);
+        fail(&l, "vic", HOME, 0);
+        assert!(
+            l.admit("vic", HOME, 0).is_ok(),
+            "vic's own 2 failures: below 3"
         );
-        assert!(l.admit("vic", AWAY, 0).is_ok());
+        assert!(l.admit("ada", HOME, 0).is_ok());
+        // Signing in clears that name's counts, here and everywhere.
+        l.record("vic", HOME, 0, true);
+        fail(&l, "vic", HOME, 0);
+        fail(&l, "vic", HOME, 0);
+        assert!(l.admit("vic", HOME, 0).is_ok());
     }
 
     #[test]

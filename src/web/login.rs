@@ -221,8 +221,9 @@ fn refused(
         ),
         Refusal::ThrottledAddress(s) => (
             format!(
-                "Too many failed sign-ins from your address: sign-in from it is paused for \
-                 {}, and the password was not checked. Try again then.",
+                "Too many failed sign-ins for this user name from your address: sign-in for \
+                 it from here is paused for {}, and the password was not checked. Try again \
+                 then, or ask an admin.",
                 wait(s)
             ),
             StatusCode::TOO_MANY_REQUESTS,
