@@ -180,8 +180,8 @@ pub struct TimeoutArgs {
     /// byte.
     #[arg(long, env = "IDEMWATCH_HEADER_READ_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub header_read_timeout: std::time::Duration,
-    /// Answer 408 when a request body has not fully arrived this long after the
-    /// handler started reading it.
+    /// Answer 408 (and close the connection) when a request body has not fully
+    /// arrived this long after its request's head, however steadily it trickles.
     #[arg(long, env = "IDEMWATCH_REQUEST_BODY_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub request_body_timeout: std::time::Duration,
     /// Close a connection whose client has taken no byte of the response for this
@@ -189,6 +189,11 @@ pub struct TimeoutArgs {
     /// connection and slot are freed. Progress, however slow, resets it.
     #[arg(long, env = "IDEMWATCH_WRITE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub write_timeout: std::time::Duration,
+    /// Request bodies still arriving from the network at once (each holds a
+    /// connection until it is complete or its --request-body-timeout passes); one more
+    /// is answered 503 with Retry-After, unread.
+    #[arg(long, env = "IDEMWATCH_MAX_SLOW_BODIES", default_value_t = crate::web::server::MAX_SLOW_BODIES)]
+    pub max_slow_bodies: usize,
 }
 
 impl TimeoutArgs {
@@ -197,6 +202,7 @@ impl TimeoutArgs {
             header_read: self.header_read_timeout,
             request_body: self.request_body_timeout,
             write: self.write_timeout,
+            slow_bodies: self.max_slow_bodies,
         }
     }
 }

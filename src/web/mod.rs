@@ -19,6 +19,7 @@ pub mod problem;
 mod refusal;
 pub mod server;
 mod site;
+mod slow_bodies;
 
 pub use error::Error;
 pub use site::{check as check_site, same_site_only};

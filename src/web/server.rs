@@ -3,7 +3,8 @@
 //! nothing) holds a connection and a task for as long as it likes; a few thousand
 //! such clients exhaust file descriptors. Here a new connection must send its first
 //! byte, and then its whole request head (hyper's HTTP/1 `header_read_timeout`), each
-//! within the header timeout, and request bodies get a deadline from tower-http. A
+//! within the header timeout, and request bodies must arrive by a deadline, with a cap
+//! on the bodies waiting for the network at once (`super::slow_bodies`). A
 //! kept-alive connection idle between requests is not timed out here (hyper starts
 //! its timer at a head's first byte): that is left to a reverse proxy. A client that
 //! stops reading its response (a stalled export download) is cut off once no byte of
@@ -12,8 +13,8 @@
 //! snapshot and its slot. Everything else is as in `axum::serve`: the peer address as
 //! `ConnectInfo`, and graceful shutdown.
 
+pub use super::slow_bodies::MAX_SLOW_BODIES;
 use axum::Router;
-use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::extract::Request;
 use hyper::body::Incoming;
@@ -35,11 +36,14 @@ pub struct Timeouts {
     /// For a new connection's first byte, and again from the first byte of a request's
     /// head to its end; past either the connection is closed without an answer.
     pub header_read: Duration,
-    /// For a request's whole body, once the handler reads it; past it, 408.
+    /// For a request's whole body, from the end of its head, however steadily it
+    /// trickles; past it, 408 and the connection is closed.
     pub request_body: Duration,
     /// For the client to take any byte of the response while the server has bytes to
     /// send; past it the connection is closed. Progress, however slow, resets it.
     pub write: Duration,
+    /// Request bodies waiting for the network at once; beyond them, 503 at once.
+    pub slow_bodies: usize,
 }
 
 impl Default for Timeouts {
@@ -48,6 +52,7 @@ impl Default for Timeouts {
             header_read: Duration::from_secs(30),
             request_body: Duration::from_secs(60),
             write: Duration::from_secs(60),
+            slow_bodies: super::slow_bodies::MAX_SLOW_BODIES,
         }
     }
 }
@@ -174,9 +179,7 @@ pub async fn serve(
     timeouts: Timeouts,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    let app = app.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-        timeouts.request_body,
-    ));
+    let bodies = super::slow_bodies::BodyLimits::new(timeouts.request_body, timeouts.slow_bodies);
     // Closed when the loop stops accepting: each connection then shuts down
     // gracefully. Each connection holds a receiver; the loop waits for all of them.
     let (stop_tx, stop_rx) = watch::channel(());
@@ -197,11 +200,13 @@ pub async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let app = app.clone();
+        let bodies = bodies.clone();
         let service =
             TowerToHyperService::new(tower::service_fn(move |request: Request<Incoming>| {
-                let mut request = request.map(Body::new);
+                let (mut request, verdict) = bodies.wrap(request);
                 request.extensions_mut().insert(ConnectInfo(peer));
-                app.clone().oneshot(request)
+                let answer = app.clone().oneshot(request);
+                async move { answer.await.map(|response| verdict.apply(response)) }
             }));
         let mut stop = stop_rx.clone();
         let done = done_rx.clone();

@@ -11,6 +11,7 @@ mod auth_rebinding;
 mod auth_serve;
 mod auth_sessions;
 mod auth_site;
+mod auth_slow_bodies;
 mod browser;
 mod browser_resolve;
 mod cli;
