@@ -179,7 +179,14 @@ pub async fn authenticate(
         Ok(p) => p,
         Err(_) if public => None,
         Err(e) => {
-            tracing::info!(path, error = %e, "refused credentials");
+            let reason = match e {
+                AuthError::BadToken => "bad_token",
+                AuthError::ExpiredToken { .. } => "expired_token",
+                AuthError::DuplicateIdentity(_) => "duplicate_identity",
+            };
+            state.auth_log.refused(reason, || {
+                tracing::info!(path, error = %e, "refused credentials");
+            });
             let message = match e {
                 AuthError::BadToken => {
                     "The bearer token is not valid: it is not in the auth file (or was removed)."
@@ -259,6 +266,13 @@ pub async fn authenticate(
             .map(IntoResponse::into_response),
         Some(_) => None,
     };
+    if let (Some(refused), Some(p)) = (&refusal, &principal)
+        && refused.status() == axum::http::StatusCode::FORBIDDEN
+    {
+        state.auth_log.refused("forbidden", || {
+            tracing::info!(user = %p.name, path, "forbidden");
+        });
+    }
     let mut response = match refusal {
         Some(refused) => refused,
         None => {
@@ -275,6 +289,10 @@ pub async fn authenticate(
             }
             if let Some(p) = principal {
                 request.extensions_mut().insert(p);
+            }
+            if !is_guard(&path) {
+                // For `require`, a route layer without the state.
+                request.extensions_mut().insert(state.auth_log.clone());
             }
             match context {
                 Some(context) => CONTEXT.scope(context, next.run(request)).await,
@@ -399,7 +417,9 @@ pub fn check_form_csrf(
     if ok {
         Ok(())
     } else {
-        tracing::info!("form refused: missing or wrong CSRF token");
+        state.auth_log.refused("csrf", || {
+            tracing::info!("form refused: missing or wrong CSRF token");
+        });
         Err(Error::Forbidden(
             "This form's security token is missing or out of date (CSRF check). Nothing was changed: reload the page and submit it again.".into(),
         ))
@@ -441,6 +461,9 @@ pub fn check_api_csrf(
     if ok {
         Ok(())
     } else {
+        state.auth_log.refused("csrf", || {
+            tracing::info!("JSON request refused: missing or wrong X-CSRF-Token");
+        });
         Err(Error::Forbidden(
             "A request signed in by the browser (not by a bearer token) must carry the X-CSRF-Token header (GET /api/v1/csrf gives one). Nothing was changed.".into(),
         ))
@@ -479,7 +502,14 @@ async fn require(permission: Permission, request: Request, next: Next) -> Respon
             .collect::<Vec<_>>()
             .join(", ")
     };
-    tracing::info!(user = %p.name, ?permission, "forbidden");
+    let log = || tracing::info!(user = %p.name, ?permission, "forbidden");
+    match request
+        .extensions()
+        .get::<std::sync::Arc<crate::web::auth_log::AuthLog>>()
+    {
+        Some(auth_log) => auth_log.refused("forbidden", log),
+        None => log(),
+    }
     Error::Forbidden(format!(
         "{what} needs the {role} role (or admin); {} has: {has}. Nothing was changed.",
         p.name

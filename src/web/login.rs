@@ -230,16 +230,19 @@ fn refused(
         ),
     };
     let retry_after = refusal.retry_after();
-    match retry_after {
-        None => tracing::info!(
-            user = %state.auth.loggable_name(&name),
-            address = ?peer,
-            "login refused"
-        ),
-        Some(retry_after) => {
-            tracing::warn!(reason = refusal.reason(), address = ?peer, retry_after, "sign-in refused")
-        }
-    }
+    // Counted above, logged through the limiter: a guessing run must not flood the log.
+    state
+        .auth_log
+        .limited(refusal.reason(), || match retry_after {
+            None => tracing::info!(
+                user = %state.auth.loggable_name(&name),
+                address = ?peer,
+                "login refused"
+            ),
+            Some(retry_after) => {
+                tracing::warn!(reason = refusal.reason(), address = ?peer, retry_after, "sign-in refused")
+            }
+        });
     let mut response = render(csrf_token, next, name, Some(message), status);
     if let Some(seconds) = retry_after {
         response

@@ -2,6 +2,7 @@
 
 mod assets;
 pub mod auth;
+pub mod auth_log;
 pub mod checkpoints;
 mod error;
 mod export;
@@ -80,6 +81,8 @@ pub struct Shared {
     /// snapshot while its client reads, so a few stalled clients must not take the
     /// pool from the pages (docs/AUTH.md, Security).
     pub exports: Arc<tokio::sync::Semaphore>,
+    /// Refused requests: counted, and logged without flooding (docs/AUTH.md).
+    pub auth_log: Arc<auth_log::AuthLog>,
 }
 
 impl std::ops::Deref for AppState {
@@ -104,6 +107,7 @@ impl AppState {
 
     pub fn with_metrics(store: Store, metrics: Arc<Metrics>) -> Self {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let auth_log = Arc::new(auth_log::AuthLog::new(metrics.clone()));
         Self(Arc::new(Shared {
             guard: Guard::new(store.clone(), clock.clone(), GuardSettings::default()),
             sessions: Arc::new(Sessions::new(store.clone(), SessionSettings::default())),
@@ -117,6 +121,7 @@ impl AppState {
             tools: Arc::default(),
             logins: Arc::new(LoginLimiter::default()),
             exports: Arc::new(tokio::sync::Semaphore::new(MAX_EXPORTS)),
+            auth_log,
         }))
     }
 

@@ -28,13 +28,32 @@ use axum::http::{HeaderMap, Method, Uri, header};
 /// (`super::every_request`).
 pub fn same_site_only(state: &AppState, request: &Request) -> Result<(), Error> {
     let local_admin = !state.auth.is_configured();
-    check(
+    let checked = check(
         state.auth.allowed_hosts(),
         local_admin,
         request.method(),
         request.uri(),
         request.headers(),
-    )
+    );
+    if let Err(e) = &checked {
+        // Logged here, through the limiter: a flood of such requests must not flood
+        // the log (super::auth_log). Header values are quoted by `?`.
+        let reason = match e {
+            Error::MisdirectedHost(_) => "foreign_host",
+            _ => "cross_site",
+        };
+        let header = |name: &str| request.headers().get(name);
+        state.auth_log.refused(reason, || {
+            tracing::info!(
+                reason,
+                host = ?header("host"),
+                origin = ?header("origin"),
+                sec_fetch_site = ?header("sec-fetch-site"),
+                "refused: another site's request or a name this server does not answer to"
+            );
+        });
+    }
+    checked
 }
 
 /// Refuses a request addressed to a name this server does not answer to (when
@@ -56,7 +75,6 @@ pub fn check(
         && !is_probe(uri.path())
         && let Some(host) = host.filter(|h| !hosts.allows(h))
     {
-        tracing::info!(host = ?host, "refused: a host name this server does not answer to");
         return Err(Error::MisdirectedHost(format!(
             "This idemwatch has no auth file, so everyone who reaches it is admin, and it \
                  answers only under loopback names (localhost, 127.0.0.1, [::1]). This request \
@@ -78,7 +96,6 @@ pub fn check(
     // `same-site` is a sibling subdomain: another origin, refused too. `none` is a
     // person's own action (a bookmark, the address bar).
     if let Some(site) = fetch_site.filter(|s| !matches!(*s, "same-origin" | "none")) {
-        tracing::info!(sec_fetch_site = ?site, "refused: a state-changing request from another site");
         return Err(Error::Forbidden(format!(
             "The browser says this request came from a page on another site \
              (Sec-Fetch-Site: {site}). Only idemwatch's own pages may change anything \
@@ -88,7 +105,6 @@ pub fn check(
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("?");
         if !hosts.same_origin(origin, host) {
-            tracing::info!(origin = ?origin, host = ?host, "refused: a state-changing request from another origin");
             return Err(Error::Forbidden(format!(
                 "This request came from a page on another site (Origin: {origin}), not from \
                  idemwatch's own pages (cross-site request refused). Nothing was changed. If \

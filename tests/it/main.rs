@@ -6,6 +6,7 @@ mod support;
 mod auth;
 mod auth_limits;
 mod auth_login_flood;
+mod auth_logs;
 mod auth_proxy;
 mod auth_rebinding;
 mod auth_serve;

@@ -1,0 +1,59 @@
+//! What `serve` writes to its log under attack (issue 47), over real TCP: a stream of
+//! bad bearer tokens logs a few lines, not one per request, while
+//! `idemwatch_auth_refusals_total` counts every one.
+
+use crate::support::TestDb;
+use crate::support::server::{Server, get, send_raw};
+use idemwatch::auth::secrets;
+use idemwatch::web::auth_log::{BURST, INTERVAL};
+use std::time::Instant;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_tokens_are_counted_every_one_and_logged_a_few_lines_per_interval() {
+    let db = TestDb::sqlite().await;
+    let dir = tempfile::tempdir().unwrap();
+    let auth = dir.path().join("auth.toml");
+    std::fs::write(
+        &auth,
+        format!(
+            "mode = \"builtin\"\n[[tokens]]\nname = \"ops\"\nsha256 = \"{}\"\nroles = [\"viewer\"]\n",
+            secrets::hash_token("iw_the_real_one")
+        ),
+    )
+    .unwrap();
+    let server = Server::start("serve", &db.url, &["--auth-file", auth.to_str().unwrap()]).await;
+    let addr = server.addr.clone();
+    let started = Instant::now();
+    let n = 300;
+    for i in 0..n {
+        let (code, _) = send_raw(
+            &addr,
+            &format!(
+                "GET /api/v1/csrf HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer iw_guess_{i}\r\nConnection: close\r\n\r\n"
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(code, 401);
+    }
+    let elapsed = started.elapsed();
+    let (code, metrics) = get(&addr, "/metrics").await.unwrap();
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains(&format!(
+            "idemwatch_auth_refusals_total{{reason=\"bad_token\"}} {n}"
+        )),
+        "{metrics}"
+    );
+    assert!(metrics.contains("idemwatch_auth_refusals_total{reason=\"csrf\"} 0"));
+    let out = server.terminate();
+    let log = String::from_utf8_lossy(&out.stderr);
+    let lines = log.matches("refused credentials").count();
+    // A burst per interval begun during the run.
+    let intervals = elapsed.as_secs() / INTERVAL.as_secs() + 1;
+    let most = BURST as usize * intervals as usize;
+    assert!(
+        (1..=most).contains(&lines),
+        "{lines} lines for {n} bad tokens in {elapsed:?} (at most {most}; before: one each)"
+    );
+}
