@@ -42,6 +42,13 @@ async fn main() -> ExitCode {
 fn init_tracing(format: &str) {
     let filter =
         EnvFilter::try_from_env("IDEMWATCH_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    // sqlx logs an unknown URL parameter with its value (a secret, for `sslpassword`);
+    // the store logs the key alone instead (store::url_params).
+    let quiet = format!("{}=error", idemwatch::store::url_params::DRIVER_LOG_TARGET);
+    let filter = match quiet.parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

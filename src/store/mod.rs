@@ -26,6 +26,7 @@ mod sessions;
 pub mod sql;
 mod tail;
 mod timeline;
+pub mod url_params;
 mod wal;
 
 pub use browse::{
@@ -120,6 +121,7 @@ impl Store {
     pub async fn connect(url: &str, options: &StoreOptions) -> Result<Store, StoreError> {
         match Self::backend_of(url)? {
             Backend::Postgres => {
+                url_params::warn_unrecognised(url);
                 let pool = PgPoolOptions::new()
                     .max_connections(options.max_connections)
                     .acquire_timeout(options.acquire_timeout)

@@ -1,6 +1,7 @@
 //! What `serve` writes to its log under attack (issue 47), over real TCP: a stream of
 //! bad bearer tokens logs a few lines, not one per request, while
-//! `idemwatch_auth_refusals_total` counts every one.
+//! `idemwatch_auth_refusals_total` counts every one; and a secret in a database URL
+//! parameter the driver does not know (`sslpassword=…`) never reaches the log.
 
 use crate::support::TestDb;
 use crate::support::server::{Server, get, send_raw};
@@ -55,5 +56,27 @@ async fn bad_tokens_are_counted_every_one_and_logged_a_few_lines_per_interval() 
     assert!(
         (1..=most).contains(&lines),
         "{lines} lines for {n} bad tokens in {elapsed:?} (at most {most}; before: one each)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_in_an_unknown_database_url_parameter_is_never_logged() {
+    let Some(db) = TestDb::postgres().await else {
+        return;
+    };
+    let secret = "s3cret-client-key-passphrase";
+    let separator = if db.url.contains('?') { '&' } else { '?' };
+    let url = format!("{}{separator}sslpassword={secret}", db.url);
+    let server = Server::start("serve", &url, &[]).await;
+    let out = server.terminate();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!log.contains(secret), "the secret was logged:\n{log}");
+    assert!(
+        log.contains("ignoring unrecognized database URL parameter") && log.contains("sslpassword"),
+        "the key is still named:\n{log}"
     );
 }
