@@ -17,16 +17,38 @@ use std::sync::Arc;
 const LIMITED: &str = "iw_limited_to_acme";
 const UNLIMITED: &str = "iw_every_tenant";
 
-fn auth() -> Authenticator {
-    let file = AuthFile::parse(&format!(
+fn auth_file_text() -> String {
+    format!(
         "mode = \"builtin\"\n\
          [[tokens]]\nname = \"acme-admin\"\nsha256 = \"{}\"\nroles = [\"admin\"]\ntenants = [\"acme\"]\n\
          [[tokens]]\nname = \"root\"\nsha256 = \"{}\"\nroles = [\"admin\"]\n",
         secrets::hash_token(LIMITED),
         secrets::hash_token(UNLIMITED)
-    ))
-    .unwrap();
+    )
+}
+
+fn auth() -> Authenticator {
+    let file = AuthFile::parse(&auth_file_text()).unwrap();
     Authenticator::new(Some(file), Some(SECRET))
+}
+
+/// `idemwatch tokens` lists the limits the server applies (above, on every route).
+#[test]
+fn idemwatch_tokens_lists_the_limited_token_with_its_tenants() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("auth.toml");
+    std::fs::write(&path, auth_file_text()).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_idemwatch"))
+        .args(["tokens", "--auth-file", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("acme-admin\tadmin\tacme\tany\tnever"),
+        "{text}"
+    );
+    assert!(text.contains("root\tadmin\tany\tany\tnever"), "{text}");
 }
 
 fn request(method: Method, uri: &str, token: &str, body: Option<String>) -> Request<Body> {

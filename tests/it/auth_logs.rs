@@ -39,14 +39,6 @@ async fn bad_tokens_are_counted_every_one_and_logged_a_few_lines_per_interval() 
     }
     let elapsed = started.elapsed();
     let (code, metrics) = get(&addr, "/metrics").await.unwrap();
-    assert_eq!(code, 200);
-    assert!(
-        metrics.contains(&format!(
-            "idemwatch_auth_refusals_total{{reason=\"bad_token\"}} {n}"
-        )),
-        "{metrics}"
-    );
-    assert!(metrics.contains("idemwatch_auth_refusals_total{reason=\"csrf\"} 0"));
     let out = server.terminate();
     let log = String::from_utf8_lossy(&out.stderr);
     let lines = log.matches("refused credentials").count();
@@ -57,6 +49,14 @@ async fn bad_tokens_are_counted_every_one_and_logged_a_few_lines_per_interval() 
         (1..=most).contains(&lines),
         "{lines} lines for {n} bad tokens in {elapsed:?} (at most {most}; before: one each)"
     );
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains(&format!(
+            "idemwatch_auth_refusals_total{{reason=\"bad_token\"}} {n}"
+        )),
+        "{metrics}"
+    );
+    assert!(metrics.contains("idemwatch_auth_refusals_total{reason=\"csrf\"} 0"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
