@@ -92,7 +92,7 @@ metric_families! {
         /// name or from the address; the password was not checked), bad_credentials
         /// (checked, and wrong or no such user).
         idemwatch_login_refusals_total: IntCounterVec["reason"],
-        /// Requests refused by authentication or authorisation, by reason (web::auth_log::AUTH_REFUSALS).
+        /// Requests refused by authentication or authorisation, by reason: bad_token, expired_token, duplicate_identity (401), forbidden, csrf, cross_site (403), foreign_host (421).
         idemwatch_auth_refusals_total: IntCounterVec["reason"],
         /// Always 1; the version label says which idemwatch this is.
         idemwatch_build_info: IntGaugeVec["version"],
