@@ -10,7 +10,7 @@ pub const DRIVER_LOG_TARGET: &str = "sqlx_postgres::options::parse";
 
 /// The query parameters sqlx-postgres 0.9 reads (`PgConnectOptions::parse_from_url`);
 /// `options[…]` too.
-const KNOWN: [&str; 19] = [
+const KNOWN: [&str; 18] = [
     "sslmode",
     "ssl-mode",
     "sslrootcert",
@@ -29,7 +29,6 @@ const KNOWN: [&str; 19] = [
     "password",
     "application_name",
     "options",
-    "options[",
 ];
 
 /// The parameters of `url` that the driver ignores, by name.
@@ -41,7 +40,8 @@ pub fn unrecognised(url: &str) -> Vec<String> {
         .query_pairs()
         .map(|(k, _)| k.into_owned())
         .filter(|k| {
-            !KNOWN.contains(&k.as_str()) && !(k.starts_with("options[") && k.ends_with(']'))
+            let option = k.starts_with("options[") && k.ends_with(']');
+            !(option || KNOWN.contains(&k.as_str()))
         })
         .collect()
 }
