@@ -79,10 +79,11 @@ pub struct ApiToken {
     /// Lowercase hex SHA-256 of the token, from `idemwatch new-token`.
     pub sha256: String,
     pub roles: Vec<Role>,
-    /// Guard calls only for these tenants (absent: any).
+    /// Only keys of these tenants, on every route (absent: any): web::limits, and the
+    /// guard's own check.
     #[serde(default)]
     pub tenants: Option<Vec<String>>,
-    /// Guard calls only for these tools (absent: any).
+    /// Only keys of these tools, on every route (absent: any).
     #[serde(default)]
     pub tools: Option<Vec<String>>,
     /// When the token stops working, an RFC 3339 time in quotes

@@ -86,11 +86,11 @@ pub struct Principal {
     pub name: String,
     pub roles: BTreeSet<Role>,
     pub via: Via,
-    /// A token limited to some tenants and/or tools (guard routes only).
+    /// A token limited to some tenants and/or tools (every route: `web::limits`).
     pub scope: Scope,
 }
 
-/// The tenants and tools a token may call the guard for; `None`: any.
+/// The tenants and tools a token may reach, on the guard and every other route; `None`: any.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Scope {
     pub tenants: Option<BTreeSet<String>>,
