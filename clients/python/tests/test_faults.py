@@ -96,7 +96,9 @@ def test_a_worker_killed_after_the_effect_is_reconciled_on_redelivery(
 def test_sixteen_concurrent_workers_on_one_intent_make_one_refund(
     server: Server, provider: FakeProvider, intent: idemwatch.Intent
 ) -> None:
-    provider.latency = 0.5
+    # Well inside the 1 s call timeout, which the sync client now enforces as a deadline
+    # on the whole call (the 15 others wait on the key meanwhile).
+    provider.latency = 0.3
     clients = [idemwatch.Client(server.url, worker=f"worker-{i}") for i in range(16)]
     tools = [refund_tool(c, provider.url, in_flight_retries=20, backoff_base=0.1) for c in clients]
     with ThreadPoolExecutor(16) as pool:
@@ -118,6 +120,27 @@ async def test_sixteen_concurrent_async_workers_on_one_intent_make_one_refund(
     assert len(provider.effects) == 1
     assert sum(not o.replayed for o in outcomes) == 1
     assert all(o.result == provider.effects[0] for o in outcomes)
+
+
+def test_the_sync_client_enforces_the_call_timeout(
+    client: idemwatch.Client, intent: idemwatch.Intent
+) -> None:
+    import threading
+
+    finished = threading.Event()
+
+    def execute(key: str, args: dict) -> dict:
+        time.sleep(3)  # ignores the 1 s call timeout (a provider SDK without one)
+        finished.set()
+        return {"refund_id": "rf_late"}
+
+    refund = client.tool("issue_refund", execute, find_by_key=lambda key: None)
+    with pytest.raises(idemwatch.OutcomeUnknown) as err:
+        refund.run(intent, ARGS)
+    assert err.value.reason == "timeout after 1 s"
+    assert not finished.is_set(), "the worker stopped waiting at the deadline"
+    state = client.get_key(err.value.key)
+    assert state.status == "UNKNOWN", "settled unknown, not left in flight"
 
 
 async def test_the_async_client_enforces_the_call_timeout(
