@@ -59,11 +59,12 @@ class Conversation:
 
 
 def conversation(client: idemwatch.Client, provider: FakeProvider) -> Conversation:
+    http = httpx.Client()  # one per conversation: a client per call costs an SSL context each
     def agent_refund(order: str, amount_p: int, reason: str = "") -> dict:
         """Refund an order. amount_p is in pence; reason is what the customer said."""
         call = idemwatch.current_call()
         assert call is not None
-        r = httpx.post(
+        r = http.post(
             f"{provider.url}/v1/refunds",
             json={"order": order, "amount_p": amount_p},
             headers={"Idempotency-Key": call.key},
@@ -73,7 +74,7 @@ def conversation(client: idemwatch.Client, provider: FakeProvider) -> Conversati
         return r.json()
 
     def find_by_key(key: str) -> Any:
-        r = httpx.get(f"{provider.url}/v1/refunds", params={"idempotency_key": key}, timeout=5)
+        r = http.get(f"{provider.url}/v1/refunds", params={"idempotency_key": key}, timeout=5)
         return None if r.status_code == 404 else r.json()
 
     refund = guard_function(

@@ -133,7 +133,7 @@ export class Client {
     if (this.token) headers.authorization = `Bearer ${this.token}`;
     const qs = query && Object.keys(query).length ? `?${new URLSearchParams(query)}` : "";
     let url = `${this.url}${PREFIX}${path}${qs}`;
-    const signal = AbortSignal.timeout(timeoutMs ?? this.timeoutMs);
+    const signal = AbortSignal.timeout(Math.ceil(timeoutMs ?? this.timeoutMs));
     for (let hops = 0; ; hops++) {
       let response;
       try {
@@ -193,8 +193,10 @@ export class Client {
   async getKey(key, { afterToken, wait } = {}) {
     const query = {};
     if (afterToken != null) query.after_token = String(afterToken);
-    if (wait != null) query.wait = String(Math.max(1, Math.min(MAX_WAIT_SECONDS, Math.ceil(wait))));
-    const timeoutMs = this.timeoutMs + (wait ?? 0) * 1000;
+    // Whole seconds (the server's unit), and the request's own deadline past the wait.
+    const waitSeconds = wait == null ? 0 : Math.max(1, Math.min(MAX_WAIT_SECONDS, Math.ceil(wait)));
+    if (wait != null) query.wait = String(waitSeconds);
+    const timeoutMs = Math.ceil(this.timeoutMs + waitSeconds * 1000);
     return keyStateFrom(await this.#request("GET", `/keys/${encodeURIComponent(key)}`, { query, key, timeoutMs }));
   }
 
