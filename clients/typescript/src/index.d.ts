@@ -4,9 +4,11 @@ export type JSONValue = null | boolean | number | string | JSONValue[] | { [key:
 export type JSONObject = { [key: string]: JSONValue };
 
 /**
- * What the caller meant to do, stable across every retry of that intent. Take the fields
- * from the orchestrator's recorded state (run id, step, tool-call id): never a random
- * value, never the clock. The tool's name comes from the guarded tool.
+ * What the caller meant to do, stable across every retry of that intent. The fields name
+ * the action — the run and the business object (`workflowId` the run's id, `intentId`
+ * "order:A-88214") — from the orchestrator's recorded state: never random, the clock, the
+ * turn, a step counter or the tool-call id (a re-issued call gets a new one and acts again).
+ * The tool's name comes from the guarded tool.
  */
 export interface Intent {
   tenant: string;
