@@ -175,3 +175,11 @@ def test_decimal_amounts_are_sent_as_numbers_or_refused_by_name() -> None:
     with pytest.raises(idemwatch.InvalidRequest) as err:
         _json_value({"amount": Decimal("0.10000000000000000000001")}, "args")
     assert err.value.field == "args.amount"
+
+
+def test_a_redirect_is_refused_as_a_configuration_error_never_followed() -> None:
+    request = httpx.Request("POST", "http://127.0.0.1:8080/api/v1/guard/admit")
+    response = httpx.Response(307, headers={"Location": "http://evil.example/admit"}, request=request)
+    with pytest.raises(idemwatch.ConfigurationError) as err:
+        _check(response)
+    assert "evil.example" in str(err.value) and not err.value.retryable

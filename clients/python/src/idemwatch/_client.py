@@ -17,7 +17,7 @@ from urllib.parse import quote
 import httpx
 
 from . import __version__
-from ._errors import IdemwatchError, InvalidRequest, Unavailable, from_problem
+from ._errors import ConfigurationError, IdemwatchError, InvalidRequest, Unavailable, from_problem
 from ._types import JSON, Decision, ErrorClass, Intent, KeyState
 
 _PREFIX = "/api/v1/guard"
@@ -87,6 +87,16 @@ def _check(response: httpx.Response, key: str | None = None) -> dict[str, Any]:
         body = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
         body = None
+    if response.is_redirect:
+        # Never followed: a redirect could hand the token and the call to another server,
+        # whose answer (a forged replay) would be believed. Retrying cannot help either.
+        raise ConfigurationError(
+            f"idemwatch at {response.request.url} answered HTTP {response.status_code} redirecting "
+            f"to {response.headers.get('Location')!r}: refused; point the client at the guard's "
+            f"own URL",
+            status=response.status_code,
+            key=key,
+        )
     if response.is_success:
         if not isinstance(body, dict):
             raise Unavailable(
