@@ -289,6 +289,11 @@ impl<S: Storage> Guard<S> {
             Some(written) => written,
             None => self.locked(key, decide).await?,
         };
+        if written.is_ok() {
+            // A settled key wakes whoever long-polls it (a second delivery waiting for
+            // this one to finish), not only a moved token.
+            self.changed(key);
+        }
         written.map_err(|stale| {
             tracing::warn!(key = %key, fencing_token = token.0, current = stale.current.0, "stale write rejected");
             GuardError::LeaseLost {

@@ -26,6 +26,7 @@ mod guard_http;
 mod guard_http_auth;
 mod guard_http_csrf;
 mod guard_http_input;
+mod guard_http_status;
 mod guard_natural;
 mod guard_random;
 mod guard_replicas;

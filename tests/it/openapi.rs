@@ -121,3 +121,52 @@ async fn the_served_document_is_the_committed_one_and_matches_the_router() {
         assert!(doc["components"]["schemas"].get(name).is_some(), "{name}");
     }
 }
+
+/// The first quoted string after `marker` in the file at `path` (under the repository).
+fn quoted_after(path: &str, marker: &str) -> String {
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    let at = text
+        .find(marker)
+        .unwrap_or_else(|| panic!("{path}: no {marker:?}"));
+    let rest = &text[at + marker.len()..];
+    let start = rest.find('"').unwrap() + 1;
+    let end = start + rest[start..].find('"').unwrap();
+    rest[start..end].to_string()
+}
+
+/// The server, the OpenAPI document and both clients carry one version: a release moves
+/// them together (scripts/release builds all of them).
+#[test]
+fn the_server_the_openapi_document_and_the_clients_share_one_version() {
+    let server = env!("CARGO_PKG_VERSION");
+    let doc: Value = serde_json::from_str(&committed()).unwrap();
+    let found = [
+        (
+            "docs/openapi.json info.version",
+            doc["info"]["version"].as_str().unwrap().to_string(),
+        ),
+        (
+            "clients/python/pyproject.toml",
+            quoted_after("clients/python/pyproject.toml", "\nversion ="),
+        ),
+        (
+            "clients/python/src/idemwatch/__init__.py",
+            quoted_after("clients/python/src/idemwatch/__init__.py", "__version__ ="),
+        ),
+        (
+            "clients/typescript/package.json",
+            quoted_after("clients/typescript/package.json", "\"version\":"),
+        ),
+        (
+            "clients/typescript/src/client.js",
+            quoted_after("clients/typescript/src/client.js", "export const VERSION ="),
+        ),
+    ];
+    for (what, version) in found {
+        assert_eq!(
+            version, server,
+            "{what} says {version}, Cargo.toml says {server}"
+        );
+    }
+}

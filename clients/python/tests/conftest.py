@@ -93,7 +93,7 @@ def _serve_flags(binary: Path) -> str:
         return ""
 
 
-def start_server(backend: str, tmp: Path) -> Server:
+def start_server(backend: str, tmp: Path, port: int | None = None) -> Server:
     binary = server_binary()
     if not binary.exists():
         message = f"idemwatch binary not found at {binary} (build it or set IDEMWATCH_BIN)"
@@ -109,7 +109,7 @@ def start_server(backend: str, tmp: Path) -> Server:
                 pytest.fail("CI=true but no PostgreSQL: " + PG_SKIP)
             print("\n" + PG_SKIP, file=sys.stderr)
             pytest.skip(PG_SKIP)
-    port = free_port()
+    port = port or free_port()
     args = [
         str(binary),
         "serve",

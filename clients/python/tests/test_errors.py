@@ -145,3 +145,41 @@ def test_backoff_honours_retry_after_and_grows() -> None:
     assert backoff_delay(0, 5, 0.5, 30) >= 5
     assert 4 <= backoff_delay(3, None, 0.5, 30) <= 4.25
     assert backoff_delay(20, None, 0.5, 30) <= 30.25
+
+
+def test_a_401_says_the_token_is_missing_or_wrong() -> None:
+    err = idemwatch.from_problem(401, problem("unauthorized", 401))
+    assert isinstance(err, idemwatch.Unauthorized) and not err.retryable
+    assert "missing or wrong" in str(err)
+
+
+def test_a_404_from_a_route_that_is_not_the_guard_is_a_configuration_error() -> None:
+    err = idemwatch.from_problem(404, None)
+    assert isinstance(err, idemwatch.ConfigurationError) and not err.retryable
+    assert "does not lead to an idemwatch guard" in str(err)
+    with pytest.raises(idemwatch.ConfigurationError):
+        idemwatch.for_model(err)
+    # The guard's own 404 names the key: still NotFound.
+    assert isinstance(idemwatch.from_problem(404, problem("not_found", 404)), idemwatch.NotFound)
+
+
+def test_decimal_amounts_are_sent_as_numbers_or_refused_by_name() -> None:
+    from decimal import Decimal
+
+    from idemwatch._client import _json_value
+
+    assert _json_value({"amount": Decimal("45.00"), "x": [Decimal("0.5")]}, "args") == {
+        "amount": 45,
+        "x": [0.5],
+    }
+    with pytest.raises(idemwatch.InvalidRequest) as err:
+        _json_value({"amount": Decimal("0.10000000000000000000001")}, "args")
+    assert err.value.field == "args.amount"
+
+
+def test_a_redirect_is_refused_as_a_configuration_error_never_followed() -> None:
+    request = httpx.Request("POST", "http://127.0.0.1:8080/api/v1/guard/admit")
+    response = httpx.Response(307, headers={"Location": "http://evil.example/admit"}, request=request)
+    with pytest.raises(idemwatch.ConfigurationError) as err:
+        _check(response)
+    assert "evil.example" in str(err.value) and not err.value.retryable

@@ -96,7 +96,9 @@ def test_a_worker_killed_after_the_effect_is_reconciled_on_redelivery(
 def test_sixteen_concurrent_workers_on_one_intent_make_one_refund(
     server: Server, provider: FakeProvider, intent: idemwatch.Intent
 ) -> None:
-    provider.latency = 0.5
+    # Well inside the 1 s call timeout, which the sync client now enforces as a deadline
+    # on the whole call (the 15 others wait on the key meanwhile).
+    provider.latency = 0.3
     clients = [idemwatch.Client(server.url, worker=f"worker-{i}") for i in range(16)]
     tools = [refund_tool(c, provider.url, in_flight_retries=20, backoff_base=0.1) for c in clients]
     with ThreadPoolExecutor(16) as pool:
@@ -118,6 +120,50 @@ async def test_sixteen_concurrent_async_workers_on_one_intent_make_one_refund(
     assert len(provider.effects) == 1
     assert sum(not o.replayed for o in outcomes) == 1
     assert all(o.result == provider.effects[0] for o in outcomes)
+
+
+def test_a_second_delivery_waits_on_the_key_instead_of_sleeping_out_retry_after(
+    server: Server, provider: FakeProvider, intent: idemwatch.Intent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import idemwatch._tool as tool_module
+
+    import types
+
+    slept: list[float] = []
+    clock = types.SimpleNamespace(
+        monotonic=time.monotonic, sleep=lambda s: (slept.append(s), time.sleep(s))
+    )
+    monkeypatch.setattr(tool_module, "time", clock)  # the guarded tool's clock only
+    provider.latency = 0.3
+    clients = [idemwatch.Client(server.url, worker=f"worker-{i}") for i in range(4)]
+    tools = [refund_tool(c, provider.url, in_flight_retries=5) for c in clients]
+    with ThreadPoolExecutor(4) as pool:
+        outcomes = list(pool.map(lambda t: t.run(intent, ARGS), tools))
+    for c in clients:
+        c.close()
+    assert len(provider.effects) == 1 and sum(not o.replayed for o in outcomes) == 1
+    assert slept == [], "the in-flight deliveries long-polled the key; none slept out Retry-After"
+
+
+def test_the_sync_client_enforces_the_call_timeout(
+    client: idemwatch.Client, intent: idemwatch.Intent
+) -> None:
+    import threading
+
+    finished = threading.Event()
+
+    def execute(key: str, args: dict) -> dict:
+        time.sleep(3)  # ignores the 1 s call timeout (a provider SDK without one)
+        finished.set()
+        return {"refund_id": "rf_late"}
+
+    refund = client.tool("issue_refund", execute, find_by_key=lambda key: None)
+    with pytest.raises(idemwatch.OutcomeUnknown) as err:
+        refund.run(intent, ARGS)
+    assert err.value.reason == "timeout after 1 s"
+    assert not finished.is_set(), "the worker stopped waiting at the deadline"
+    state = client.get_key(err.value.key)
+    assert state.status == "UNKNOWN", "settled unknown, not left in flight"
 
 
 async def test_the_async_client_enforces_the_call_timeout(
@@ -182,9 +228,10 @@ def test_a_definitive_decline_is_not_retried_and_replays_as_the_same_failure(
     assert provider.calls == 1 and provider.effects == []
 
 
-def test_a_retry_after_the_provider_forgot_the_key_needs_a_person_and_never_resends(
+def _escalated(
     client: idemwatch.Client, provider: FakeProvider, intent: idemwatch.Intent
-) -> None:
+) -> tuple[idemwatch.GuardedTool, pytest.ExceptionInfo[idemwatch.NeedsHumanReview]]:
+    """A key a person must decide: the response was lost, then the provider forgot the key."""
     refund = refund_tool(client, provider.url, name="forgetful_refund")  # retention 2 s
     provider.fail_next("lose_response")
     with pytest.raises(idemwatch.OutcomeUnknown):
@@ -193,12 +240,72 @@ def test_a_retry_after_the_provider_forgot_the_key_needs_a_person_and_never_rese
     provider.forget()
     with pytest.raises(idemwatch.NeedsHumanReview) as err:
         refund.run(intent, ARGS)
+    return refund, err
+
+
+def test_a_retry_after_the_provider_forgot_the_key_needs_a_person_and_never_resends(
+    client: idemwatch.Client, provider: FakeProvider, intent: idemwatch.Intent
+) -> None:
+    refund, err = _escalated(client, provider, intent)
     assert provider.calls == 1, "no resend after the provider's retention"
     assert len(provider.effects) == 1
     assert err.value.key and not err.value.retryable
     state = refund.wait_for_person(err.value, timeout=1.5)
     assert state.awaiting_person and state.status == "UNKNOWN"
     assert idemwatch.for_model(err.value)["status"] == "needs_human_review"
+
+
+def test_wait_for_person_survives_a_serve_restart_and_a_refused_resolve(
+    provider: FakeProvider, intent: idemwatch.Intent, tmp_path: Path
+) -> None:
+    import threading
+
+    import httpx
+
+    from conftest import start_server
+
+    server = start_server("sqlite", tmp_path)
+    port = int(server.url.rsplit(":", 1)[1])
+    client = idemwatch.Client(server.url, worker="waiter")
+    refund, err = _escalated(client, provider, intent)
+    key = err.value.key
+    resolve = f"/api/v1/keys/{key}/resolve"
+
+    def person(url: str, body: dict) -> httpx.Response:
+        """A person resolving on the page: the local admin, with its CSRF token."""
+        with httpx.Client(base_url=url, timeout=10) as web:
+            token = web.get("/api/v1/csrf").json()["csrf_token"]
+            return web.post(resolve, json=body, headers={"X-CSRF-Token": token})
+
+    waited: dict[str, object] = {}
+    waiter = threading.Thread(target=lambda: waited.update(state=refund.wait_for_person(err.value, 60)))
+    waiter.start()
+    # A release past the provider's retention is refused (422): the wait goes on.
+    refused = person(server.url, {"resolution": "release", "reason": "try"})
+    assert refused.status_code == 422, refused.text
+    # serve dies under the waiter (SIGKILL: a graceful stop would wait for the long poll)
+    # and starts again; a person decides on the new process.
+    server.process.kill()
+    server.process.wait(10)
+    time.sleep(1)
+    assert waiter.is_alive(), "the wait outlived the refused resolve and the restart"
+    server = start_server("sqlite", tmp_path, port=port)
+    try:
+        done = person(
+            server.url,
+            {"resolution": "done", "reason": "found it at the provider", "evidence": "rf_1", "result": {"refund_id": "rf_1"}},
+        )
+        assert done.status_code == 200, done.text
+        waiter.join(30)
+        state = waited["state"]
+        assert isinstance(state, idemwatch.KeyState)
+        assert state.status == "DONE" and not state.awaiting_person
+        assert refund.run(intent, ARGS).replayed
+        assert provider.calls == 1
+    finally:
+        client.close()
+        server.process.kill()
+        server.process.wait(10)
 
 
 def test_the_wrapper_refuses_to_run_without_an_intent(

@@ -19,6 +19,9 @@ def test_every_outcome_has_a_status_and_a_next_step() -> None:
         idemwatch.InFlight("held", key=KEY, retry_after=3),
         idemwatch.PayloadMismatch("422", key=KEY, differing_fields=["amount_p"]),
         idemwatch.NeedsHumanReview("stop", key=KEY),
+        idemwatch.NotAttempted("down"),
+        idemwatch.DoneNotRecorded("?", key=KEY, result={"refund_id": "rf_1"}),
+        idemwatch.PayloadMismatch("422", key=KEY, differing_fields=["amount_p"], intent_key="c" * 64),
     ]
     results = [idemwatch.for_model(v, action="the refund") for v in values]
     assert [r["status"] for r in results] == list(STATUSES)
@@ -29,6 +32,32 @@ def test_every_outcome_has_a_status_and_a_next_step() -> None:
     assert results[4]["retry_after_seconds"] == 3
     assert results[5]["differing_fields"] == ["amount_p"]
     assert "check its status" in results[3]["next"].lower()
+    assert results[3]["key"] == KEY and results[6]["key"] == KEY, "the key to ask about"
+    assert results[8]["result"] == {"refund_id": "rf_1"} and "is done" in results[8]["next"]
+    assert results[9]["key"] == KEY and "second refund" in results[9]["next"]
+
+
+def test_unknown_says_calling_again_is_safe_only_when_the_key_would_be_the_same() -> None:
+    unknown = idemwatch.OutcomeUnknown("?", key=KEY, reason="timeout after 10 s")
+    plain = idemwatch.for_model(unknown, action="the refund")["next"]
+    assert "safe" not in plain and "do not call the tool again" in plain.lower()
+    stable = idemwatch.for_model(unknown, action="the refund", same_key=True)["next"]
+    assert "calling again with the same request is safe" in stable
+
+
+def test_nothing_attempted_and_done_but_unrecorded_are_never_unknown() -> None:
+    assert idemwatch.for_model(idemwatch.NotAttempted("down"))["status"] == "not_attempted"
+    done = idemwatch.DoneNotRecorded("?", key=KEY, result={"refund_id": "rf_9"})
+    assert idemwatch.for_model(done)["status"] == "done_not_recorded"
+
+
+def test_a_natural_key_refusal_names_the_first_action() -> None:
+    err = idemwatch.PayloadMismatch("422", key=KEY, differing_fields=["amount_p"], intent_key="c" * 64)
+    err.existing = idemwatch.KeyState(key=KEY, status="DONE", fencing_token=1, result={"refund_id": "rf_1"})
+    out = idemwatch.for_model(err, action="the refund")
+    assert out["status"] == "already_requested"
+    assert (out["key"], out["existing_status"], out["result"]) == (KEY, "DONE", {"refund_id": "rf_1"})
+    assert "it is DONE" in out["next"] and "approves" in out["next"]
 
 
 def test_a_guard_outage_is_unknown_for_the_model_never_a_failure() -> None:

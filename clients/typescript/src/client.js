@@ -1,13 +1,17 @@
 // `Client`: the four protocol steps of docs/GUARD.md over HTTP, one method each.
 
 import { hostname } from "node:os";
-import { Unavailable, fromProblem } from "./errors.js";
+import { ConfigurationError, Unavailable, fromProblem } from "./errors.js";
 import { GuardedTool } from "./tool.js";
 
 const PREFIX = "/api/v1/guard";
 /** The server holds a long poll for at most this many seconds. */
 export const MAX_WAIT_SECONDS = 60;
 export const VERSION = "0.1.0";
+/** Same-origin redirects followed before giving up (a reverse proxy adding a slash). */
+const MAX_REDIRECTS = 5;
+/** How long a waiter pauses before asking again after idemwatch could not answer. */
+const OUTAGE_PAUSE_MS = 500;
 
 /** `host/pid`: who is calling, recorded on every attempt (never part of a key). */
 export function defaultWorker() {
@@ -94,6 +98,19 @@ export async function check(response, key = null) {
   });
 }
 
+/** `ask()`, asked again while idemwatch is unavailable (a restart) until `deadline` (ms). */
+async function retrying(ask, deadline) {
+  for (;;) {
+    try {
+      return await ask();
+    } catch (e) {
+      const left = deadline - Date.now();
+      if (!(e instanceof Unavailable) || left <= 0) throw e;
+      await new Promise((resolve) => setTimeout(resolve, Math.min(OUTAGE_PAUSE_MS, left)));
+    }
+  }
+}
+
 export class Client {
   /**
    * @param {{url: string, token?: string|null, worker?: string, timeoutMs?: number, fetch?: typeof fetch}} options
@@ -115,18 +132,41 @@ export class Client {
     if (body !== undefined) headers["content-type"] = "application/json";
     if (this.token) headers.authorization = `Bearer ${this.token}`;
     const qs = query && Object.keys(query).length ? `?${new URLSearchParams(query)}` : "";
-    let response;
-    try {
-      response = await this.fetch(`${this.url}${PREFIX}${path}${qs}`, {
-        method,
-        headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(timeoutMs ?? this.timeoutMs),
-      });
-    } catch (cause) {
-      throw new Unavailable(`could not reach idemwatch: ${cause?.name ?? "Error"}: ${cause?.message ?? cause}`, { key, cause });
+    let url = `${this.url}${PREFIX}${path}${qs}`;
+    const signal = AbortSignal.timeout(Math.ceil(timeoutMs ?? this.timeoutMs));
+    for (let hops = 0; ; hops++) {
+      let response;
+      try {
+        // Redirects are followed here, not by fetch: one to another origin would hand the
+        // token and the call to a server that is not this idemwatch, and its answer (a
+        // forged replay) would be believed.
+        response = await this.fetch(url, {
+          method,
+          headers,
+          body: body === undefined ? undefined : JSON.stringify(body),
+          signal,
+          redirect: "manual",
+        });
+      } catch (cause) {
+        const why = cause?.cause?.code || cause?.cause?.message;
+        throw new Unavailable(
+          `could not reach idemwatch at ${url}: ${cause?.name ?? "Error"}: ${cause?.message ?? cause}${why ? ` (${why})` : ""}`,
+          { key, cause },
+        );
+      }
+      if (response.status < 300 || response.status >= 400 || !response.headers.get("location")) return check(response, key);
+      const next = new URL(response.headers.get("location"), url);
+      if (next.origin !== new URL(url).origin) {
+        throw new ConfigurationError(
+          `idemwatch at ${url} answered HTTP ${response.status} redirecting to another origin (${next.origin}): refused, the token and the call stay with ${new URL(url).origin}; point the client at the guard's own URL`,
+          { key, status: response.status },
+        );
+      }
+      if (hops >= MAX_REDIRECTS) {
+        throw new ConfigurationError(`idemwatch at ${this.url} redirected more than ${MAX_REDIRECTS} times`, { key, status: response.status });
+      }
+      url = next.href;
     }
-    return check(response, key);
   }
 
   /** Step 1: claim the key, or learn its stored outcome (`POST /admit`). */
@@ -153,8 +193,10 @@ export class Client {
   async getKey(key, { afterToken, wait } = {}) {
     const query = {};
     if (afterToken != null) query.after_token = String(afterToken);
-    if (wait != null) query.wait = String(Math.max(1, Math.min(MAX_WAIT_SECONDS, Math.ceil(wait))));
-    const timeoutMs = this.timeoutMs + (wait ?? 0) * 1000;
+    // Whole seconds (the server's unit), and the request's own deadline past the wait.
+    const waitSeconds = wait == null ? 0 : Math.max(1, Math.min(MAX_WAIT_SECONDS, Math.ceil(wait)));
+    if (wait != null) query.wait = String(waitSeconds);
+    const timeoutMs = Math.ceil(this.timeoutMs + waitSeconds * 1000);
     return keyStateFrom(await this.#request("GET", `/keys/${encodeURIComponent(key)}`, { query, key, timeoutMs }));
   }
 
@@ -165,14 +207,24 @@ export class Client {
    */
   async waitForPerson(key, timeoutSeconds, { afterToken } = {}) {
     const deadline = Date.now() + timeoutSeconds * 1000;
-    let state = await this.getKey(key);
+    let state = await retrying(() => this.getKey(key), deadline);
     const token = afterToken ?? state.fencingToken;
     while (state.fencingToken === token && state.awaitingPerson) {
       const left = (deadline - Date.now()) / 1000;
       if (left <= 0) break;
-      state = await this.getKey(key, { afterToken: token, wait: Math.min(left, MAX_WAIT_SECONDS) });
+      state = await retrying(() => this.getKey(key, { afterToken: token, wait: Math.min(left, MAX_WAIT_SECONDS) }), deadline);
     }
     return state;
+  }
+
+  /**
+   * The keys of one run or one business object, newest first (read-only, bounded;
+   * `GET /keys?workflow_id=…`): what a status tool asks.
+   */
+  async listKeys({ workflowId, businessRef, tenant, tool, limit } = {}) {
+    if (!workflowId && !businessRef) throw new TypeError("listKeys needs workflowId or businessRef");
+    const query = dropUndefined({ workflow_id: workflowId, business_ref: businessRef, tenant, tool, limit: limit == null ? undefined : String(limit) });
+    return (await this.#request("GET", "/keys", { query })).keys;
   }
 
   /**

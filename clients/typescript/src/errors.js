@@ -28,11 +28,15 @@ export class InFlight extends IdemwatchError {
 
 /** The intent was first used with other business arguments. Never retry as is. */
 export class PayloadMismatch extends IdemwatchError {
-  constructor(detail, { differingFields = [], storedFingerprint = null, fingerprint = null, ...opts } = {}) {
+  constructor(detail, { differingFields = [], storedFingerprint = null, fingerprint = null, intentKey = null, ...opts } = {}) {
     super(detail, opts);
     this.differingFields = differingFields;
     this.storedFingerprint = storedFingerprint;
     this.fingerprint = fingerprint;
+    /** Set when the tool's natural key led to another intent's key (`key`): this caller's own key. */
+    this.intentKey = intentKey;
+    /** That first action's state (`GET /keys/{key}`), when the client could read it. */
+    this.existing = null;
   }
   get advice() { return "never retry as is: a changed action needs a new intent id"; }
 }
@@ -48,6 +52,12 @@ export class OutcomeUnknown extends IdemwatchError {
   constructor(detail, { reason = "", ...opts } = {}) { super(detail, opts); this.reason = reason; }
   get retryable() { return true; }
   get advice() { return "retry with the same intent: the guard looks the effect up before any resend"; }
+}
+
+/** The provider acted (`result`) but idemwatch could not record it: done, not yet recorded. */
+export class DoneNotRecorded extends OutcomeUnknown {
+  constructor(detail, { result = null, ...opts } = {}) { super(detail, opts); this.result = result; }
+  get advice() { return "do not act again: it is done; the next run of the intent records it"; }
 }
 
 /** The provider forgot the key and shows no effect: a resend could act twice. Stop. */
@@ -88,6 +98,11 @@ export class Forbidden extends IdemwatchError {
   get advice() { return "use a worker token allowed for this tenant and tool"; }
 }
 
+/** 401: the token is missing or wrong (not a question of its tenants or tools). */
+export class Unauthorized extends Forbidden {
+  get advice() { return "the token is missing or wrong: pass a worker token from the server's auth file (new Client({url, token}), e.g. from IDEMWATCH_TOKEN)"; }
+}
+
 /** No such key (never admitted, or pruned). */
 export class NotFound extends IdemwatchError {
   get advice() { return "run the intent again: there is no key to settle, reconcile or wait on"; }
@@ -100,11 +115,21 @@ export class Unavailable extends IdemwatchError {
   get advice() { return "not a failure: retry with the same intent later"; }
 }
 
+/** idemwatch could not be reached to admit the call, so the provider was not called: nothing was done. */
+export class NotAttempted extends Unavailable {
+  get advice() { return "nothing was done: retry with the same intent later"; }
+}
+
+/** The URL does not lead to an idemwatch guard (404 on a guard route), or the answer is not idemwatch's. Retrying cannot help. */
+export class ConfigurationError extends IdemwatchError {
+  get advice() { return "fix the client's configuration: the idemwatch URL or its token"; }
+}
+
 const BY_CODE = {
   invalid: InvalidRequest,
   unknown_tool: UnknownTool,
   forbidden: Forbidden,
-  unauthorized: Forbidden,
+  unauthorized: Unauthorized,
   not_found: NotFound,
   in_flight: InFlight,
   needs_human_review: NeedsHumanReview,
@@ -141,9 +166,15 @@ export function fromProblem(status, problem, { retryAfterHeader = null, key = nu
   let retryAfter = typeof doc.retry_after === "number" ? Math.max(0, doc.retry_after) : null;
   if (retryAfter === null) retryAfter = parseRetryAfter(retryAfterHeader);
   const common = { key: str(doc.key) ?? key, code, status, retryAfter, problem: doc };
+  if (status === 404 && str(doc.key) === null) {
+    // The guard's 404 always names the key it did not find; a 404 without one is a route
+    // that does not exist: the URL does not lead to an idemwatch guard.
+    return new ConfigurationError(`HTTP 404 from the guard route: the URL does not lead to an idemwatch guard (serve) of this version: ${detail}`, common);
+  }
   const Cls = code ? BY_CODE[code] : undefined;
   if (!Cls) {
-    if ((status === 401 || status === 403) && !code) return new Forbidden(detail, common);
+    if (status === 401) return new Unauthorized(detail, common);
+    if (status === 403 && !code) return new Forbidden(detail, common);
     return new Unavailable(detail, common);
   }
   switch (Cls) {
@@ -155,6 +186,7 @@ export function fromProblem(status, problem, { retryAfterHeader = null, key = nu
         differingFields: Array.isArray(doc.differing_fields) ? doc.differing_fields.map(String) : [],
         storedFingerprint: str(doc.stored_fingerprint),
         fingerprint: str(doc.fingerprint),
+        intentKey: str(doc.intent_key),
       });
     case NeedsHumanReview:
       return new NeedsHumanReview(detail, { ...common, providerRetentionUntil: str(doc.provider_retention_until) });

@@ -4,9 +4,11 @@ export type JSONValue = null | boolean | number | string | JSONValue[] | { [key:
 export type JSONObject = { [key: string]: JSONValue };
 
 /**
- * What the caller meant to do, stable across every retry of that intent. Take the fields
- * from the orchestrator's recorded state (run id, step, tool-call id): never a random
- * value, never the clock. The tool's name comes from the guarded tool.
+ * What the caller meant to do, stable across every retry of that intent. The fields name
+ * the action — the run and the business object (`workflowId` the run's id, `intentId`
+ * "order:A-88214") — from the orchestrator's recorded state: never random, the clock, the
+ * turn, a step counter or the tool-call id (a re-issued call gets a new one and acts again).
+ * The tool's name comes from the guarded tool.
  */
 export interface Intent {
   tenant: string;
@@ -91,6 +93,23 @@ export interface ToolOptions<R = JSONValue> {
   backoffCapMs?: number;
 }
 
+/** One row of `GET /api/v1/guard/keys?…`. */
+export interface KeyListing {
+  key: string;
+  tenant: string;
+  tool: string;
+  workflow_id: string;
+  step_id: string;
+  intent_id: string;
+  business_ref: string | null;
+  status: "IN_PROGRESS" | "DONE" | "FAILED" | "UNKNOWN";
+  fencing_token: number;
+  attempt_count: number;
+  lease_until: string;
+  created_at: string;
+  updated_at: string;
+}
+
 export interface ClientOptions {
   url: string;
   /** A bearer token with the `worker` role (none on a loopback server without auth). */
@@ -126,6 +145,8 @@ export declare class Client {
   ): Promise<Decision>;
   getKey(key: string, options?: { afterToken?: number; wait?: number }): Promise<KeyState>;
   waitForPerson(key: string, timeoutSeconds: number, options?: { afterToken?: number }): Promise<KeyState>;
+  /** The keys of one run or one business object, newest first (`GET /keys?…`, at most `limit`, ≤ 100). */
+  listKeys(options: { workflowId?: string; businessRef?: string; tenant?: string; tool?: string; limit?: number }): Promise<KeyListing[]>;
   tool<R = JSONValue>(name: string, options: ToolOptions<R>): GuardedTool<R>;
 }
 
@@ -166,12 +187,20 @@ export declare class PayloadMismatch extends IdemwatchError {
   readonly differingFields: string[];
   readonly storedFingerprint: string | null;
   readonly fingerprint: string | null;
+  /** Set when the tool's natural key led to another intent's key (`key`): this caller's own key. */
+  readonly intentKey: string | null;
+  /** The first action's state, when the client could read it. */
+  existing: KeyState | null;
 }
 export declare class OperationFailed extends IdemwatchError {
   readonly error: string;
 }
 export declare class OutcomeUnknown extends IdemwatchError {
   readonly reason: string;
+}
+/** The provider acted but idemwatch could not record it: done, not yet recorded. */
+export declare class DoneNotRecorded extends OutcomeUnknown {
+  readonly result: JSONValue;
 }
 export declare class NeedsHumanReview extends IdemwatchError {
   readonly providerRetentionUntil: string | null;
@@ -187,7 +216,12 @@ export declare class IntentRequired extends InvalidRequest {}
 export declare class UnknownTool extends InvalidRequest {}
 export declare class Forbidden extends IdemwatchError {}
 export declare class NotFound extends IdemwatchError {}
+export declare class Unauthorized extends Forbidden {}
 export declare class Unavailable extends IdemwatchError {}
+/** idemwatch could not be reached to admit the call: nothing was done. */
+export declare class NotAttempted extends Unavailable {}
+/** A URL that is not an idemwatch guard (404 on a guard route), or a redirect to another origin. */
+export declare class ConfigurationError extends IdemwatchError {}
 
 export declare function fromProblem(
   status: number,
@@ -196,6 +230,8 @@ export declare function fromProblem(
 ): IdemwatchError;
 export declare function parseRetryAfter(value: string | null | undefined, now?: number): number | null;
 export declare function requireIntent(intent: unknown): Intent;
+/** The guarded call in progress inside `execute`/`findByKey` (or a framework tool an adapter wraps), else null. */
+export declare function currentCall(): CallContext | null;
 export declare function describe(error: unknown, timeoutSeconds?: number): string;
 export declare function classifyError(classify: ToolOptions["classify"], error: unknown): ErrorClass;
 export declare function backoffDelayMs(attempt: number, retryAfter: number | null, baseMs: number, capMs: number): number;
@@ -207,7 +243,10 @@ export type ModelStatus =
   | "unknown"
   | "in_flight"
   | "payload_mismatch"
-  | "needs_human_review";
+  | "needs_human_review"
+  | "not_attempted"
+  | "done_not_recorded"
+  | "already_requested";
 export declare const STATUSES: readonly ModelStatus[];
 
 /** What a tool hands back to the model. */
@@ -218,5 +257,44 @@ export interface ModelResult {
   error?: string;
   differing_fields?: string[];
   retry_after_seconds?: number;
+  /** The key to ask the status tool about (unknown, needs_human_review, already_requested…). */
+  key?: string;
+  existing_status?: string;
 }
-export declare function forModel(value: Outcome<unknown> | unknown, options?: { action?: string }): ModelResult;
+/**
+ * `sameKey`: the caller derives the intent from the run and the business object, so a call
+ * the model makes again reaches the same key; only then is the model told calling again is safe.
+ */
+export declare function forModel(value: Outcome<unknown> | unknown, options?: { action?: string; sameKey?: boolean }): ModelResult;
+
+/** The run a model acts in, from the harness's recorded state. */
+export interface Run {
+  tenant: string;
+  runId: string;
+  /** Business object (`order:A-88214`) -> an approved extra action on it. */
+  approvals?: Record<string, Approval>;
+}
+export interface Approval {
+  readonly number: number;
+  readonly reason: string;
+  readonly approvedBy: string;
+}
+export declare function approval(a: { number: number; reason: string; approvedBy: string }): Approval;
+export declare function businessObject(objectFields: string[], args: JSONObject): string;
+export declare const STATUS_KEYS: number;
+
+/** A guarded tool as a model calls it: the intent names the action (run + business object), never the turn. */
+export declare class AgentTool<R = JSONValue> {
+  constructor(guarded: GuardedTool<R>, options: { objectFields: string[]; action?: string; numberField?: string | null });
+  readonly name: string;
+  prepare(run: Run, args: JSONObject): { intent: Intent; args: JSONObject; businessRef: string };
+  call(run: Run, args: JSONObject): Promise<ModelResult>;
+}
+
+/** The read-only status tool for the model. */
+export declare class StatusTool {
+  static readonly NAME: string;
+  static readonly DESCRIPTION: string;
+  constructor(client: Client, tools: AgentTool<unknown>[]);
+  ask(run: Run, options: { tool?: string; args?: JSONObject; key?: string }): Promise<{ status: string; next: string; actions?: JSONObject[] }>;
+}

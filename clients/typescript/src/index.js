@@ -3,8 +3,12 @@
 // this package calls your provider when the server says so and reports what happened.
 
 export { Client, defaultWorker, MAX_WAIT_SECONDS, VERSION } from "./client.js";
-export { GuardedTool, backoffDelayMs, classifyError, describe, requireIntent } from "./tool.js";
+export { GuardedTool, backoffDelayMs, classifyError, currentCall, describe, requireIntent } from "./tool.js";
 export {
+  ConfigurationError,
+  DoneNotRecorded,
+  NotAttempted,
+  Unauthorized,
   Forbidden,
   IdemwatchError,
   InFlight,
@@ -22,3 +26,4 @@ export {
   parseRetryAfter,
 } from "./errors.js";
 export { STATUSES, forModel } from "./results.js";
+export { AgentTool, STATUS_KEYS, StatusTool, approval, businessObject } from "./agent.js";

@@ -2,9 +2,33 @@
 // runs it". Every decision is the server's; this loop calls the provider when told to
 // (execute, reconcile) and reports what happened.
 
-import { InFlight, IntentRequired, NeedsHumanReview, OperationFailed, OutcomeUnknown, Unavailable } from "./errors.js";
+import {
+  DoneNotRecorded,
+  IdemwatchError,
+  InFlight,
+  IntentRequired,
+  NeedsHumanReview,
+  NotAttempted,
+  OperationFailed,
+  OutcomeUnknown,
+  PayloadMismatch,
+  Unavailable,
+} from "./errors.js";
+
+import { AsyncLocalStorage } from "node:async_hooks";
 
 const MAX_TEXT = 1000;
+/** The guarded call in progress in this async context (see `currentCall`). */
+const calls = new AsyncLocalStorage();
+
+/**
+ * The guarded call in progress (`{key, fencingToken, timeoutSeconds, signal, …}`) inside
+ * `execute` or `findByKey`, or null outside one: what a framework's own tool function
+ * reads the idempotency key from when an adapter wraps it.
+ */
+export function currentCall() {
+  return calls.getStore() ?? null;
+}
 const INTENT_FIELDS = ["tenant", "workflowId", "stepId", "intentId"];
 
 /** Refuses to run without an intent from the caller: every field a non-empty string. */
@@ -115,8 +139,16 @@ export class GuardedTool {
         d = await this.client.admit(this.name, intent, args, { businessRef });
         break;
       } catch (e) {
+        if (e instanceof PayloadMismatch && e.intentKey && e.key) {
+          // A natural-key refusal names the first action: read its state for the model.
+          e.existing = await this.client.getKey(e.key).catch(() => null);
+          throw e;
+        }
+        if (e instanceof Unavailable) {
+          throw new NotAttempted(`nothing was done: ${e.detail}`, { key: e.key, code: e.code, status: e.status, retryAfter: e.retryAfter, problem: e.problem, cause: e });
+        }
         if (!(e instanceof InFlight) || attempt >= this.inFlightRetries) throw e;
-        await sleep(backoffDelayMs(attempt, e.retryAfter, this.backoffBaseMs, this.backoffCapMs));
+        await this.#awaitHolder(e, attempt);
       }
     }
     for (;;) {
@@ -129,6 +161,25 @@ export class GuardedTool {
     }
   }
 
+  /**
+   * Waits for the worker holding the key to finish (the server's long poll wakes when the
+   * key is settled or taken over) instead of sleeping out its lease; the backoff when the
+   * key cannot be read.
+   */
+  async #awaitHolder(e, attempt) {
+    const delayMs = backoffDelayMs(attempt, e.retryAfter, this.backoffBaseMs, this.backoffCapMs);
+    if (e.key) {
+      try {
+        const state = await this.client.getKey(e.key);
+        if (state.status === "IN_PROGRESS") await this.client.getKey(e.key, { afterToken: state.fencingToken, wait: delayMs / 1000 });
+        return;
+      } catch (err) {
+        if (!(err instanceof IdemwatchError)) throw err;
+      }
+    }
+    await sleep(delayMs);
+  }
+
   #context(d, signal) {
     const timeoutSeconds = d.policy?.callTimeoutSeconds ?? 0;
     return { key: d.key, fencingToken: d.fencingToken, timeoutSeconds, leaseUntil: d.leaseUntil, policy: d.policy, signal };
@@ -139,7 +190,10 @@ export class GuardedTool {
     const timeout = d.policy?.callTimeoutSeconds ?? 0;
     let result;
     try {
-      result = await withDeadline(timeout, (signal) => this.execute(d.key, structuredClone(d.args ?? {}), this.#context(d, signal)));
+      result = await withDeadline(timeout, (signal) => {
+        const ctx = this.#context(d, signal);
+        return calls.run(ctx, () => this.execute(d.key, structuredClone(d.args ?? {}), ctx));
+      });
     } catch (error) {
       const durationMs = Date.now() - started;
       if (classifyError(this.classify, error) === "definitive") {
@@ -161,7 +215,16 @@ export class GuardedTool {
     } catch (e) {
       if (!(e instanceof Unavailable)) throw e;
       // The outcome could not be recorded: the key stays claimed until its lease ends,
-      // and a retry reconciles with the provider. Never a failure.
+      // and a retry reconciles with the provider. Never a failure; a success stays one.
+      if (outcome === "done") {
+        throw new DoneNotRecorded(`${this.name} key ${d.key} acted but could not record it: ${e.detail}`, {
+          key: d.key,
+          reason: "could not record outcome done",
+          code: "unknown",
+          result: extra.result,
+          cause: e,
+        });
+      }
       throw new OutcomeUnknown(`could not record outcome ${outcome} of key ${d.key}: ${e.detail}`, {
         key: d.key,
         reason: `could not record outcome ${outcome}`,
@@ -176,7 +239,10 @@ export class GuardedTool {
     const timeout = d.policy?.callTimeoutSeconds ?? 0;
     let found;
     try {
-      found = await withDeadline(timeout, (signal) => this.findByKey(d.key, this.#context(d, signal)));
+      found = await withDeadline(timeout, (signal) => {
+        const ctx = this.#context(d, signal);
+        return calls.run(ctx, () => this.findByKey(d.key, ctx));
+      });
     } catch (error) {
       return this.client.reconcile(d.key, d.fencingToken, "failed", { error: describe(error, timeout), durationMs: Date.now() - started });
     }

@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import { spawn, spawnSync } from "node:child_process";
 import { randomUUID } from "node:crypto";
 import { existsSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { after, afterEach, before, beforeEach, describe, test } from "node:test";
 import {
   Client,
@@ -26,7 +27,7 @@ const ARGS = { order: "A-88214", amount_p: 4500, reason: "arrived late" };
 // orchestrator takes the run id from its recorded state).
 const RUN = randomUUID().slice(0, 12);
 let seq = 0;
-const SUPPORT = join(REPO, "clients", "typescript", "test", "support");
+const SUPPORT = join(dirname(fileURLToPath(import.meta.url)), "support");
 
 function run(cmd, args, env, timeoutMs = 120_000) {
   return new Promise((resolve) => {

@@ -13,6 +13,7 @@
 mod access;
 mod answer;
 mod body;
+mod status;
 mod wait;
 mod wire;
 
@@ -32,6 +33,7 @@ pub fn router() -> Router<AppState> {
         .route("/api/v1/guard/admit", post(admit))
         .route("/api/v1/guard/settle", post(settle))
         .route("/api/v1/guard/reconcile", post(reconcile))
+        .route("/api/v1/guard/keys", get(status::list))
         .route("/api/v1/guard/keys/{key}", get(key_state))
 }
 

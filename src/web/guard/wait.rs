@@ -1,7 +1,8 @@
 //! `GET /api/v1/guard/keys/{key}`: a key's state, and the bounded long poll a run
 //! parked on human review waits with. It returns as soon as the key's fencing token
 //! differs from `after_token` (a person resolved or released it, or another worker took
-//! it over), or when the wait is over. A change made in this process wakes it at once
+//! it over), as soon as its status changes (the worker holding it settled: a second
+//! delivery waits for the first this way), or when the wait is over. A change made in this process wakes it at once
 //! (the guard's broadcast); one made by another replica is seen by re-reading the
 //! record every second.
 
@@ -25,12 +26,14 @@ pub async fn key_state(
     // not missed.
     let mut changes = state.guard.subscribe();
     let deadline = Instant::now() + query.wait;
+    let mut first_status = None;
     loop {
         let record = read(state, key).await?;
         let changed = query
             .after_token
             .is_some_and(|t| t != record.fencing_token.0);
-        if changed || query.after_token.is_none() || Instant::now() >= deadline {
+        let settled = *first_status.get_or_insert(record.status) != record.status;
+        if changed || settled || query.after_token.is_none() || Instant::now() >= deadline {
             let awaiting = awaiting_person(state, &record).await?;
             return Ok(Answer::state(record, changed, awaiting));
         }
@@ -51,14 +54,18 @@ async fn read(state: &AppState, key: &IdempotencyKey) -> Result<Record, Error> {
     })
 }
 
-/// UNKNOWN, escalated, and nobody has released it: a person must decide.
+/// UNKNOWN, escalated, and nobody has released it: a person must decide. A refused
+/// write after the escalation (a resolve refused with 422, a stale worker) changed
+/// nothing, so it does not end the wait: the last attempt that wrote is what counts.
 async fn awaiting_person(state: &AppState, record: &Record) -> Result<bool, Error> {
     if record.status != Status::Unknown || record.release_approved {
         return Ok(false);
     }
     let attempts = state.store.attempts(&record.key).await?;
     Ok(attempts
-        .last()
+        .iter()
+        .rev()
+        .find(|a| a.kind != AttemptKind::StaleWriteRejected)
         .is_some_and(|a| a.kind == AttemptKind::Escalated))
 }
 

@@ -8,6 +8,8 @@ __version__ = "0.1.0"
 
 from ._client import AsyncClient, Client, default_worker
 from ._errors import (
+    ConfigurationError,
+    DoneNotRecorded,
     Forbidden,
     IdemwatchError,
     InFlight,
@@ -15,20 +17,31 @@ from ._errors import (
     InvalidRequest,
     LeaseLost,
     NeedsHumanReview,
+    NotAttempted,
     NotFound,
     OperationFailed,
     OutcomeUnknown,
     PayloadMismatch,
+    Unauthorized,
     Unavailable,
     UnknownTool,
     from_problem,
 )
 from ._tool import AsyncGuardedTool, GuardedTool
 from ._types import CallContext, Decision, ErrorClass, Intent, KeyState, Outcome, Policy, current_call
+from .agent import AgentTool, Approval, Run, StatusTool
 from .results import for_model
 
 __all__ = [
+    "AgentTool",
+    "Approval",
+    "Run",
+    "StatusTool",
     "AsyncClient",
+    "ConfigurationError",
+    "DoneNotRecorded",
+    "NotAttempted",
+    "Unauthorized",
     "AsyncGuardedTool",
     "CallContext",
     "Client",

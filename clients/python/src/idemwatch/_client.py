@@ -10,13 +10,14 @@ import json
 import os
 import socket
 import time
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 from urllib.parse import quote
 
 import httpx
 
 from . import __version__
-from ._errors import IdemwatchError, Unavailable, from_problem
+from ._errors import ConfigurationError, IdemwatchError, InvalidRequest, Unavailable, from_problem
 from ._types import JSON, Decision, ErrorClass, Intent, KeyState
 
 _PREFIX = "/api/v1/guard"
@@ -42,6 +43,31 @@ def _drop_none(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if v is not None}
 
 
+def _json_value(value: Any, where: str) -> Any:
+    """``value`` with every ``Decimal`` made a JSON number: a whole one as an int, another
+    as the float that writes the same digits. A Decimal no float writes exactly (more
+    digits than a double keeps) is refused by name: sent rounded, it would fingerprint
+    and pay a different amount."""
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise InvalidRequest(f"{where}: {value!r} is not a JSON number", field=where)
+        if value == value.to_integral_value():
+            return int(value)
+        as_float = float(value)
+        if Decimal(repr(as_float)) != value:
+            raise InvalidRequest(
+                f"{where}: {value!r} has more digits than a JSON number keeps exactly; send "
+                f"the amount in minor units (an int, e.g. pence) or as a string",
+                field=where,
+            )
+        return as_float
+    if isinstance(value, Mapping):
+        return {k: _json_value(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
 def _admit_body(
     tool: str, intent: Intent, args: Mapping[str, JSON], business_ref: str | None, worker: str
 ) -> dict[str, Any]:
@@ -49,7 +75,7 @@ def _admit_body(
         {
             "intent": intent.to_json(tool),
             "business_ref": business_ref,
-            "args": dict(args),
+            "args": _json_value(dict(args), "args"),
             "worker": worker,
         }
     )
@@ -61,6 +87,16 @@ def _check(response: httpx.Response, key: str | None = None) -> dict[str, Any]:
         body = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
         body = None
+    if response.is_redirect:
+        # Never followed: a redirect could hand the token and the call to another server,
+        # whose answer (a forged replay) would be believed. Retrying cannot help either.
+        raise ConfigurationError(
+            f"idemwatch at {response.request.url} answered HTTP {response.status_code} redirecting "
+            f"to {response.headers.get('Location')!r}: refused; point the client at the guard's "
+            f"own URL",
+            status=response.status_code,
+            key=key,
+        )
     if response.is_success:
         if not isinstance(body, dict):
             raise Unavailable(
@@ -184,7 +220,7 @@ class Client(_Base):
             }
         )
         if outcome == "done":
-            body["result"] = result
+            body["result"] = _json_value(result, "result")
         return Decision.from_json(self._request("POST", "/settle", body=body, key=key))
 
     def reconcile(
@@ -210,7 +246,7 @@ class Client(_Base):
             }
         )
         if lookup == "found":
-            body["result"] = result
+            body["result"] = _json_value(result, "result")
         return Decision.from_json(self._request("POST", "/reconcile", body=body, key=key))
 
     def get_key(
@@ -224,6 +260,20 @@ class Client(_Base):
         )
         return KeyState.from_json(data)
 
+    def list_keys(
+        self,
+        *,
+        workflow_id: str | None = None,
+        business_ref: str | None = None,
+        tenant: str | None = None,
+        tool: str | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        """The keys of one run or one business object, newest first (read-only, bounded;
+        ``GET /keys?workflow_id=…``): what a status tool asks."""
+        params = _list_params(workflow_id, business_ref, tenant, tool, limit)
+        return list(self._request("GET", "/keys", params=params)["keys"])
+
     def wait_for_person(
         self, key: str, timeout: float, *, after_token: int | None = None
     ) -> KeyState:
@@ -231,14 +281,17 @@ class Client(_Base):
         with the server's long poll. Returns the latest state: check ``awaiting_person``,
         then run the same intent again (it replays, fails, or reconciles)."""
         deadline = time.monotonic() + timeout
-        state = self.get_key(key)
+        state = _retrying(lambda: self.get_key(key), deadline, time.sleep)
         if after_token is None:
             after_token = state.fencing_token
         while state.fencing_token == after_token and state.awaiting_person:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            state = self.get_key(key, after_token=after_token, wait=min(left, MAX_WAIT_SECONDS))
+            wait = min(left, MAX_WAIT_SECONDS)
+            state = _retrying(
+                lambda: self.get_key(key, after_token=after_token, wait=wait), deadline, time.sleep
+            )
         return state
 
     def tool(
@@ -376,7 +429,7 @@ class AsyncClient(_Base):
             }
         )
         if outcome == "done":
-            body["result"] = result
+            body["result"] = _json_value(result, "result")
         return Decision.from_json(await self._request("POST", "/settle", body=body, key=key))
 
     async def reconcile(
@@ -400,7 +453,7 @@ class AsyncClient(_Base):
             }
         )
         if lookup == "found":
-            body["result"] = result
+            body["result"] = _json_value(result, "result")
         return Decision.from_json(await self._request("POST", "/reconcile", body=body, key=key))
 
     async def get_key(
@@ -413,19 +466,32 @@ class AsyncClient(_Base):
         )
         return KeyState.from_json(data)
 
+    async def list_keys(
+        self,
+        *,
+        workflow_id: str | None = None,
+        business_ref: str | None = None,
+        tenant: str | None = None,
+        tool: str | None = None,
+        limit: int | None = None,
+    ) -> list[dict[str, Any]]:
+        params = _list_params(workflow_id, business_ref, tenant, tool, limit)
+        return list((await self._request("GET", "/keys", params=params))["keys"])
+
     async def wait_for_person(
         self, key: str, timeout: float, *, after_token: int | None = None
     ) -> KeyState:
         deadline = time.monotonic() + timeout
-        state = await self.get_key(key)
+        state = await _aretrying(lambda: self.get_key(key), deadline)
         if after_token is None:
             after_token = state.fencing_token
         while state.fencing_token == after_token and state.awaiting_person:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            state = await self.get_key(
-                key, after_token=after_token, wait=min(left, MAX_WAIT_SECONDS)
+            wait = min(left, MAX_WAIT_SECONDS)
+            state = await _aretrying(
+                lambda: self.get_key(key, after_token=after_token, wait=wait), deadline
             )
         return state
 
@@ -476,6 +542,57 @@ class AsyncClient(_Base):
             )
 
         return wrap
+
+
+def _list_params(
+    workflow_id: str | None,
+    business_ref: str | None,
+    tenant: str | None,
+    tool: str | None,
+    limit: int | None,
+) -> dict[str, Any]:
+    if not workflow_id and not business_ref:
+        raise ValueError("list_keys needs workflow_id or business_ref")
+    return _drop_none(
+        {
+            "workflow_id": workflow_id,
+            "business_ref": business_ref,
+            "tenant": tenant,
+            "tool": tool,
+            "limit": limit,
+        }
+    )
+
+
+#: How long a waiter pauses before asking again after idemwatch could not answer.
+_OUTAGE_PAUSE = 0.5
+
+
+def _retrying(ask: Callable[[], KeyState], deadline: float, sleep: Callable[[float], None]) -> KeyState:
+    """``ask()``, asked again while idemwatch is unavailable (a restart, a network blip)
+    until ``deadline``; then the last error. A person's decision outlives a restart."""
+    while True:
+        try:
+            return ask()
+        except Unavailable:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            sleep(min(_OUTAGE_PAUSE, left))
+
+
+async def _aretrying(ask: Callable[[], Any], deadline: float) -> KeyState:
+    """The asyncio twin of :func:`_retrying`."""
+    import asyncio
+
+    while True:
+        try:
+            return await ask()
+        except Unavailable:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise
+            await asyncio.sleep(min(_OUTAGE_PAUSE, left))
 
 
 def _wait_param(wait: float | None) -> int | None:

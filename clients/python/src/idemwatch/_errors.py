@@ -65,12 +65,18 @@ class PayloadMismatch(IdemwatchError):
         differing_fields: list[str] | None = None,
         stored_fingerprint: str | None = None,
         fingerprint: str | None = None,
+        intent_key: str | None = None,
         **kw: Any,
     ) -> None:
         super().__init__(detail, **kw)
         self.differing_fields = list(differing_fields or [])
         self.stored_fingerprint = stored_fingerprint
         self.fingerprint = fingerprint
+        #: Set when the tool's natural key led to another intent's key (``key``): this
+        #: caller's own key. The action was already requested by that other intent.
+        self.intent_key = intent_key
+        #: That first action's state (``GET /keys/{key}``), when the client could read it.
+        self.existing: Any = None
 
 
 class OperationFailed(IdemwatchError):
@@ -92,6 +98,17 @@ class OutcomeUnknown(IdemwatchError):
     def __init__(self, detail: str, *, reason: str = "", **kw: Any) -> None:
         super().__init__(detail, **kw)
         self.reason = reason
+
+
+class DoneNotRecorded(OutcomeUnknown):
+    """The provider acted (``result``) but idemwatch could not record it: the key stays
+    claimed until its lease ends and the next run of the intent finds the effect. Done."""
+
+    advice = "do not act again: it is done; the next run of the intent records it"
+
+    def __init__(self, detail: str, *, result: Any = None, **kw: Any) -> None:
+        super().__init__(detail, **kw)
+        self.result = result
 
 
 class NeedsHumanReview(IdemwatchError):
@@ -151,6 +168,15 @@ class Forbidden(IdemwatchError):
     advice = "use a worker token allowed for this tenant and tool"
 
 
+class Unauthorized(Forbidden):
+    """401: the token is missing or wrong (not a question of its tenants or tools)."""
+
+    advice = (
+        "the token is missing or wrong: pass a worker token from the server's auth file "
+        "(Client(url, token=...), e.g. from IDEMWATCH_TOKEN)"
+    )
+
+
 class NotFound(IdemwatchError):
     """No such key (never admitted, or pruned)."""
 
@@ -165,11 +191,25 @@ class Unavailable(IdemwatchError):
     advice = "not a failure: retry with the same intent later"
 
 
+class NotAttempted(Unavailable):
+    """idemwatch could not be reached to admit the call, so the provider was not called:
+    nothing was done by this attempt. Retry with the same intent later."""
+
+    advice = "nothing was done: retry with the same intent later"
+
+
+class ConfigurationError(IdemwatchError):
+    """The URL does not lead to an idemwatch guard (404 on a guard route, or an answer that
+    is not idemwatch's), or the token is missing or wrong (401). Retrying cannot help."""
+
+    advice = "fix the client's configuration: the idemwatch URL or its token"
+
+
 _BY_CODE: dict[str, type[IdemwatchError]] = {
     "invalid": InvalidRequest,
     "unknown_tool": UnknownTool,
     "forbidden": Forbidden,
-    "unauthorized": Forbidden,
+    "unauthorized": Unauthorized,
     "not_found": NotFound,
     "in_flight": InFlight,
     "needs_human_review": NeedsHumanReview,
@@ -224,9 +264,19 @@ def from_problem(
         "retry_after": retry_after,
         "problem": doc,
     }
+    if status == 404 and not isinstance(doc.get("key"), str):
+        # The guard's 404 always names the key it did not find; a 404 without one is a
+        # route that does not exist: the URL does not lead to an idemwatch guard.
+        return ConfigurationError(
+            f"HTTP 404 from the guard route: the URL does not lead to an idemwatch guard "
+            f"(serve) of this version: {detail}",
+            **common,
+        )
     cls = _BY_CODE.get(code or "")
     if cls is None:
-        if status in (401, 403) and code is None:
+        if status == 401:
+            return Unauthorized(detail, **common)
+        if status == 403 and code is None:
             return Forbidden(detail, **common)
         return Unavailable(detail, **common)
     if cls is InFlight:
@@ -238,6 +288,7 @@ def from_problem(
             differing_fields=[str(f) for f in fields] if isinstance(fields, list) else [],
             stored_fingerprint=doc.get("stored_fingerprint"),
             fingerprint=doc.get("fingerprint"),
+            intent_key=doc.get("intent_key") if isinstance(doc.get("intent_key"), str) else None,
             **common,
         )
     if cls is NeedsHumanReview:

@@ -7,17 +7,23 @@ Every decision is the server's; this loop only calls the provider when told to
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import inspect
 import random
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
 
 from ._errors import (
+    DoneNotRecorded,
     IdemwatchError,
     InFlight,
     NeedsHumanReview,
+    NotAttempted,
     OperationFailed,
     OutcomeUnknown,
+    PayloadMismatch,
     Unavailable,
 )
 from ._types import (
@@ -128,6 +134,32 @@ class _ToolBase:
             f"{self.name} failed definitively: {error}", key=d.key, error=error, code="failed"
         )
 
+    @staticmethod
+    def _not_attempted(exc: Unavailable) -> NotAttempted:
+        """idemwatch could not admit the call: the provider was not called."""
+        return NotAttempted(
+            f"nothing was done: {exc.detail}",
+            key=exc.key,
+            code=exc.code,
+            status=exc.status,
+            retry_after=exc.retry_after,
+            problem=exc.problem,
+        )
+
+    def _unrecorded(self, d: Decision, outcome: str, exc: Unavailable, kw: dict) -> OutcomeUnknown:
+        """The outcome could not be recorded: the key stays claimed until its lease ends,
+        and a retry reconciles with the provider. A success is still a success."""
+        reason = f"could not record outcome {outcome!r}: {exc.detail}"
+        if outcome == "done":
+            return DoneNotRecorded(
+                f"{self.name} key {d.key} acted but {reason}",
+                key=d.key,
+                reason=reason,
+                code="unknown",
+                result=kw.get("result"),
+            )
+        return self._unknown(d, reason)
+
     def _unknown(self, d: Decision, reason: str) -> OutcomeUnknown:
         return OutcomeUnknown(
             f"outcome of {self.name} key {d.key} is unknown ({reason})",
@@ -187,11 +219,38 @@ class GuardedTool(_ToolBase):
             except InFlight as exc:
                 if attempt >= self.in_flight_retries:
                     raise
-                time.sleep(
-                    backoff_delay(attempt, exc.retry_after, self.backoff_base, self.backoff_cap)
-                )
+                self._await_holder(exc, attempt)
                 attempt += 1
+            except PayloadMismatch as exc:
+                self._read_existing(exc)
+                raise
+            except Unavailable as exc:
+                raise self._not_attempted(exc) from exc
         return self._drive(d)
+
+    def _await_holder(self, exc: InFlight, attempt: int) -> None:
+        """Waits for the worker holding the key to finish (the server's long poll wakes
+        when the key is settled or taken over), instead of sleeping out its lease; falls
+        back to the backoff when the key cannot be read."""
+        delay = backoff_delay(attempt, exc.retry_after, self.backoff_base, self.backoff_cap)
+        if exc.key:
+            try:
+                state = self.client.get_key(exc.key)
+                if state.status == "IN_PROGRESS":
+                    self.client.get_key(exc.key, after_token=state.fencing_token, wait=delay)
+                return
+            except IdemwatchError:
+                pass
+        time.sleep(delay)
+
+    def _read_existing(self, exc: PayloadMismatch) -> None:
+        """A natural-key refusal names the first action's key: read its state, so the
+        model is told what exists (best effort: the refusal stands without it)."""
+        if exc.intent_key and exc.key:
+            try:
+                exc.existing = self.client.get_key(exc.key)
+            except IdemwatchError:
+                pass
 
     def _drive(self, d: Decision) -> Outcome:
         while True:
@@ -207,7 +266,7 @@ class GuardedTool(_ToolBase):
         started = time.monotonic()
         reset = _current.set(ctx)
         try:
-            result = self.execute(d.key, dict(d.args or {}))
+            result = _call_with_timeout(self.execute, ctx.timeout, d.key, dict(d.args or {}))
         except BaseException as exc:
             ms = _ms(started)
             if _classify(self.classify, exc) is ErrorClass.DEFINITIVE:
@@ -230,9 +289,7 @@ class GuardedTool(_ToolBase):
         try:
             self.client.settle(d.key, int(d.fencing_token or 0), outcome, **kw)
         except Unavailable as exc:
-            # The outcome could not be recorded: the key stays claimed until its lease
-            # ends, and a retry reconciles with the provider. Never a failure.
-            raise self._unknown(d, f"could not record outcome {outcome!r}: {exc.detail}") from exc
+            raise self._unrecorded(d, outcome, exc, kw) from exc
 
     def _reconcile(self, d: Decision) -> Decision:
         token = int(d.fencing_token or 0)
@@ -313,10 +370,17 @@ class AsyncGuardedTool(_ToolBase):
             except InFlight as exc:
                 if attempt >= self.in_flight_retries:
                     raise
-                await asyncio.sleep(
-                    backoff_delay(attempt, exc.retry_after, self.backoff_base, self.backoff_cap)
-                )
+                await self._await_holder(exc, attempt)
                 attempt += 1
+            except PayloadMismatch as exc:
+                if exc.intent_key and exc.key:
+                    try:
+                        exc.existing = await self.client.get_key(exc.key)
+                    except IdemwatchError:
+                        pass
+                raise
+            except Unavailable as exc:
+                raise self._not_attempted(exc) from exc
         while True:
             if d.decision == "execute":
                 return await self._execute(d)
@@ -324,6 +388,19 @@ class AsyncGuardedTool(_ToolBase):
                 d = await self._reconcile(d)
                 continue
             return _terminal(d)
+
+    async def _await_holder(self, exc: InFlight, attempt: int) -> None:
+        """The asyncio twin of :meth:`GuardedTool._await_holder`."""
+        delay = backoff_delay(attempt, exc.retry_after, self.backoff_base, self.backoff_cap)
+        if exc.key:
+            try:
+                state = await self.client.get_key(exc.key)
+                if state.status == "IN_PROGRESS":
+                    await self.client.get_key(exc.key, after_token=state.fencing_token, wait=delay)
+                return
+            except IdemwatchError:
+                pass
+        await asyncio.sleep(delay)
 
     async def _execute(self, d: Decision) -> Outcome:
         ctx = _context(d)
@@ -357,7 +434,7 @@ class AsyncGuardedTool(_ToolBase):
         try:
             await self.client.settle(d.key, int(d.fencing_token or 0), outcome, **kw)
         except Unavailable as exc:
-            raise self._unknown(d, f"could not record outcome {outcome!r}: {exc.detail}") from exc
+            raise self._unrecorded(d, outcome, exc, kw) from exc
 
     async def _reconcile(self, d: Decision) -> Decision:
         token = int(d.fencing_token or 0)
@@ -391,6 +468,29 @@ class AsyncGuardedTool(_ToolBase):
         return await self.client.wait_for_person(
             error.key, timeout, after_token=error.fencing_token
         )
+
+
+def _call_with_timeout(fn: Callable[..., Any], timeout: float, *args: Any) -> Any:
+    """``fn(*args)`` under the tool's call timeout: past it, a ``TimeoutError`` (an
+    ambiguous outcome). Python cannot stop a thread, so a call that overruns finishes in
+    the background and its answer is dropped: the key is UNKNOWN and the next run of the
+    intent looks the effect up at the provider."""
+    if not timeout or timeout <= 0:
+        return fn(*args)
+    ctx = contextvars.copy_context()
+    box: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    def target() -> None:
+        try:
+            box.set_result(ctx.run(fn, *args))
+        except BaseException as exc:  # carried to the caller's thread
+            box.set_exception(exc)
+
+    threading.Thread(target=target, name="idemwatch-call", daemon=True).start()
+    try:
+        return box.result(timeout)
+    except concurrent.futures.TimeoutError:
+        raise TimeoutError(f"the call took longer than {timeout:g} s") from None
 
 
 def _ms(started: float) -> int:

@@ -25,9 +25,11 @@ class ErrorClass(str, enum.Enum):
 class Intent:
     """What the caller meant to do, stable across every retry of that intent.
 
-    Take the fields from the orchestrator's recorded state (the run id, the step, the
-    tool call's id): never a random value, never the clock. The tool's name comes from
-    the guarded tool, so the same intent fields cannot collide across tools.
+    The fields name the action: the run and the business object (``workflow_id`` the
+    run's id, ``intent_id`` ``"order:A-88214"``), from the orchestrator's recorded state.
+    Never a random value, the clock, the turn, a step counter or the tool-call id: a model
+    that re-issues the call gets a new one, and a new key acts again. The tool's name comes
+    from the guarded tool, so the same intent fields cannot collide across tools.
     """
 
     tenant: str

@@ -10,7 +10,9 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
-export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
+// clients/run-tests.sh runs a copy of these tests against the installed tarball, from
+// outside the repository: it names the repository.
+export const REPO = process.env.IDEMWATCH_REPO || resolve(dirname(fileURLToPath(import.meta.url)), "../../../..");
 export const TOOLS_FILE = join(REPO, "clients", "testdata", "tools.toml");
 export const CI = ["1", "true", "yes"].includes((process.env.CI ?? "").toLowerCase());
 export const PG_SKIP = "*** SKIPPED (PostgreSQL unavailable: set IDEMWATCH_TEST_PG_URL or TEST_DATABASE_URL) ***";
