@@ -1,9 +1,12 @@
 //! The manifest an auditor checks a file against: what was asked for (filters), what
 //! came out (rows, keys, time range) and the SHA-256 of the content.
 
-use crate::evidence::ExportEvidence;
+use crate::evidence::keys::key_id;
+use crate::evidence::{ExportEvidence, Proofs, TrustedKeys};
+use crate::guard::canonical::canonical_json;
 use crate::store::{ExportFilter, micros};
 use chrono::{DateTime, Utc};
+use ed25519_dalek::{Signer, SigningKey};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -139,7 +142,30 @@ pub struct Manifest {
     /// CSV only: whether formula-like cells carry a leading `'` (absent: raw).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub csv_cells: Option<CsvCells>,
+    /// The manifest signed with the checkpoint signing key (an export by a server
+    /// that signs checkpoints, or `idemwatch export --signing-key`): what the file
+    /// claims to hold (filters, counts, digest, checkpoint) becomes the signer's
+    /// statement, so a file cut down with its manifest recomputed no longer verifies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<ManifestSignature>,
 }
+
+/// `signature` of a manifest (docs/EXPORT.md, "Signed manifests").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestSignature {
+    /// The signing key's id, as in checkpoints.
+    pub key_id: String,
+    /// What is signed, for a reader who has only the file.
+    pub covers: String,
+    /// Ed25519, 128 lowercase hex digits.
+    pub ed25519: String,
+}
+
+const SIGNING_CONTEXT: &str = "idemwatch manifest v1\n";
+
+pub const SIGNATURE_COVERS: &str = "Ed25519 over \"idemwatch manifest v1\\n\" + JCS(RFC 8785) of this manifest \
+    without `signature` (and without the NDJSON line's `type`), with `evidence.proofs` replaced by their \
+    number; see docs/EXPORT.md";
 
 pub const ORDER: &str = "key, seq";
 
@@ -167,5 +193,47 @@ impl Manifest {
 
     pub fn time_filtered_start(&self) -> bool {
         self.filters.since.is_some()
+    }
+
+    /// The bytes the signature covers ([`SIGNATURE_COVERS`]). The proofs are left
+    /// out (each is checked against the signed checkpoint's root anyway, and a whole
+    /// export's would have to be held in memory): their number stays.
+    fn signed_message(&self) -> Vec<u8> {
+        let mut unsigned = self.clone();
+        unsigned.signature = None;
+        let proofs = unsigned.evidence.as_mut().map(|e| {
+            let n = e.proofs.len();
+            e.proofs = Proofs::Listed(Vec::new());
+            n
+        });
+        let mut value = serde_json::to_value(&unsigned).expect("a manifest serialises");
+        if let Some(n) = proofs {
+            value["evidence"]["proofs"] = n.into();
+        }
+        let text = canonical_json(&value).expect("a manifest is canonicalisable");
+        format!("{SIGNING_CONTEXT}{text}").into_bytes()
+    }
+
+    /// Signs the manifest as it is now (its last change).
+    pub fn sign(&mut self, key: &SigningKey) {
+        self.signature = None;
+        let signature = key.sign(&self.signed_message());
+        self.signature = Some(ManifestSignature {
+            key_id: key_id(&key.verifying_key()),
+            covers: SIGNATURE_COVERS.into(),
+            ed25519: hex::encode(signature.to_bytes()),
+        });
+    }
+
+    /// Checks the signature with the trusted key it names: `None` when the manifest
+    /// is not signed.
+    pub fn check_signature(&self, trusted: &TrustedKeys) -> Option<Result<(), String>> {
+        let signature = self.signature.as_ref()?;
+        Some(trusted.verify(
+            "the manifest",
+            &signature.key_id,
+            &self.signed_message(),
+            &signature.ed25519,
+        ))
     }
 }

@@ -78,6 +78,9 @@ pub struct Shared {
     /// snapshot while its client reads, so a few stalled clients must not take the
     /// pool from the pages (docs/AUTH.md, Security).
     pub exports: Arc<tokio::sync::Semaphore>,
+    /// The checkpointer of a server that signs (`--signing-key`): its key signs export
+    /// manifests, and `?checkpoint=true` takes a checkpoint before an export.
+    pub checkpointer: Option<crate::evidence::Checkpointer>,
 }
 
 impl std::ops::Deref for AppState {
@@ -115,7 +118,17 @@ impl AppState {
             tools: Arc::default(),
             logins: Arc::new(LoginLimiter::default()),
             exports: Arc::new(tokio::sync::Semaphore::new(MAX_EXPORTS)),
+            checkpointer: None,
         }))
+    }
+
+    /// The same state signing exports with `checkpointer`'s key (docs/EXPORT.md).
+    pub fn with_checkpointer(
+        mut self,
+        checkpointer: Option<crate::evidence::Checkpointer>,
+    ) -> Self {
+        self.fields().checkpointer = checkpointer;
+        self
     }
 
     /// The same state allowing `n` concurrent export downloads.

@@ -5,7 +5,7 @@ use super::*;
 use crate::both_backends;
 use std::path::Path;
 
-async fn idemwatch(args: &[&str]) -> (i32, String, String) {
+pub(super) async fn idemwatch(args: &[&str]) -> (i32, String, String) {
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemwatch"))
         .args(args)
         .env_remove("DATABASE_URL")
@@ -21,12 +21,12 @@ async fn idemwatch(args: &[&str]) -> (i32, String, String) {
 }
 
 /// `idemwatch export --database-url <url> --format <format> <rest>`.
-async fn run_export(url: &str, format: &str, rest: &[&str]) -> (i32, String, String) {
+pub(super) async fn run_export(url: &str, format: &str, rest: &[&str]) -> (i32, String, String) {
     let args = [&["export", "--database-url", url, "--format", format], rest].concat();
     idemwatch(&args).await
 }
 
-fn path(p: &Path) -> &str {
+pub(super) fn path(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 

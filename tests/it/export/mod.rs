@@ -11,6 +11,8 @@ mod plan;
 mod prune;
 mod public_key;
 mod ranges;
+mod signed;
+mod signed_http;
 mod tamper;
 
 use crate::support::as_key;
