@@ -14,6 +14,7 @@ mod ranges;
 mod signed;
 mod signed_http;
 mod tamper;
+mod verdict;
 
 use crate::support::as_key;
 use crate::support::fixture::{Fixture, refund};
