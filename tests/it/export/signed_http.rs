@@ -1,9 +1,10 @@
 //! Signed exports over HTTP: a server with a signing key signs every manifest and
 //! takes a checkpoint for an export that asks (`?checkpoint=true`), so that nothing in
-//! it is unsigned; a server without one refuses the parameter by name.
+//! it is unsigned; a server without one refuses the parameter by name. The demo signs.
 
 use super::*;
 use crate::both_backends;
+use crate::support::server::{Server, get as get_raw, send_raw};
 use axum::body::{Body, to_bytes};
 use axum::http::{Request, StatusCode};
 use idemwatch::evidence::{Authenticity, Checkpointer, keys};
@@ -87,3 +88,42 @@ both_backends!(
         assert_eq!(status, StatusCode::BAD_REQUEST);
     }
 );
+
+/// Issue 50: the demo signs, so a new user sees the evidence path: the public key URL
+/// answers, and an export taken from the demo verifies with that key.
+#[tokio::test]
+async fn the_demo_signs_and_serves_its_public_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("demo.db").display());
+    let demo = Server::start("demo", &url, &["--rate", "5"]).await;
+    let (status, pem) = get_raw(&demo.addr, "/api/v1/checkpoints/public-key")
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{pem}");
+    let served = keys::parse_public_key(&pem).expect("a PEM Ed25519 public key");
+
+    // The demo's first calls land in its first second; until then there is nothing
+    // to checkpoint.
+    let trusted = TrustedKeys::new([served]);
+    let mut report = Report::default();
+    for _ in 0..100 {
+        report = verify_bytes(ndjson_from(&demo.addr).await.as_bytes(), &trusted);
+        if report.checkpoint_signature != Authenticity::Unsigned {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(report.is_intact(), "{:#?}", report.breaks);
+    assert_eq!(report.manifest_signature, Authenticity::Verified);
+    assert_eq!(report.checkpoint_signature, Authenticity::Verified);
+}
+
+/// `GET /export/attempts.ndjson?checkpoint=true` from a real server, the body as text
+/// (asked in HTTP/1.0, so that it is not chunked).
+async fn ndjson_from(addr: &str) -> String {
+    let request =
+        format!("GET /export/attempts.ndjson?checkpoint=true HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+    let (status, body) = send_raw(addr, &request).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    body
+}
