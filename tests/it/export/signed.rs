@@ -405,6 +405,22 @@ both_backends!(
             )),
             "{out}"
         );
+        // The auditor's flag on the database: every row is covered until the next call.
+        let auditor = [&both[..], &["--require-signed"]].concat();
+        let (code, out, _) = verify(&auditor).await;
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains("every row covered by a checkpoint"), "{out}");
+        f.guard
+            .run(&refund("R-2", 100, "9"), &f.client([]))
+            .await
+            .unwrap();
+        let (code, out, _) = verify(&auditor).await;
+        assert_eq!(code, 1, "{out}");
+        assert!(
+            out.starts_with("NOT SIGNED: database ")
+                && out.contains("2 rows in 1 keys are covered by no signed checkpoint"),
+            "{out}"
+        );
         // The environment takes both, separated by a comma.
         let env = format!("{},{}", path(&old_public), path(&new_public));
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_idemwatch"))
@@ -416,7 +432,9 @@ both_backends!(
             .unwrap();
         assert_eq!(out.status.code(), Some(0), "{out:?}");
 
-        // An export signed with the new key checks with the auditor's flag.
+        // An export signed with the new key, after it checkpointed that call, checks
+        // with the auditor's flag.
+        checkpoint_to(&f.store, &writer(&f, &new), 8).await;
         let file = dir.path().join("all.ndjson");
         let signing = ["--output", path(&file), "--signing-key", path(&new_private)];
         let (code, _, err) = run_export(url, "ndjson", &signing).await;
