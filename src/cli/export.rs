@@ -355,7 +355,7 @@ fn unsigned(report: &Report, file: bool) -> Vec<String> {
     let mut missing = Vec::new();
     if report.checkpoint_signature != Authenticity::Verified {
         missing.push(
-            "no checkpoint signature was verified with a trusted key (none is there: export with --checkpoint --signing-key)"
+            "no checkpoint signature was verified with a trusted key (there is none: take one with `idemwatch checkpoint`, or export with --checkpoint)"
                 .to_string(),
         );
     }
