@@ -74,16 +74,54 @@ impl CheckpointArgs {
 pub fn read_signing_key(path: &Path) -> anyhow::Result<SigningKey> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the signing key {}", path.display()))?;
+    refuse_open_permissions(path)?;
     keys::parse_signing_key(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// Refuses a signing key that group or others may read or write, as ssh refuses such
+/// a private key: whoever reads it can sign any history, so a key that was exposed
+/// must be replaced (docs/EXPORT.md, "Rotating the signing key"), not used.
+fn refuse_open_permissions(path: &Path) -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)
+            .with_context(|| format!("cannot read the signing key {}", path.display()))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            bail!(
+                "refusing the signing key {}: permissions {:04o} are too open. A signing key must be readable by its owner only (chmod 600 {}; in Kubernetes, defaultMode: 0400). Whoever could read it can sign any history: if others may have, make a new key (idemwatch new-signing-key) and rotate (docs/EXPORT.md)",
+                path.display(),
+                mode & 0o777,
+                path.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 pub fn read_public_key(path: &Path) -> anyhow::Result<VerifyingKey> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the public key {}", path.display()))?;
-    // A signing key file works too: its public half is derived.
-    keys::parse_public_key(&text)
-        .or_else(|_| keys::parse_signing_key(&text).map(|k| k.verifying_key()))
-        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    if let Ok(key) = keys::parse_public_key(&text) {
+        return Ok(key);
+    }
+    // A signing key file works, but an auditor should never hold one: whoever has it
+    // can sign any history. Said plainly, then its public half is used.
+    let key = keys::parse_signing_key(&text).map_err(|_| {
+        anyhow::anyhow!(
+            "{}: not an Ed25519 public key (PEM \"PUBLIC KEY\") nor a signing key",
+            path.display()
+        )
+    })?;
+    eprintln!(
+        "warning: {} is a PRIVATE signing key, not a public key: verifying with its public half (key id {}). Whoever holds this file can sign any history; give auditors the public key (`idemwatch public-key --signing-key {}`) and keep the private key only where idemwatch signs.",
+        path.display(),
+        keys::key_id(&key.verifying_key()),
+        path.display()
+    );
+    Ok(key.verifying_key())
 }
 
 #[derive(Debug, Clone, Args)]
@@ -94,20 +132,7 @@ pub struct NewSigningKeyArgs {
 }
 
 pub fn new_signing_key_command(args: NewSigningKeyArgs) -> anyhow::Result<()> {
-    use std::io::Write;
-    let key = keys::generate();
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file = options.open(&args.output).with_context(|| {
-        format!(
-            "cannot create {} (it must not exist)",
-            args.output.display()
-        )
-    })?;
-    file.write_all(keys::signing_key_pem(&key).as_bytes())?;
-    file.sync_all()?;
+    let key = write_new_signing_key(&args.output)?;
     eprintln!(
         "wrote the signing key to {} (key id {}); its public key:",
         args.output.display(),
@@ -115,6 +140,22 @@ pub fn new_signing_key_command(args: NewSigningKeyArgs) -> anyhow::Result<()> {
     );
     print!("{}", keys::public_key_pem(&key.verifying_key()));
     Ok(())
+}
+
+/// A new signing key in a new file at `path`, readable by its owner only.
+pub fn write_new_signing_key(path: &Path) -> anyhow::Result<SigningKey> {
+    use std::io::Write;
+    let key = keys::generate();
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("cannot create {} (it must not exist)", path.display()))?;
+    file.write_all(keys::signing_key_pem(&key).as_bytes())?;
+    file.sync_all()?;
+    Ok(key)
 }
 
 #[derive(Debug, Clone, Args)]

@@ -98,9 +98,19 @@ pub struct Every(pub Option<Duration>);
 /// shows first, early enough for a first look.
 const FIRST_INCIDENT: Duration = Duration::from_secs(120);
 
+/// Checkpoints a few times a minute: an export taken a moment after a change is
+/// already covered (docs/DEMO.md).
+const DEMO_CHECKPOINT_INTERVAL: &str = "15s";
+
 pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
     let retention = args.retention.checked().await?;
     let (url, temp_dir) = demo_database(args.database_url.as_deref())?;
+    // The demo signs as a production server does, with a key made for this run (gone
+    // with it), so the evidence path can be tried: the public key URL, checkpoints,
+    // signed exports that `idemwatch verify --require-signed` accepts.
+    let evidence = tempfile::tempdir().context("cannot make the demo's key directory")?;
+    let signing_key = evidence.path().join("signing.pem");
+    super::checkpoint::write_new_signing_key(&signing_key)?;
     // What `serve` would have been given: the demo runs the same service.
     let serve = ServeArgs {
         database: DatabaseArgs {
@@ -113,11 +123,12 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
         metrics: args.metrics.clone(),
         auth: args.auth.clone(),
         guard: args.guard.clone(),
-        // The demo signs nothing: no key of its own to keep.
         checkpoints: super::CheckpointArgs {
-            signing_key: None,
-            checkpoint_dir: None,
-            checkpoint_interval: crate::retention::HumanDuration::days(0),
+            signing_key: Some(signing_key),
+            checkpoint_dir: Some(evidence.path().join("checkpoints")),
+            checkpoint_interval: DEMO_CHECKPOINT_INTERVAL
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!(e))?,
         },
         timeouts: args.timeouts.clone(),
     };
@@ -208,6 +219,7 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
     );
     let summary = demo.snapshot().await;
     store.close().await;
+    drop(evidence);
     if let Some(dir) = temp_dir {
         let _ = std::fs::remove_dir_all(dir);
     }
@@ -271,6 +283,9 @@ fn print_banner(base: &str, url: &str, temporary: bool, args: &DemoArgs) {
     println!("  UI           {base}/");
     println!("  metrics      {base}/metrics");
     println!("  demo stats   {base}/demo/stats");
+    println!(
+        "  evidence     {base}/api/v1/checkpoints/public-key (checkpoints signed every {DEMO_CHECKPOINT_INTERVAL} with a key made for this run)"
+    );
     println!("  database     {}{db_note}", redact_url(url));
     println!(
         "  traffic      {} tool calls/s, with transport retries, redeliveries, re-issued calls, worker crashes,",

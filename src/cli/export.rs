@@ -2,16 +2,20 @@
 //! (neither applies migrations).
 
 use super::{DatabaseArgs, redact_url};
+use crate::evidence::{Authenticity, Checkpointer, TrustedKeys};
+use crate::export::Signing;
 use crate::export::{
     self, CsvCells, ExportFilter, FileEvidence, FilterError, Format, Manifest, Report,
     ndjson_manifest, sha256_of, verify_csv_with, verify_ndjson_with,
 };
+use crate::guard::SystemClock;
 use crate::store::{Store, StoreOptions};
 use anyhow::{Context, bail};
 use clap::Args;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use tokio::io::BufWriter;
 
 #[derive(Debug, Clone, Args)]
@@ -45,6 +49,17 @@ pub struct ExportArgs {
     /// Write here (plus FILE.sha256, and FILE.manifest.json for CSV) instead of stdout.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+    /// Sign the manifest with this checkpoint signing key (PKCS#8 PEM, mode 0600), so
+    /// that `verify --require-signed` can show the file is complete (docs/EXPORT.md).
+    #[arg(long, env = "IDEMWATCH_SIGNING_KEY")]
+    pub signing_key: Option<PathBuf>,
+    /// Take a signed checkpoint before reading the rows, so that no row in the export
+    /// is unsigned. Needs --signing-key; it is this command's one write to the database.
+    #[arg(long, env = "IDEMWATCH_EXPORT_CHECKPOINT", requires = "signing_key")]
+    pub checkpoint: bool,
+    /// With --checkpoint: also write that checkpoint here, as serve's --checkpoint-dir.
+    #[arg(long, env = "IDEMWATCH_CHECKPOINT_DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -57,10 +72,17 @@ pub struct VerifyArgs {
     /// The manifest of a CSV file, if not FILE.manifest.json.
     #[arg(long, requires = "file")]
     pub manifest: Option<PathBuf>,
-    /// The public key (PEM) that checks checkpoint signatures; a signing key file
-    /// works too. Without it, signatures are not checked (and the output says so).
-    #[arg(long, env = "IDEMWATCH_PUBLIC_KEY")]
-    pub public_key: Option<PathBuf>,
+    /// A trusted public key (PEM) that checks checkpoint and manifest signatures.
+    /// Repeat the flag (commas in IDEMWATCH_PUBLIC_KEY) to trust every key of a
+    /// rotation: each checkpoint names the key that signed it. Without one,
+    /// signatures are reported as not checked, never as verified.
+    #[arg(long, env = "IDEMWATCH_PUBLIC_KEY", value_delimiter = ',')]
+    pub public_key: Vec<PathBuf>,
+    /// What an auditor runs: also fail (exit 1) unless a trusted key verified the
+    /// signatures, every row is covered by a signed checkpoint, and a file's manifest
+    /// is signed (so the file is shown complete). Needs --public-key.
+    #[arg(long, env = "IDEMWATCH_REQUIRE_SIGNED", requires = "public_key")]
+    pub require_signed: bool,
     /// Checkpoints kept outside the database (serve's --checkpoint-dir): each must be
     /// in the database unchanged.
     #[arg(long, env = "IDEMWATCH_CHECKPOINT_DIR", conflicts_with = "file")]
@@ -104,12 +126,26 @@ pub async fn export_command(args: ExportArgs) -> anyhow::Result<()> {
     } else {
         CsvCells::Neutralised
     };
+    let key = args
+        .signing_key
+        .as_deref()
+        .map(super::checkpoint::read_signing_key)
+        .transpose()?;
     let store = open_read_only(&args.database).await?;
+    let signing = Signing {
+        checkpointer: key.map(|key| {
+            Checkpointer::new(store.clone(), key, Arc::new(SystemClock))
+                .with_dir(args.checkpoint_dir.clone())
+        }),
+        checkpoint_now: args.checkpoint,
+    };
     let result = match &args.output {
-        Some(path) => export_file(&store, &filter, args.format, cells, path).await,
+        Some(path) => export_file(&store, &filter, args.format, cells, &signing, path).await,
         None => {
             let mut out = BufWriter::new(tokio::io::stdout());
-            let manifest = export::export_to(&store, &filter, args.format, cells, &mut out).await?;
+            let manifest =
+                export::export_signed_to(&store, &filter, args.format, cells, &signing, &mut out)
+                    .await?;
             if args.format == Format::Csv {
                 manifest
                     .write_pretty(std::io::stderr().lock())
@@ -129,6 +165,7 @@ async fn export_file(
     filter: &ExportFilter,
     format: Format,
     cells: CsvCells,
+    signing: &Signing,
     path: &Path,
 ) -> anyhow::Result<()> {
     let partial = sidecar(path, "partial");
@@ -136,7 +173,8 @@ async fn export_file(
         .await
         .with_context(|| format!("cannot create {}", partial.display()))?;
     let mut out = BufWriter::new(file);
-    let manifest = match export::export_to(store, filter, format, cells, &mut out).await {
+    let exported = export::export_signed_to(store, filter, format, cells, signing, &mut out);
+    let manifest = match exported.await {
         Ok(m) => m,
         Err(e) => {
             let _ = tokio::fs::remove_file(&partial).await;
@@ -187,7 +225,8 @@ async fn file_sha256(path: &Path) -> anyhow::Result<String> {
 }
 
 /// Exit statuses, like `cmp`: 0 every chain is intact, 1 something is broken (the
-/// first break is printed), 2 verification could not run.
+/// first break is printed) or, with `--require-signed`, not shown to be signed, 2
+/// verification could not run.
 pub async fn verify_command(args: VerifyArgs) -> ExitCode {
     match verify(&args).await {
         Ok(findings) if findings.is_empty() => ExitCode::SUCCESS,
@@ -206,19 +245,21 @@ pub async fn verify_command(args: VerifyArgs) -> ExitCode {
 
 /// Verifies and prints the summary; returns the lines describing breaks (empty: intact).
 async fn verify(args: &VerifyArgs) -> anyhow::Result<Vec<String>> {
-    let public_key = args
-        .public_key
-        .as_deref()
-        .map(super::checkpoint::read_public_key)
-        .transpose()?;
+    let trusted = TrustedKeys::new(
+        args.public_key
+            .iter()
+            .map(|p| super::checkpoint::read_public_key(p))
+            .collect::<anyhow::Result<Vec<_>>>()?,
+    );
     let (what, report, mut extra) = match &args.file {
         Some(path) => {
-            let (report, extra) = verify_file(path, args.manifest.as_deref(), public_key).await?;
+            let (report, extra) =
+                verify_file(path, args.manifest.as_deref(), trusted.clone()).await?;
             (path.display().to_string(), report, extra)
         }
         None => {
             let outside = export::Outside {
-                public_key,
+                trusted: trusted.clone(),
                 checkpoints: args
                     .checkpoint_dir
                     .as_deref()
@@ -258,6 +299,13 @@ async fn verify(args: &VerifyArgs) -> anyhow::Result<Vec<String>> {
         lines.push(format!("BROKEN: {what}: {}", extra.remove(0)));
     }
     lines.extend(extra.into_iter().map(|e| format!("also: {e}")));
+    if args.require_signed && lines.is_empty() {
+        let mut missing = unsigned(&report, args.file.is_some()).into_iter();
+        if let Some(first) = missing.next() {
+            lines.push(format!("NOT SIGNED: {what}: {first}"));
+            lines.extend(missing.map(|m| format!("also: {m}")));
+        }
+    }
     if lines.is_empty() {
         println!("{}", intact_line(&what, &report));
         for note in notes {
@@ -280,7 +328,50 @@ fn intact_line(what: &str, report: &Report) -> String {
             report.partial_keys
         ));
     }
+    // What the signatures established, on the line scripts read: never "verified"
+    // without a trusted key.
+    line.push_str(match report.checkpoint_signature {
+        Authenticity::Verified => "; checkpoint signatures verified with a trusted key",
+        Authenticity::Unchecked => {
+            "; signatures NOT checked (no --public-key): consistent, but not shown to be idemwatch's"
+        }
+        Authenticity::Unsigned | Authenticity::Failed => {
+            return line + "; no signed checkpoint, so no row is signed";
+        }
+    });
+    line.push_str(&match report.unsigned_rows {
+        0 => "; every row covered by a checkpoint".to_string(),
+        n => format!(
+            "; {n} rows in {} keys covered by no signed checkpoint",
+            report.unsigned_keys
+        ),
+    });
     line
+}
+
+/// What `--require-signed` finds missing in an intact report: why the rows are not
+/// shown to be idemwatch's, complete and unaltered since they were signed.
+fn unsigned(report: &Report, file: bool) -> Vec<String> {
+    let mut missing = Vec::new();
+    if report.checkpoint_signature != Authenticity::Verified {
+        missing.push(
+            "no checkpoint signature was verified with a trusted key (there is none: take one with `idemwatch checkpoint`, or export with --checkpoint)"
+                .to_string(),
+        );
+    }
+    if file && report.manifest_signature != Authenticity::Verified {
+        missing.push(
+            "the manifest is not signed, so nothing shows the file is complete: rows or whole keys can be removed and the manifest recomputed (export with --signing-key, or over HTTP from a server with one)"
+                .to_string(),
+        );
+    }
+    if report.unsigned_rows > 0 {
+        missing.push(format!(
+            "{} rows in {} keys are covered by no signed checkpoint (written or rewritten after the newest one): export with --checkpoint, or run `idemwatch checkpoint` before verifying",
+            report.unsigned_rows, report.unsigned_keys
+        ));
+    }
+    missing
 }
 
 /// A file: NDJSON carries its manifest; CSV needs the sidecar. A `FILE.sha256`
@@ -288,7 +379,7 @@ fn intact_line(what: &str, report: &Report) -> String {
 async fn verify_file(
     path: &Path,
     manifest_path: Option<&Path>,
-    public_key: Option<ed25519_dalek::VerifyingKey>,
+    trusted: TrustedKeys,
 ) -> anyhow::Result<(Report, Vec<String>)> {
     let owned = path.to_path_buf();
     let manifest_path = manifest_path
@@ -302,7 +393,7 @@ async fn verify_file(
         let n = open()?.read(&mut first)?;
         if n == 1 && first[0] == b'{' {
             let manifest = ndjson_manifest(BufReader::new(open()?))?;
-            let evidence = FileEvidence::of(manifest.as_ref(), public_key.as_ref());
+            let evidence = FileEvidence::of(manifest.as_ref(), &trusted);
             return Ok(verify_ndjson_with(BufReader::new(open()?), evidence)?);
         }
         if n == 0 {
@@ -316,7 +407,7 @@ async fn verify_file(
         })?;
         let manifest: Manifest = serde_json::from_str(&text)
             .with_context(|| format!("{} is not a manifest", manifest_path.display()))?;
-        let evidence = FileEvidence::of(Some(&manifest), public_key.as_ref());
+        let evidence = FileEvidence::of(Some(&manifest), &trusted);
         Ok(verify_csv_with(
             BufReader::new(open()?),
             &manifest,

@@ -127,6 +127,8 @@ pub async fn run_server(
         .with_session_settings(args.auth.session_settings()?)
         .with_hsts(args.auth.hsts)
         .with_guard(tools, args.guard.settings());
+    let checkpointer = args.checkpoints.checkpointer(&store, &metrics)?;
+    let state = state.with_checkpointer(checkpointer.clone());
     // The tailer and the backlog refresher get a small pool of their own: a guard or
     // UI burst cannot starve them of connections, nor they the guard.
     let tail_options = StoreOptions {
@@ -162,7 +164,7 @@ pub async fn run_server(
     if let Some(pruner) = pruner(&store, retention, &metrics)? {
         tasks.spawn(pruner.run(stopped.clone()).map(|()| ("pruner", Ok(()))));
     }
-    if let Some(checkpointer) = args.checkpoints.checkpointer(&store, &metrics)? {
+    if let Some(checkpointer) = checkpointer {
         let interval = args.checkpoints.checkpoint_interval.to_std();
         tasks.spawn(
             checkpointer

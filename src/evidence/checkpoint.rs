@@ -7,7 +7,7 @@
 //! hash and the signing key; `signature` is Ed25519 over
 //! `"idemwatch checkpoint v1\n" + JCS(body)` and `hash` is SHA-256 of `JCS(body)`.
 
-use super::keys::key_id;
+use super::keys::{Authenticity, TrustedKeys, key_id};
 use super::merkle::{Hash, leaf_hash};
 use crate::guard::GENESIS_HASH;
 use crate::guard::canonical::{MAX_SAFE_INTEGER, canonical_json, write_string};
@@ -15,7 +15,7 @@ use crate::guard::key::sha256_hex;
 /// The types are the store's, which reads and writes them; what they mean is here.
 pub use crate::store::{Checkpoint, CheckpointBody, Leaf};
 use chrono::{DateTime, Utc};
-use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
 use std::fmt::Write as _;
 
 pub const CHECKPOINT_VERSION: u32 = 1;
@@ -111,29 +111,24 @@ impl Checkpoint {
 
     /// Checks the signature with `key` and that `hash` is the body's.
     pub fn verify(&self, key: &VerifyingKey) -> Result<(), String> {
+        self.verify_with(&TrustedKeys::new([*key]))
+    }
+
+    /// Checks that `hash` is the body's and the signature verifies with the trusted
+    /// key its `key_id` names (a key rotation leaves several).
+    pub fn verify_with(&self, trusted: &TrustedKeys) -> Result<(), String> {
         if self.body.hash() != self.hash {
             return Err(format!(
                 "checkpoint {}: its hash is not the hash of its body: it was altered",
                 self.body.seq
             ));
         }
-        let bytes: [u8; 64] = hex::decode(&self.signature)
-            .ok()
-            .and_then(|b| b.try_into().ok())
-            .ok_or_else(|| {
-                format!(
-                    "checkpoint {}: the signature is not 64 hex bytes",
-                    self.body.seq
-                )
-            })?;
-        key.verify(&self.body.message(), &Signature::from_bytes(&bytes))
-            .map_err(|_| {
-                format!(
-                    "checkpoint {}: the signature does not verify with public key {}: it was altered or signed by another key",
-                    self.body.seq,
-                    key_id(key)
-                )
-            })
+        trusted.verify(
+            &format!("checkpoint {}", self.body.seq),
+            &self.body.key_id,
+            &self.body.message(),
+            &self.signature,
+        )
     }
 
     pub fn root(&self) -> Result<Hash, String> {
@@ -145,23 +140,32 @@ impl Checkpoint {
     }
 }
 
-/// Checks a run of checkpoints read in `seq` order: signatures (with `key`, when
-/// given), seq without gaps from `first_expected`, each `prev_hash` naming the one
-/// before, times and tree sizes never going back. Returns what is wrong, in words.
+/// Checks a run of checkpoints read in `seq` order: signatures (with the trusted
+/// keys, when any are given), seq without gaps from `first_expected`, each `prev_hash` naming the one
+/// before, times and tree sizes never going back. Returns what is wrong, in words,
+/// and what the trusted keys established about the signatures (all of them).
 pub fn check_sequence(
     checkpoints: &[Checkpoint],
-    key: Option<&VerifyingKey>,
+    trusted: &TrustedKeys,
     first_expected: u64,
-) -> Vec<String> {
+) -> (Vec<String>, Authenticity) {
     let mut problems = Vec::new();
+    let mut signature = if checkpoints.is_empty() {
+        Authenticity::Unsigned
+    } else if trusted.is_empty() {
+        Authenticity::Unchecked
+    } else {
+        Authenticity::Verified
+    };
     let mut prev: Option<&Checkpoint> = None;
     for c in checkpoints {
         let seq = c.body.seq;
-        if let Some(key) = key
-            && let Err(why) = c.verify(key)
+        if !trusted.is_empty()
+            && let Err(why) = c.verify_with(trusted)
         {
+            signature = Authenticity::Failed;
             problems.push(why);
-        } else if key.is_none() && c.body.hash() != c.hash {
+        } else if trusted.is_empty() && c.body.hash() != c.hash {
             problems.push(format!(
                 "checkpoint {seq}: its hash is not the hash of its body: it was altered"
             ));
@@ -198,7 +202,7 @@ pub fn check_sequence(
         }
         prev = Some(c);
     }
-    problems
+    (problems, signature)
 }
 
 #[cfg(test)]
@@ -257,27 +261,64 @@ mod tests {
     #[test]
     fn a_chain_of_signed_checkpoints_verifies_and_every_tampering_is_named() {
         let key = SigningKey::from_bytes(&[7; 32]);
-        let pk = key.verifying_key();
+        let pk = TrustedKeys::new([key.verifying_key()]);
         let good = chain(&key, 4);
-        assert!(check_sequence(&good, Some(&pk), 1).is_empty());
+        assert!(check_sequence(&good, &pk, 1).0.is_empty());
 
         let mut deleted = good.clone();
         deleted.remove(1);
-        assert!(check_sequence(&deleted, Some(&pk), 1)[0].contains("missing"));
+        assert!(check_sequence(&deleted, &pk, 1).0[0].contains("missing"));
 
         let mut altered = good.clone();
         altered[2].body.tree_size = 99;
-        assert!(check_sequence(&altered, Some(&pk), 1)[0].contains("altered"));
+        assert!(check_sequence(&altered, &pk, 1).0[0].contains("altered"));
 
         let mut swapped = good.clone();
         swapped.swap(1, 2);
-        let found = check_sequence(&swapped, Some(&pk), 1);
+        let found = check_sequence(&swapped, &pk, 1).0;
         assert!(
             found.iter().any(|p| p.contains("out of order")),
             "{found:?}"
         );
 
-        let other = SigningKey::from_bytes(&[8; 32]).verifying_key();
-        assert!(check_sequence(&good, Some(&other), 1)[0].contains("another key"));
+        let other = TrustedKeys::new([SigningKey::from_bytes(&[8; 32]).verifying_key()]);
+        assert!(check_sequence(&good, &other, 1).0[0].contains("another key"));
+    }
+
+    /// Key rotation: checkpoints 1–2 signed by the old key, 3–4 by the new one, chained
+    /// across the change. Both keys trusted: all verify; either alone: the other's
+    /// checkpoints are named as signed by a key that is not trusted.
+    #[test]
+    fn a_chain_signed_across_a_key_rotation_verifies_with_both_keys() {
+        let (old, new) = (
+            SigningKey::from_bytes(&[1; 32]),
+            SigningKey::from_bytes(&[2; 32]),
+        );
+        let mut rotated = chain(&old, 2);
+        for _ in 0..2 {
+            let body = Checkpoint::next_body(
+                rotated.last(),
+                Utc::now(),
+                9,
+                &empty_root(),
+                3,
+                &new.verifying_key(),
+            );
+            rotated.push(body.sign(&new));
+        }
+        let both = TrustedKeys::new([old.verifying_key(), new.verifying_key()]);
+        assert!(check_sequence(&rotated, &both, 1).0.is_empty());
+        let only_new = check_sequence(&rotated, &TrustedKeys::new([new.verifying_key()]), 1).0;
+        assert_eq!(only_new.len(), 2, "{only_new:?}");
+        assert!(
+            only_new[0].starts_with("checkpoint 1 is signed by key"),
+            "{only_new:?}"
+        );
+        assert!(only_new[0].contains(&key_id(&old.verifying_key())));
+        let only_old = check_sequence(&rotated, &TrustedKeys::new([old.verifying_key()]), 1).0;
+        assert!(
+            only_old.len() == 2 && only_old[0].starts_with("checkpoint 3"),
+            "{only_old:?}"
+        );
     }
 }

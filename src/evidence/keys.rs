@@ -57,6 +57,105 @@ pub fn key_id(key: &VerifyingKey) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))[..16].to_string()
 }
 
+/// What a verification established about a signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Authenticity {
+    /// Nothing signed to check.
+    #[default]
+    Unsigned,
+    /// Signed, but no trusted key was given: anyone holding some key could have
+    /// signed it (a forger re-signs with a fresh key), so it shows nothing.
+    Unchecked,
+    /// A trusted key verified it.
+    Verified,
+    /// It does not verify with the trusted keys (reported as a break).
+    Failed,
+}
+
+impl Authenticity {
+    /// The outcome of checking a signature that is there: `None` when no trusted key
+    /// was given.
+    pub fn of(checked: Option<&Result<(), String>>) -> Self {
+        match checked {
+            None => Authenticity::Unchecked,
+            Some(Ok(())) => Authenticity::Verified,
+            Some(Err(_)) => Authenticity::Failed,
+        }
+    }
+
+    /// Both established: the weaker of two outcomes.
+    pub fn and(self, other: Authenticity) -> Authenticity {
+        use Authenticity::*;
+        match (self, other) {
+            (Failed, _) | (_, Failed) => Failed,
+            (Unsigned, _) | (_, Unsigned) => Unsigned,
+            (Unchecked, _) | (_, Unchecked) => Unchecked,
+            (Verified, Verified) => Verified,
+        }
+    }
+}
+
+/// The public keys an auditor trusts (`verify --public-key`, repeatable), found by the
+/// `key_id` each checkpoint and signed manifest names: after a key rotation the old
+/// key still verifies what it signed and the new key what came after.
+#[derive(Debug, Clone, Default)]
+pub struct TrustedKeys(Vec<VerifyingKey>);
+
+impl TrustedKeys {
+    pub fn new(keys: impl IntoIterator<Item = VerifyingKey>) -> Self {
+        let mut list: Vec<VerifyingKey> = Vec::new();
+        for key in keys {
+            if !list.contains(&key) {
+                list.push(key);
+            }
+        }
+        TrustedKeys(list)
+    }
+
+    /// No key given: signatures cannot be checked, only reported as unchecked.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The trusted key whose [`key_id`] is `id`.
+    pub fn get(&self, id: &str) -> Option<&VerifyingKey> {
+        self.0.iter().find(|k| key_id(k) == id)
+    }
+
+    /// The key ids, for messages: `3f9c…, 81aa…`.
+    pub fn ids(&self) -> String {
+        let ids: Vec<String> = self.0.iter().map(key_id).collect();
+        ids.join(", ")
+    }
+
+    /// Checks `signature` (hex) over `message` with the trusted key named `id`.
+    /// `what` names the signed thing in the error ("checkpoint 7", "the manifest").
+    pub fn verify(
+        &self,
+        what: &str,
+        id: &str,
+        message: &[u8],
+        signature: &str,
+    ) -> Result<(), String> {
+        use ed25519_dalek::{Signature, Verifier};
+        let Some(key) = self.get(id) else {
+            return Err(format!(
+                "{what} is signed by key {id}, which is not a trusted key ({}): it was signed by another key",
+                self.ids()
+            ));
+        };
+        let bytes: [u8; 64] = hex::decode(signature)
+            .ok()
+            .and_then(|b| b.try_into().ok())
+            .ok_or_else(|| format!("{what}: the signature is not 64 hex bytes"))?;
+        key.verify(message, &Signature::from_bytes(&bytes)).map_err(|_| {
+            format!(
+                "{what}: the signature does not verify with public key {id}: it was altered or signed by another key"
+            )
+        })
+    }
+}
+
 fn pem(label: &str, der: &[u8]) -> String {
     format!(
         "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",

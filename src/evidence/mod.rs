@@ -12,5 +12,8 @@ mod writer;
 pub use checkpoint::{
     CHECKPOINT_VERSION, Checkpoint, CheckpointBody, Leaf, check_sequence, leaf_in_order,
 };
-pub use proof::{Anchor, ExportEvidence, KeyProof, LeafLog, ProofPath, ProofSource, Proofs};
+pub use keys::{Authenticity, TrustedKeys};
+pub use proof::{
+    Anchor, EvidenceCheck, ExportEvidence, KeyProof, LeafLog, ProofPath, ProofSource, Proofs,
+};
 pub use writer::{CheckpointMetrics, Checkpointer, file_name, hash_prefix, read_dir};

@@ -3,8 +3,8 @@
 //! §2.1.3) under that checkpoint's root.
 
 use super::checkpoint::{Checkpoint, Leaf, leaf_in_order};
+use super::keys::{Authenticity, TrustedKeys};
 use super::merkle::{Frontier, Hash, parse_hash, verify_inclusion};
-use ed25519_dalek::VerifyingKey;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -228,21 +228,34 @@ pub struct ExportEvidence {
     pub uncovered_keys: u64,
 }
 
+/// What checking an export's evidence found: where each covered key's chain must
+/// pass, what failed (in words), and whether a trusted key verified the checkpoint.
+#[derive(Debug, Default)]
+pub struct EvidenceCheck {
+    pub anchors: HashMap<String, Anchor>,
+    pub problems: Vec<String>,
+    pub signature: Authenticity,
+}
+
 impl ExportEvidence {
-    /// Checks the checkpoint's signature (when `key` is given) and every proof. The
-    /// anchors say where each covered key's chain must pass; the strings, what failed.
-    pub fn check(&self, key: Option<&VerifyingKey>) -> (HashMap<String, Anchor>, Vec<String>) {
+    /// Checks the checkpoint's signature with the trusted keys (unchecked when none
+    /// are given) and every proof.
+    pub fn check(&self, trusted: &TrustedKeys) -> EvidenceCheck {
         let mut problems = Vec::new();
-        if let Some(key) = key
-            && let Err(why) = self.checkpoint.verify(key)
-        {
+        let signed = (!trusted.is_empty()).then(|| self.checkpoint.verify_with(trusted));
+        let signature = Authenticity::of(signed.as_ref());
+        if let Some(Err(why)) = signed {
             problems.push(why);
         }
         let root = match self.checkpoint.root() {
             Ok(root) => root,
             Err(why) => {
                 problems.push(format!("the checkpoint's root: {why}"));
-                return (HashMap::new(), problems);
+                return EvidenceCheck {
+                    problems,
+                    signature,
+                    ..EvidenceCheck::default()
+                };
             }
         };
         let size = self.checkpoint.body.tree_size;
@@ -273,7 +286,11 @@ impl ExportEvidence {
         if let Err(why) = read {
             problems.push(format!("the manifest's proofs cannot be read: {why}"));
         }
-        (anchors, problems)
+        EvidenceCheck {
+            anchors,
+            problems,
+            signature,
+        }
     }
 }
 

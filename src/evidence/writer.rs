@@ -136,6 +136,16 @@ pub struct Checkpointer {
     metrics: Option<CheckpointMetrics>,
 }
 
+/// Names the key by its id: the private key is never printed.
+impl std::fmt::Debug for Checkpointer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpointer")
+            .field("key_id", &super::keys::key_id(&self.key.verifying_key()))
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Checkpointer {
     pub fn new(store: Store, key: SigningKey, clock: Arc<dyn Clock>) -> Self {
         Self {
@@ -156,6 +166,11 @@ impl Checkpointer {
     pub fn with_metrics(mut self, metrics: CheckpointMetrics) -> Self {
         self.metrics = Some(metrics);
         self
+    }
+
+    /// The key it signs with (an export's manifest is signed with it too).
+    pub fn key(&self) -> Arc<SigningKey> {
+        self.key.clone()
     }
 
     /// Writes a checkpoint of what changed since the last one; `None` when nothing did.

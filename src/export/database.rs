@@ -4,16 +4,16 @@
 
 use super::ranges::{Split, check_ranges};
 use super::verify::{Problem, Report};
-use crate::evidence::{Checkpoint, LeafLog, check_sequence};
+use crate::evidence::{Authenticity, Checkpoint, LeafLog, TrustedKeys, check_sequence};
 use crate::store::{Store, StoreError};
-use ed25519_dalek::VerifyingKey;
 use futures::StreamExt;
 
 /// What the database verification is given beyond the database.
 #[derive(Debug, Default, Clone)]
 pub struct Outside {
-    /// The public key that checks checkpoint signatures.
-    pub public_key: Option<VerifyingKey>,
+    /// The public keys that check checkpoint signatures (several across a key
+    /// rotation); none: signatures are reported as unchecked.
+    pub trusted: TrustedKeys,
     /// Checkpoints kept outside the database (`--checkpoint-dir`).
     pub checkpoints: Option<Vec<Checkpoint>>,
 }
@@ -38,7 +38,7 @@ pub async fn verify_database_split(
     split: Split,
 ) -> Result<Report, StoreError> {
     let checkpoints = store.checkpoints().await?;
-    let mut problems = check_sequence(&checkpoints, outside.public_key.as_ref(), 1);
+    let (mut problems, signature) = check_sequence(&checkpoints, &outside.trusted, 1);
     let mut notes = Vec::new();
     if let Some(files) = &outside.checkpoints {
         problems.extend(compare_outside(&checkpoints, files));
@@ -95,15 +95,15 @@ pub async fn verify_database_split(
         None => notes
             .push("no signed checkpoints yet: deletions and rollbacks cannot be detected".into()),
         Some(c) => notes.push(format!(
-            "{} signed checkpoints, the newest {} at {} covering {} keys{}",
+            "{} signed checkpoints, the newest {} at {} covering {} keys; {}",
             checkpoints.len(),
             c.body.seq,
             crate::guard::rfc3339(c.body.created_at),
             anchors.len(),
-            if outside.public_key.is_some() {
-                ""
-            } else {
-                " (signatures not checked: no public key given)"
+            match signature {
+                Authenticity::Verified => "signatures verified with a trusted key",
+                Authenticity::Failed => "signatures do NOT all verify (see above)",
+                _ => "signatures not checked: no --public-key given, and anyone can sign with a key of their own",
             }
         )),
     }
@@ -134,6 +134,7 @@ pub async fn verify_database_split(
     for n in notes {
         check.note(n);
     }
+    check.signatures(signature, Authenticity::Unsigned);
     Ok(check.finish(false))
 }
 

@@ -248,6 +248,7 @@ impl Encoder {
             hash_chain: HASH_CHAIN.into(),
             evidence,
             csv_cells: (self.format == Format::Csv).then_some(self.csv_cells),
+            signature: None,
         }
     }
 }

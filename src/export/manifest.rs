@@ -1,9 +1,12 @@
 //! The manifest an auditor checks a file against: what was asked for (filters), what
 //! came out (rows, keys, time range) and the SHA-256 of the content.
 
-use crate::evidence::ExportEvidence;
+use crate::evidence::keys::key_id;
+use crate::evidence::{ExportEvidence, Proofs, TrustedKeys};
+use crate::guard::canonical::canonical_json;
 use crate::store::{ExportFilter, micros};
 use chrono::{DateTime, Utc};
+use ed25519_dalek::{Signer, SigningKey};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -139,7 +142,30 @@ pub struct Manifest {
     /// CSV only: whether formula-like cells carry a leading `'` (absent: raw).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub csv_cells: Option<CsvCells>,
+    /// The manifest signed with the checkpoint signing key (an export by a server
+    /// that signs checkpoints, or `idemwatch export --signing-key`): what the file
+    /// claims to hold (filters, counts, digest, checkpoint) becomes the signer's
+    /// statement, so a file cut down with its manifest recomputed no longer verifies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<ManifestSignature>,
 }
+
+/// `signature` of a manifest (docs/EXPORT.md, "Signed manifests").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestSignature {
+    /// The signing key's id, as in checkpoints.
+    pub key_id: String,
+    /// What is signed, for a reader who has only the file.
+    pub covers: String,
+    /// Ed25519, 128 lowercase hex digits.
+    pub ed25519: String,
+}
+
+const SIGNING_CONTEXT: &str = "idemwatch manifest v1\n";
+
+pub const SIGNATURE_COVERS: &str = "Ed25519 over \"idemwatch manifest v1\\n\" + JCS(RFC 8785) of this manifest \
+    without `signature` (and without the NDJSON line's `type`), with `evidence.proofs` replaced by their \
+    number; see docs/EXPORT.md";
 
 pub const ORDER: &str = "key, seq";
 
@@ -167,5 +193,96 @@ impl Manifest {
 
     pub fn time_filtered_start(&self) -> bool {
         self.filters.since.is_some()
+    }
+
+    /// The bytes the signature covers ([`SIGNATURE_COVERS`]). The proofs are left
+    /// out (each is checked against the signed checkpoint's root anyway, and a whole
+    /// export's would have to be held in memory): their number stays.
+    fn signed_message(&self) -> Vec<u8> {
+        // Field by field rather than `self.clone()`: a manifest read back from a whole
+        // export holds ~1.7 kB of proof a key, which must not be copied to be left out.
+        let unsigned = Manifest {
+            manifest_version: self.manifest_version,
+            source: self.source,
+            format: self.format,
+            generator: self.generator.clone(),
+            generated_at: self.generated_at,
+            filters: self.filters.clone(),
+            order: self.order.clone(),
+            row_count: self.row_count,
+            key_count: self.key_count,
+            first_occurred_at: self.first_occurred_at,
+            last_occurred_at: self.last_occurred_at,
+            sha256: self.sha256.clone(),
+            sha256_covers: self.sha256_covers.clone(),
+            hash_chain: self.hash_chain.clone(),
+            evidence: self.evidence.as_ref().map(|e| ExportEvidence {
+                checkpoint: e.checkpoint.clone(),
+                proofs: Proofs::Listed(Vec::new()),
+                uncovered_keys: e.uncovered_keys,
+            }),
+            csv_cells: self.csv_cells,
+            signature: None,
+        };
+        let proofs = self.evidence.as_ref().map(|e| e.proofs.len());
+        let mut value = serde_json::to_value(&unsigned).expect("a manifest serialises");
+        if let Some(n) = proofs {
+            value["evidence"]["proofs"] = n.into();
+        }
+        let text = canonical_json(&value).expect("a manifest is canonicalisable");
+        format!("{SIGNING_CONTEXT}{text}").into_bytes()
+    }
+
+    /// Signs the manifest as it is now (its last change).
+    pub fn sign(&mut self, key: &SigningKey) {
+        self.signature = None;
+        let signature = key.sign(&self.signed_message());
+        self.signature = Some(ManifestSignature {
+            key_id: key_id(&key.verifying_key()),
+            covers: SIGNATURE_COVERS.into(),
+            ed25519: hex::encode(signature.to_bytes()),
+        });
+    }
+
+    /// Checks the signature with the trusted key it names: `None` when the manifest
+    /// is not signed.
+    pub fn check_signature(&self, trusted: &TrustedKeys) -> Option<Result<(), String>> {
+        let signature = self.signature.as_ref()?;
+        Some(trusted.verify(
+            "the manifest",
+            &signature.key_id,
+            &self.signed_message(),
+            &signature.ed25519,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::export::encode::Encoder;
+    use crate::export::tests::sample;
+
+    #[test]
+    fn a_signed_manifest_verifies_after_a_round_trip_and_not_once_changed() {
+        let mut out = Vec::new();
+        let filter = ExportFilter::default();
+        let mut e = Encoder::start(Format::Ndjson, Source::Export, filter, &mut out);
+        e.row(&sample(), &mut out);
+        let mut manifest = e.manifest(None);
+        let key = SigningKey::from_bytes(&[9; 32]);
+        manifest.sign(&key);
+        let trusted = TrustedKeys::new([key.verifying_key()]);
+        let back: Manifest = serde_json::from_str(&manifest.to_pretty_json()).unwrap();
+        assert_eq!(back.check_signature(&trusted), Some(Ok(())));
+
+        let mut cut = back.clone();
+        cut.row_count -= 1;
+        assert!(cut.check_signature(&trusted).unwrap().is_err());
+        let stranger = TrustedKeys::new([SigningKey::from_bytes(&[8; 32]).verifying_key()]);
+        let refused = back.check_signature(&stranger).unwrap().unwrap_err();
+        assert!(refused.contains("not a trusted key"), "{refused}");
+        manifest.signature = None;
+        assert_eq!(manifest.check_signature(&trusted), None);
     }
 }

@@ -20,13 +20,15 @@ mod row;
 mod spool;
 mod verify;
 
+pub use crate::evidence::{Authenticity, TrustedKeys};
 pub use crate::store::{ExportFilter, FilterError, parse_time};
 pub use database::{Outside, verify_database, verify_database_split, verify_database_with};
 pub use encode::{EncodeRow, Encoder, spool_exported};
 pub use evidence::{EvidenceSource, LISTED_UP_TO};
-pub use manifest::{CsvCells, Format, Manifest, Source};
+pub use manifest::{CsvCells, Format, Manifest, ManifestSignature, Source};
 pub use pipeline::{
-    CHUNK, ChunkSink, ChunkWriter, Discard, ExportError, Job, Writer, encode, export_into,
+    CHUNK, ChunkSink, ChunkWriter, Discard, ExportError, Job, Signing, Writer, encode, export_into,
+    export_signed,
 };
 pub use ranges::Split;
 pub use read::{
@@ -52,7 +54,27 @@ pub async fn export_to<W: AsyncWrite + Unpin + Send>(
     cells: CsvCells,
     out: &mut W,
 ) -> Result<Manifest, ExportError> {
-    let manifest = export_into(store, filter, format, cells, &mut Writer(&mut *out)).await?;
+    export_signed_to(store, filter, format, cells, &Signing::default(), out).await
+}
+
+/// [`export_to`], signed as `signing` says ([`export_signed`]).
+pub async fn export_signed_to<W: AsyncWrite + Unpin + Send>(
+    store: &Store,
+    filter: &ExportFilter,
+    format: Format,
+    cells: CsvCells,
+    signing: &Signing,
+    out: &mut W,
+) -> Result<Manifest, ExportError> {
+    let manifest = export_signed(
+        store,
+        filter,
+        format,
+        cells,
+        signing,
+        &mut Writer(&mut *out),
+    )
+    .await?;
     out.flush().await?;
     Ok(manifest)
 }

@@ -7,11 +7,13 @@
 use super::encode::{EncodeRow, Encoder, write_ndjson_manifest};
 use super::evidence::EvidenceSource;
 use super::manifest::{CsvCells, Format, Manifest, Source};
-use crate::evidence::Proofs;
+use crate::evidence::{Checkpointer, Proofs};
 use crate::store::{ExportFilter, Store, StoreError};
+use ed25519_dalek::SigningKey;
 use futures::{Stream, StreamExt};
 use std::future::Future;
 use std::io;
+use std::sync::Arc;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// Bytes gathered before a write: large enough for few syscalls, small enough that
@@ -59,6 +61,18 @@ pub struct Job {
     pub filter: ExportFilter,
     pub cells: CsvCells,
     pub evidence: Option<EvidenceSource>,
+    /// Signs the manifest (docs/EXPORT.md, "Signed manifests"); none: unsigned.
+    pub signer: Option<Arc<SigningKey>>,
+}
+
+/// How an export is signed: its manifest with the checkpoint signing key, and, when
+/// asked, after a checkpoint taken for it, so that no row in it is left unsigned.
+#[derive(Clone, Default)]
+pub struct Signing {
+    /// The server's checkpointer, whose key signs; none: the export is unsigned.
+    pub checkpointer: Option<Checkpointer>,
+    /// Take a checkpoint before the rows are read (`--checkpoint`, `?checkpoint=true`).
+    pub checkpoint_now: bool,
 }
 
 /// Encodes `rows` into `sink` and returns the manifest (for NDJSON also written as
@@ -85,7 +99,10 @@ where
         Some(source) => Some(source.evidence(encoder.exported()?).await?),
         None => None,
     };
-    let manifest = encoder.manifest(evidence);
+    let mut manifest = encoder.manifest(evidence);
+    if let Some(key) = &job.signer {
+        manifest.sign(key);
+    }
     let streamed = manifest
         .evidence
         .as_ref()
@@ -172,7 +189,7 @@ impl io::Write for ChunkWriter {
     }
 }
 
-/// The export `filter` selects, with the proofs of the newest checkpoint.
+/// The export `filter` selects, with the proofs of the newest checkpoint, unsigned.
 pub async fn export_into<S: ChunkSink>(
     store: &Store,
     filter: &ExportFilter,
@@ -180,12 +197,39 @@ pub async fn export_into<S: ChunkSink>(
     cells: CsvCells,
     sink: &mut S,
 ) -> Result<Manifest, ExportError> {
+    export_signed(store, filter, format, cells, &Signing::default(), sink).await
+}
+
+/// [`export_into`], signed as `signing` says: with a checkpoint first when asked
+/// (a row committed between that checkpoint and the read stays unsigned, and verify
+/// counts it), and the manifest signed with the checkpoint key.
+pub async fn export_signed<S: ChunkSink>(
+    store: &Store,
+    filter: &ExportFilter,
+    format: Format,
+    cells: CsvCells,
+    signing: &Signing,
+    sink: &mut S,
+) -> Result<Manifest, ExportError> {
+    if signing.checkpoint_now {
+        let checkpointer = signing.checkpointer.as_ref().ok_or_else(|| {
+            StoreError::Config("a checkpoint at export time needs a signing key".into())
+        })?;
+        checkpointer
+            .checkpoint()
+            .await
+            .map_err(|e| match e.downcast::<StoreError>() {
+                Ok(e) => e,
+                Err(e) => StoreError::Other(format!("the export's checkpoint failed: {e:#}")),
+            })?;
+    }
     let job = Job {
         format,
         source: Source::Export,
         filter: filter.clone(),
         cells,
         evidence: EvidenceSource::newest(store).await?,
+        signer: signing.checkpointer.as_ref().map(Checkpointer::key),
     };
     encode(job, store.export_rows(filter), sink).await
 }

@@ -5,8 +5,7 @@
 use super::manifest::{CsvCells, Format, Manifest};
 use super::row::ExportRow;
 use super::verify::{ChainCheck, Problem, Report};
-use crate::evidence::Anchor;
-use ed25519_dalek::VerifyingKey;
+use crate::evidence::{Anchor, Authenticity, TrustedKeys};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -21,38 +20,58 @@ enum Line {
 }
 
 /// What a file's manifest says about checkpoints, checked before its rows are read:
-/// the anchors each key's chain must pass, and what failed.
+/// the anchors each key's chain must pass, what failed, and what a trusted key
+/// established.
 #[derive(Debug, Default, Clone)]
 pub struct FileEvidence {
     pub anchors: HashMap<String, Anchor>,
     pub problems: Vec<String>,
     pub notes: Vec<String>,
+    pub checkpoint_signature: Authenticity,
+    pub manifest_signature: Authenticity,
 }
 
 impl FileEvidence {
-    /// Checks `manifest`'s evidence: the checkpoint's signature with `key` (when
-    /// given) and every inclusion proof.
-    pub fn of(manifest: Option<&Manifest>, key: Option<&VerifyingKey>) -> FileEvidence {
+    /// Checks `manifest`'s evidence: the checkpoint's signature with the trusted keys
+    /// (reported as unchecked when none are given, never as verified) and every
+    /// inclusion proof.
+    pub fn of(manifest: Option<&Manifest>, trusted: &TrustedKeys) -> FileEvidence {
         let mut out = FileEvidence::default();
         match manifest.and_then(|m| m.evidence.as_ref()) {
             None => out.notes.push(
                 "no signed checkpoint in this file: the hash chains are checked, not whether rows or keys were removed".into(),
             ),
             Some(e) => {
-                let (anchors, problems) = e.check(key);
-                out.anchors = anchors;
-                out.problems = problems;
+                let found = e.check(trusted);
+                out.anchors = found.anchors;
+                out.problems = found.problems;
+                out.checkpoint_signature = found.signature;
+                let c = &e.checkpoint.body;
                 out.notes.push(format!(
-                    "signed checkpoint {} ({}) covers {} of the file's keys{}",
-                    e.checkpoint.body.seq,
-                    crate::guard::rfc3339(e.checkpoint.body.created_at),
+                    "signed checkpoint {} ({}, key {}) covers {} of the file's keys; {}",
+                    c.seq,
+                    crate::guard::rfc3339(c.created_at),
+                    c.key_id,
                     e.proofs.len(),
-                    if key.is_some() {
-                        ", signature verified"
-                    } else {
-                        "; its signature was not checked: give --public-key"
-                    }
+                    said(found.signature, "its signature")
                 ));
+            }
+        }
+        match manifest.map(|m| (m, m.check_signature(trusted))) {
+            None => {}
+            Some((_, None)) => out.notes.push(
+                "the manifest is not signed: nothing shows the file is complete (rows or whole keys removed with the manifest recomputed look intact)".into(),
+            ),
+            Some((m, Some(checked))) => {
+                out.manifest_signature = Authenticity::of((!trusted.is_empty()).then_some(&checked));
+                let key = m.signature.as_ref().map_or("", |s| s.key_id.as_str());
+                match checked {
+                    Err(why) if !trusted.is_empty() => out.problems.push(why),
+                    _ => out.notes.push(format!(
+                        "the manifest is signed by key {key}, covering its filters, counts and digest; {}",
+                        said(out.manifest_signature, "its signature")
+                    )),
+                }
             }
         }
         out
@@ -65,6 +84,19 @@ impl FileEvidence {
         for n in self.notes.drain(..) {
             check.note(n);
         }
+        check.signatures(self.checkpoint_signature, self.manifest_signature);
+    }
+}
+
+/// What a note says about a signature that is there.
+fn said(found: Authenticity, what: &str) -> String {
+    match found {
+        Authenticity::Verified => format!("{what} verified with a trusted key"),
+        Authenticity::Unchecked => format!(
+            "{what} was not checked: no --public-key given, and anyone can sign with a key of their own"
+        ),
+        Authenticity::Failed => format!("{what} does not verify (see above)"),
+        Authenticity::Unsigned => format!("{what} is missing"),
     }
 }
 

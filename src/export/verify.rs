@@ -11,7 +11,7 @@
 
 pub use super::problem::{Break, Problem};
 use super::row::ExportRow;
-pub use crate::evidence::Anchor;
+pub use crate::evidence::{Anchor, Authenticity};
 use crate::guard::binding::{StateBinding, fingerprint_matches, value_sha256};
 use crate::guard::{ChainFields, Detail, GENESIS_HASH, chain_hash, chain_hash_is};
 use std::collections::HashMap;
@@ -30,6 +30,19 @@ pub struct Report {
     pub unbound_keys: u64,
     /// Keys whose head is covered by a signed checkpoint and was found intact.
     pub anchored_keys: u64,
+    /// Rows that no signed checkpoint covers: a key's rows after the row its newest
+    /// leaf records, and every row of a key no checkpoint holds (written since the
+    /// newest checkpoint). Whoever can write the rows can rewrite these unseen.
+    pub unsigned_rows: u64,
+    /// Keys with at least one such row.
+    pub unsigned_keys: u64,
+    /// What a trusted key established about the checkpoints (database) or the
+    /// file's checkpoint.
+    pub checkpoint_signature: Authenticity,
+    /// Files: what a trusted key established about the manifest's own signature,
+    /// which makes its counts and digest (what the file claims to hold) the
+    /// signer's.
+    pub manifest_signature: Authenticity,
     /// Facts about the evidence that are not breaks (checkpoints read, signatures
     /// not checked for want of a public key, …).
     pub notes: Vec<String>,
@@ -72,6 +85,23 @@ struct KeyState {
     /// with the same fields derives the same key, so it is not derived again (in
     /// the database every row of a key repeats its record's fields).
     derived: Option<[String; 5]>,
+    /// Rows past what a signed checkpoint covers (see [`Report::unsigned_rows`]).
+    unsigned: u64,
+}
+
+impl KeyState {
+    /// Counts the row at `seq` if no signed checkpoint covers it: a checkpoint covers
+    /// its key's chain up to the row its leaf records (the rows before it are bound by
+    /// their hashes), and nothing of a key whose newest leaf is a tombstone.
+    fn count_signed(&mut self, seq: i64) {
+        let covered = self
+            .anchor
+            .as_ref()
+            .is_some_and(|a| !a.pruned && seq <= a.seq);
+        if !covered {
+            self.unsigned += 1;
+        }
+    }
 }
 
 /// Feed rows with [`ChainCheck::push`], then [`ChainCheck::finish`].
@@ -140,6 +170,12 @@ impl ChainCheck {
         self.report.notes.push(note);
     }
 
+    /// What a trusted key established about the checkpoint(s) and the manifest.
+    pub fn signatures(&mut self, checkpoint: Authenticity, manifest: Authenticity) {
+        self.report.checkpoint_signature = checkpoint;
+        self.report.manifest_signature = manifest;
+    }
+
     /// Checks the next row; `line` is its line in a file.
     pub fn push(&mut self, row: &ExportRow, line: Option<u64>) {
         self.push_detail(row, Detail::Value(&row.detail), line);
@@ -174,7 +210,9 @@ impl ChainCheck {
                 late: false,
                 anchor: self.anchors.remove(&row.key),
                 derived: None,
+                unsigned: 0,
             };
+            state.count_signed(row.seq);
             if let Some(prev) = previous.filter(|p| p.key > row.key) {
                 self.fail(
                     &mut state,
@@ -213,6 +251,7 @@ impl ChainCheck {
             return;
         }
         let mut state = self.current.take().expect("a current key");
+        state.count_signed(row.seq);
         if !state.broken {
             if row.seq <= state.last_seq {
                 let problem = Problem::SeqNotIncreasing {
@@ -263,6 +302,8 @@ impl ChainCheck {
         r.broken_keys += part.report.broken_keys;
         r.unbound_keys += part.report.unbound_keys;
         r.anchored_keys += part.report.anchored_keys;
+        r.unsigned_rows += part.report.unsigned_rows;
+        r.unsigned_keys += part.report.unsigned_keys;
         r.notes.append(&mut part.report.notes);
         for mut b in part.report.breaks {
             b.ordinal += offset;
@@ -330,6 +371,10 @@ impl ChainCheck {
     }
 
     fn end_key(&mut self, state: &KeyState) {
+        if state.unsigned > 0 {
+            self.report.unsigned_rows += state.unsigned;
+            self.report.unsigned_keys += 1;
+        }
         if state.broken {
             return;
         }
@@ -696,6 +741,19 @@ mod tests {
                 last_seq: 1
             }
         ));
+        assert_eq!(
+            (intact.unsigned_rows, intact.unsigned_keys),
+            (1, 1),
+            "seq 3 is after it"
+        );
+        let all = run(&rows, anchor(3, &rows[2].hash));
+        assert_eq!((all.unsigned_rows, all.unsigned_keys), (0, 0));
+        let none = check(&rows, false);
+        assert_eq!(
+            (none.unsigned_rows, none.unsigned_keys),
+            (3, 1),
+            "no checkpoint at all"
+        );
         let rewritten = run(&rows, anchor(2, "f00"));
         assert!(matches!(
             rewritten.breaks[0].problem,

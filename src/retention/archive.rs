@@ -37,6 +37,7 @@ where
         filter: ExportFilter::default(),
         cells: CsvCells::Raw,
         evidence: None,
+        signer: None,
     };
     let written = match export::encode(job, rows, &mut Writer(&mut file)).await {
         Ok(manifest) => finish(file, &partial, &path).await.map(|()| manifest),

@@ -8,8 +8,9 @@
 //!   (`Link: <…>; rel="describedby"`) with the same filters and a pinned `until`.
 //!
 //! Query parameters: `since`, `until`, `tenant`, `tool`, `key`, `business_ref`, as for
-//! `idemwatch export`. Without `until`, the request time is used, so a later manifest
-//! request selects the same rows.
+//! `idemwatch export`; `checkpoint=true` takes a signed checkpoint first (a server
+//! with `--signing-key`, which also signs every manifest). Without `until`, the
+//! request time is used, so a later manifest request selects the same rows.
 
 use super::AppState;
 use super::links::encode;
@@ -48,6 +49,7 @@ pub struct ExportQuery {
     business_ref: Option<String>,
     format: Option<String>,
     raw: Option<String>,
+    checkpoint: Option<String>,
 }
 
 /// Read by hand rather than with `Query<ExportQuery>`, whose rejection (a parameter
@@ -74,6 +76,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ExportQuery {
                 "business_ref" => ("business_ref", &mut query.business_ref),
                 "format" => ("format", &mut query.format),
                 "raw" => ("raw", &mut query.raw),
+                "checkpoint" => ("checkpoint", &mut query.checkpoint),
                 _ => continue,
             };
             if slot.replace(value).is_some() {
@@ -100,6 +103,31 @@ impl ExportQuery {
             }
             .into()),
         }
+    }
+
+    /// `checkpoint=true`: a checkpoint before the rows are read, so none is unsigned;
+    /// a server without a signing key refuses it rather than export unsigned rows.
+    fn signing(&self, state: &AppState) -> Result<export::Signing, ExportError> {
+        let bad = |message: &str| {
+            ExportError::from(FilterError {
+                field: "checkpoint",
+                message: message.into(),
+            })
+        };
+        let checkpoint_now = match self.checkpoint.as_deref().map(str::trim) {
+            None | Some("" | "false" | "0") => false,
+            Some("true" | "1") => true,
+            Some(_) => return Err(bad("expected true or false")),
+        };
+        if checkpoint_now && state.checkpointer.is_none() {
+            return Err(bad(
+                "this server signs no checkpoints: start `idemwatch serve` with --signing-key",
+            ));
+        }
+        Ok(export::Signing {
+            checkpointer: state.checkpointer.clone(),
+            checkpoint_now,
+        })
     }
 
     /// The filter, with `until` pinned to `now` when not given.
@@ -205,6 +233,7 @@ async fn download(
     let now = SystemClock.now();
     let filter = query.filter(now)?;
     let cells = query.csv_cells()?;
+    let signing = query.signing(&state)?;
     // Held by the body until the download ends or the client goes away.
     let permit = state
         .exports
@@ -213,7 +242,7 @@ async fn download(
         .map_err(|_| ExportError::Busy)?;
     let (tx, mut rx) = mpsc::channel::<Result<Bytes, StoreError>>(4);
     let store = state.store.clone();
-    tokio::spawn(produce(store, filter.clone(), format, cells, tx));
+    tokio::spawn(produce(store, filter.clone(), format, cells, signing, tx));
     // Wait for the first chunk (or error) before answering, so a database that
     // cannot be read gets a proper 503 rather than a 200 with a broken body.
     let first = rx.recv().await.ok_or(ExportError::Internal)??;
@@ -267,10 +296,11 @@ async fn produce(
     filter: ExportFilter,
     format: Format,
     cells: CsvCells,
+    signing: export::Signing,
     tx: mpsc::Sender<Result<Bytes, StoreError>>,
 ) {
     let mut sink = BodySender(tx);
-    match export::export_into(&store, &filter, format, cells, &mut sink).await {
+    match export::export_signed(&store, &filter, format, cells, &signing, &mut sink).await {
         Ok(_) | Err(export::ExportError::Io(_)) => {} // done, or the client went away
         Err(export::ExportError::Store(e)) => {
             tracing::error!(error = %e, "export stream failed");
@@ -305,6 +335,7 @@ async fn manifest(
         .map_err(ExportError::BadFormat)?;
     let filter = query.filter(SystemClock.now())?;
     let cells = query.csv_cells()?;
+    let signing = query.signing(&state)?;
     // A manifest is a whole export's work (every selected row read and hashed, a proof
     // per key gathered) without the file: it takes a slot like a download.
     let permit = state
@@ -312,13 +343,14 @@ async fn manifest(
         .clone()
         .try_acquire_owned()
         .map_err(|_| ExportError::Busy)?;
-    let manifest = export::export_into(&state.store, &filter, format, cells, &mut Discard)
-        .await
-        .map_err(|e| match e {
-            export::ExportError::Store(e) => ExportError::from(e),
-            // Discarding never fails.
-            export::ExportError::Io(_) => ExportError::Internal,
-        })?;
+    let manifest =
+        export::export_signed(&state.store, &filter, format, cells, &signing, &mut Discard)
+            .await
+            .map_err(|e| match e {
+                export::ExportError::Store(e) => ExportError::from(e),
+                // Discarding never fails.
+                export::ExportError::Io(_) => ExportError::Internal,
+            })?;
     // Written into the body as it is serialised, not first into one string: with
     // checkpoints a whole export's manifest is ~1.7 kB of proof a key (170 MB at 100 k
     // keys). The slot is held until the last byte is taken or the client goes.

@@ -83,6 +83,9 @@ pub struct Shared {
     pub exports: Arc<tokio::sync::Semaphore>,
     /// Refused requests: counted, and logged without flooding (docs/AUTH.md).
     pub auth_log: Arc<auth_log::AuthLog>,
+    /// The checkpointer of a server that signs (`--signing-key`): its key signs export
+    /// manifests, and `?checkpoint=true` takes a checkpoint before an export.
+    pub checkpointer: Option<crate::evidence::Checkpointer>,
 }
 
 impl std::ops::Deref for AppState {
@@ -122,7 +125,17 @@ impl AppState {
             logins: Arc::new(LoginLimiter::default()),
             exports: Arc::new(tokio::sync::Semaphore::new(MAX_EXPORTS)),
             auth_log,
+            checkpointer: None,
         }))
+    }
+
+    /// The same state signing exports with `checkpointer`'s key (docs/EXPORT.md).
+    pub fn with_checkpointer(
+        mut self,
+        checkpointer: Option<crate::evidence::Checkpointer>,
+    ) -> Self {
+        self.fields().checkpointer = checkpointer;
+        self
     }
 
     /// The same state allowing `n` concurrent export downloads.

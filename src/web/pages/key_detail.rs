@@ -140,8 +140,9 @@ fn step(a: &Attempt, record: &Record, now: DateTime<Utc>) -> Step {
     ]
     .iter()
     .filter_map(|f| {
-        let v = object?.get(*f)?;
-        let text = match v {
+        let text = match object?.get(*f)? {
+            // A field given as nothing is not shown as the word `null`.
+            Value::Null => return None,
             Value::String(s) => s.clone(),
             other => other.to_string(),
         };
@@ -277,17 +278,72 @@ struct KeyPage {
     csrf_token: String,
 }
 
-fn verdict(r: &Record, retention: &Retention, tally: &Tally, now: DateTime<Utc>) -> String {
+/// The attempt that decided a DONE or FAILED key, newest first among `attempts`: a
+/// person's resolution to that status, or the provider's answer.
+fn decision(attempts: &[Attempt], status: Status) -> Option<&Attempt> {
+    let by_person = match status {
+        Status::Done => "done",
+        Status::Failed => "failed",
+        _ => return None,
+    };
+    attempts.iter().rev().find(|a| match a.kind {
+        AttemptKind::Resolved => {
+            a.detail.get("resolution").and_then(Value::as_str) == Some(by_person)
+        }
+        AttemptKind::Completed | AttemptKind::ReconciledFound => status == Status::Done,
+        AttemptKind::Failed => status == Status::Failed,
+        _ => false,
+    })
+}
+
+/// "Marked failed by ana (2 h ago): “reason”. Evidence: …" for a person's decision.
+fn resolved_by(a: &Attempt, status: &str, now: DateTime<Utc>) -> Option<String> {
+    if a.kind != AttemptKind::Resolved {
+        return None;
+    }
+    let text = |f: &str| {
+        a.detail
+            .get(f)
+            .and_then(Value::as_str)
+            .filter(|t| !t.trim().is_empty())
+    };
+    let reason = text("reason").map_or(String::new(), |r| format!(": \u{201c}{r}\u{201d}"));
+    let evidence = match text("evidence") {
+        Some(e) => format!(" Evidence: {e}."),
+        None => " No evidence was recorded.".to_string(),
+    };
+    Some(format!(
+        "{status}: marked {} by {} ({}){reason}.{evidence}",
+        status.to_lowercase(),
+        a.actor,
+        when(a.occurred_at, now).rel
+    ))
+}
+
+fn verdict(
+    r: &Record,
+    retention: &Retention,
+    tally: &Tally,
+    decided: Option<&Attempt>,
+    now: DateTime<Utc>,
+) -> String {
     let retries = match tally.replays {
         0 => String::new(),
         1 => " One retry was answered from the stored result; nothing was sent twice.".into(),
         n => format!(" {n} retries were answered from the stored result; nothing was sent twice."),
     };
+    let person = |status| decided.and_then(|a| resolved_by(a, status, now));
     match r.status {
-        Status::Done => format!("Done: the effect happened once.{retries}"),
-        Status::Failed => format!(
-            "Failed: the provider refused definitively; retries get the same error.{retries}"
-        ),
+        Status::Done => match person("Done") {
+            Some(by) => format!("{by}{retries}"),
+            None => format!("Done: the effect happened once.{retries}"),
+        },
+        Status::Failed => match person("Failed") {
+            Some(by) => format!("{by} Retries get the same error.{retries}"),
+            None => format!(
+                "Failed: the provider refused definitively; retries get the same error.{retries}"
+            ),
+        },
         Status::Unknown if retention.past => format!(
             "Unknown, and {}: only a person can tell whether the effect happened. Check the provider for an effect tagged with this key.",
             retention.long
@@ -445,12 +501,20 @@ async fn key_page(
         record.provider_retention_until,
         now,
     );
+    // What decided the key, for the verdict: usually on the page shown; else among the
+    // newest attempts (a page of replays may follow it).
+    let newest;
+    let mut decided = decision(&attempts, record.status);
+    if decided.is_none() && matches!(record.status, Status::Done | Status::Failed) {
+        newest = state.store.attempts_newest(&key, TIMELINE_PAGE).await?;
+        decided = decision(&newest, record.status);
+    }
     let view = KeyPage {
         layout: Layout::new(format!("Key {}", short_key(record.key.as_str())), "keys")
             .with_query(record.business_ref.clone().unwrap_or_default()),
         short: short_key(record.key.as_str()),
         badge: status_badge(record.status, lease_expired),
-        verdict: verdict(&record, &retention, &tally, now),
+        verdict: verdict(&record, &retention, &tally, decided, now),
         undecided: record.is_undecided(now),
         past_retention: retention.past,
         lease: when(record.lease_until, now),

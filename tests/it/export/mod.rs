@@ -11,7 +11,10 @@ mod plan;
 mod prune;
 mod public_key;
 mod ranges;
+mod signed;
+mod signed_http;
 mod tamper;
+mod verdict;
 
 use crate::support::as_key;
 use crate::support::fixture::{Fixture, refund};

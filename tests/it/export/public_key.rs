@@ -16,6 +16,8 @@ both_backends!(
         let signing = keys::generate();
         let key_file = dir.path().join("signing.pem");
         std::fs::write(&key_file, keys::signing_key_pem(&signing)).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
         let checkpoints = dir.path().join("checkpoints");
         let server = Server::start(
             "serve",
