@@ -8,7 +8,7 @@ pub mod backlog;
 mod labels;
 mod macros;
 
-pub use labels::{OTHER_TENANT, Slot};
+pub use labels::{Folded, OTHER_TENANT, OTHER_TOOL, Slot};
 
 use crate::guard::{AdmissionOutcome, Resolution, Status};
 use labels::LabelSpace;
@@ -92,6 +92,10 @@ metric_families! {
         /// name or from the address; the password was not checked), bad_credentials
         /// (checked, and wrong or no such user).
         idemwatch_login_refusals_total: IntCounterVec["reason"],
+        /// Events counted under `other` rather than their own label value because the
+        /// label's cap was reached, by label: `tool` (--metrics-tool-cap; the tools
+        /// file's tools are always labelled) or `tenant` (--metrics-tenant-cap).
+        idemwatch_metrics_label_overflow_total: IntCounterVec["label"],
         /// Always 1; the version label says which idemwatch this is.
         idemwatch_build_info: IntGaugeVec["version"],
     }
@@ -104,6 +108,8 @@ pub struct MetricsOptions {
     pub tenant_label: bool,
     /// With the tenant label on: tenants beyond this many get `tenant="other"`.
     pub tenant_cap: usize,
+    /// Tools beyond this many, not counting the tools file's, get `tool="other"`.
+    pub tool_cap: usize,
 }
 
 impl Default for MetricsOptions {
@@ -111,9 +117,13 @@ impl Default for MetricsOptions {
         Self {
             tenant_label: false,
             tenant_cap: 20,
+            tool_cap: 50,
         }
     }
 }
+
+/// The labels `idemwatch_metrics_label_overflow_total` counts.
+const CAPPED_LABELS: [&str; 2] = ["tool", "tenant"];
 
 pub struct Metrics {
     registry: prometheus::Registry,
@@ -148,11 +158,20 @@ impl Metrics {
                 .idemwatch_login_refusals_total
                 .with_label_values(&[reason]);
         }
+        for label in CAPPED_LABELS {
+            families
+                .idemwatch_metrics_label_overflow_total
+                .with_label_values(&[label]);
+        }
         Ok(Self {
             registry,
             families,
             options,
-            labels: Mutex::new(LabelSpace::new(options.tenant_label, options.tenant_cap)),
+            labels: Mutex::new(LabelSpace::new(
+                options.tenant_label,
+                options.tenant_cap,
+                options.tool_cap,
+            )),
         })
     }
 
@@ -182,7 +201,27 @@ impl Metrics {
     /// The series of (tool, tenant), creating at zero every series of every slot that
     /// is new because of it.
     pub fn slot(&self, tool: &str, tenant: &str) -> Slot {
-        let (slot, fresh) = self
+        self.fold(tool, tenant).0
+    }
+
+    /// The series of one event of (tool, tenant), as [`Metrics::slot`], counting the
+    /// event in `idemwatch_metrics_label_overflow_total` for each label folded into
+    /// `other`.
+    pub fn event_slot(&self, tool: &str, tenant: &str) -> Slot {
+        let (slot, folded) = self.fold(tool, tenant);
+        for (label, folded) in CAPPED_LABELS.into_iter().zip([folded.tool, folded.tenant]) {
+            if folded {
+                self.families
+                    .idemwatch_metrics_label_overflow_total
+                    .with_label_values(&[label])
+                    .inc();
+            }
+        }
+        slot
+    }
+
+    fn fold(&self, tool: &str, tenant: &str) -> (Slot, Folded) {
+        let (slot, folded, fresh) = self
             .labels
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -190,7 +229,22 @@ impl Metrics {
         for s in &fresh {
             self.create_at_zero(s);
         }
-        slot
+        (slot, folded)
+    }
+
+    /// Exports the tools file's tools at zero before any event (so that the first
+    /// event of each moves a series Prometheus has already seen at 0: `increase()`
+    /// misses a series' first sample), labelled whatever the tool cap.
+    pub fn configure_tools<'a>(&self, tools: impl IntoIterator<Item = &'a String>) {
+        let tools: Vec<String> = tools.into_iter().cloned().collect();
+        let fresh = self
+            .labels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .configure(&tools);
+        for s in &fresh {
+            self.create_at_zero(s);
+        }
     }
 
     /// Exports every slot of `tools` × `tenants` (tenants up to the cap) at zero.
@@ -261,6 +315,7 @@ mod tests {
             let m = Metrics::new(MetricsOptions {
                 tenant_label,
                 tenant_cap: 3,
+                ..MetricsOptions::default()
             })
             .unwrap();
             m.slot("issue_refund", "acme");
