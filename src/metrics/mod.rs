@@ -96,6 +96,10 @@ metric_families! {
         /// label's cap was reached, by label: `tool` (--metrics-tool-cap; the tools
         /// file's tools are always labelled) or `tenant` (--metrics-tenant-cap).
         idemwatch_metrics_label_overflow_total: IntCounterVec["label"],
+        /// Start time of the process since unix epoch in seconds. The alerts on counters
+        /// read it: a process younger than their window has all its counts within it,
+        /// including events before Prometheus first scraped it.
+        process_start_time_seconds: Gauge,
         /// Always 1; the version label says which idemwatch this is.
         idemwatch_build_info: IntGaugeVec["version"],
     }
@@ -158,6 +162,11 @@ impl Metrics {
                 .idemwatch_login_refusals_total
                 .with_label_values(&[reason]);
         }
+        families.process_start_time_seconds.set(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64().floor()),
+        );
         for label in CAPPED_LABELS {
             families
                 .idemwatch_metrics_label_overflow_total
@@ -337,6 +346,7 @@ mod tests {
             assert!(text.contains(&line), "{line} missing from\n{text}");
         }
         assert!(text.contains("idemwatch_build_info{version=\""));
+        assert!(!text.contains("process_start_time_seconds 0\n"), "{text}");
         for reason in LOGIN_REFUSALS {
             let line = format!("idemwatch_login_refusals_total{{reason=\"{reason}\"}} 0");
             assert!(text.contains(&line), "{line} missing from\n{text}");
