@@ -19,6 +19,7 @@
 //!   idemwatch, which serves the runbook itself (`/runbook`).
 
 mod backlog_inhibition;
+mod demo_day_zero;
 mod replay_spike;
 
 use serde_json::Value;
@@ -103,6 +104,33 @@ pub(super) fn rules_for_test(text: &str) -> String {
         .collect();
     assert!(shortened, "no `for:` found for {ALERT} in the rules");
     lines.join("\n") + "\n"
+}
+
+/// A Prometheus with `config`, its data under `dir`, on a free port; returns the
+/// process and its address once it is ready.
+pub(super) async fn start_prometheus(
+    dir: &std::path::Path,
+    config: &std::path::Path,
+) -> (crate::support::process::Running, SocketAddr) {
+    let prometheus = crate::support::process::free_addr();
+    let running = crate::support::process::start(
+        "prometheus",
+        "prometheus",
+        &[
+            &format!("--config.file={}", config.display()),
+            &format!("--storage.tsdb.path={}", dir.join("data").display()),
+            &format!("--web.listen-address={prometheus}"),
+            "--log.level=warn",
+        ],
+        dir,
+    );
+    wait_until("Prometheus ready", Duration::from_secs(60), || async {
+        get(prometheus, "/-/ready")
+            .await
+            .is_some_and(|(s, _)| s == 200)
+    })
+    .await;
+    (running, prometheus)
 }
 
 /// GETs an `http://host:port/path?query#fragment` link on loopback.

@@ -2,7 +2,8 @@
 //! for what differs from production).
 
 use super::{
-    ALERT, DASHBOARD, RULES, RUNBOOK, api, follow, get, query, rules_for_test, wait_until,
+    ALERT, DASHBOARD, RULES, RUNBOOK, api, follow, get, query, rules_for_test, start_prometheus,
+    wait_until,
 };
 use crate::metrics::promtool_check;
 use crate::support::alertmanager::{self, start_alertmanager};
@@ -75,7 +76,6 @@ async fn a_replay_spike_pages_through_a_real_prometheus_and_alertmanager() {
 
     // Prometheus: empty (no history at all), the rules, a 1 s scrape of idemwatch, the
     // links' external labels, and the Alertmanager.
-    let data = dir.path().join("data");
     let rules_text = std::fs::read_to_string(root.join(RULES)).expect("the rules file");
     let rules = dir.path().join("rules.yml");
     std::fs::write(&rules, rules_for_test(&rules_text)).unwrap();
@@ -101,28 +101,14 @@ async fn a_replay_spike_pages_through_a_real_prometheus_and_alertmanager() {
         ),
     )
     .unwrap();
-    let prometheus = free_addr();
-    let _prometheus = start(
-        "prometheus",
-        "prometheus",
-        &[
-            &format!("--config.file={}", config.display()),
-            &format!("--storage.tsdb.path={}", data.display()),
-            &format!("--web.listen-address={prometheus}"),
-            "--log.level=warn",
-        ],
-        dir.path(),
-    );
+    let (_prometheus, prometheus) = start_prometheus(dir.path(), &config).await;
     wait_until(
         "Prometheus scraping idemwatch",
         Duration::from_secs(60),
         || async {
-            get(prometheus, "/-/ready")
-                .await
-                .is_some_and(|(s, _)| s == 200)
-                && query(prometheus, "up{job=\"idemwatch\"} == 1").await["result"]
-                    .as_array()
-                    .is_some_and(|r| !r.is_empty())
+            query(prometheus, "up{job=\"idemwatch\"} == 1").await["result"]
+                .as_array()
+                .is_some_and(|r| !r.is_empty())
         },
     )
     .await;
