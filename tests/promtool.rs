@@ -1,7 +1,7 @@
 //! The alerting side of idemwatch, checked from `cargo test`:
 //! - `promtool check rules` and `promtool test rules` on grafana/prometheus/;
 //! - every alert has a `## Name` section in docs/RUNBOOK.md, a `runbook_url` pointing at
-//!   it under the operator's `idemwatch_runbook_url` external label, a unit test where it
+//!   it under the operator's `idemwatch_url` external label, a unit test where it
 //!   fires and one where it stays silent; every per-tool alert a `ui_url` under the
 //!   `idemwatch_url` external label;
 //! - every recording rule is evaluated by a unit test;
@@ -460,19 +460,24 @@ fn the_dashboard_is_there_with_its_uid() {
         dashboard.contains(r#""uid": "idemwatch""#),
         "{DASHBOARD} lacks \"uid\": \"idemwatch\""
     );
-    for variable in [
-        "datasource",
-        "job",
-        "instance",
-        "tool",
-        "idemwatch_url",
-        "runbook_url",
-    ] {
+    for variable in ["datasource", "job", "instance", "tool", "idemwatch_url"] {
         assert!(
             dashboard.contains(&format!(r#""name": "{variable}""#)),
             "{DASHBOARD} lacks the template variable {variable}"
         );
     }
+    // One base for every link, as in the rules: the runbook is the one idemwatch
+    // serves, never a repository host or a second variable.
+    for banned in ["github.com", "runbook_url", "idemwatch_runbook_url"] {
+        assert!(!dashboard.contains(banned), "{DASHBOARD} mentions {banned}");
+    }
+    assert!(dashboard.contains(r#""url": "${idemwatch_url}/runbook""#));
+    assert!(
+        dashboard.contains(
+            r#""url": "${idemwatch_url}/runbook?alert=${__data.fields.alertname:percentencode}""#
+        ),
+        "the alert table links each alert to its section"
+    );
 }
 
 #[test]

@@ -40,7 +40,7 @@ pub struct DemoArgs {
     #[arg(long, env = "IDEMWATCH_DEMO_INCIDENT")]
     pub incident: bool,
     /// Schedule an incident this often, the first 2 minutes in (`off` for none).
-    #[arg(long, env = "IDEMWATCH_DEMO_INCIDENT_EVERY", default_value = "15m", value_parser = parse_every)]
+    #[arg(long, env = "IDEMWATCH_DEMO_INCIDENT_EVERY", default_value = "1h", value_parser = parse_every)]
     pub incident_every: Every,
     /// How long each incident lasts. 5 minutes lets IdempotencyReplaySpike fire.
     #[arg(long, env = "IDEMWATCH_DEMO_INCIDENT_LENGTH", default_value = "5m", value_parser = parse_duration)]

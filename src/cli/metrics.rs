@@ -27,6 +27,12 @@ pub struct MetricsArgs {
     #[arg(long, env = "IDEMWATCH_METRICS_TENANT_CAP", default_value_t = 20,
           value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub metrics_tenant_cap: u32,
+    /// At most this many tools not named in the tools file get their own `tool` label
+    /// value; the rest are reported as `tool="other"` and counted in
+    /// `idemwatch_metrics_label_overflow_total{label="tool"}`.
+    #[arg(long, env = "IDEMWATCH_METRICS_TOOL_CAP", default_value_t = 50,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub metrics_tool_cap: u32,
 }
 
 impl MetricsArgs {
@@ -34,6 +40,7 @@ impl MetricsArgs {
         MetricsOptions {
             tenant_label: self.metrics_tenant_label,
             tenant_cap: self.metrics_tenant_cap as usize,
+            tool_cap: self.metrics_tool_cap as usize,
         }
     }
 

@@ -122,6 +122,7 @@ pub async fn run_server(
 ) -> anyhow::Result<()> {
     let metrics =
         Arc::new(Metrics::new(args.metrics.metrics_options()).context("cannot register metrics")?);
+    metrics.configure_tools(tools.tools.keys());
     let state = AppState::with_metrics(store.clone(), metrics.clone())
         .with_auth(auth, args.auth.cookie_secure)
         .with_session_settings(args.auth.session_settings()?)

@@ -8,7 +8,7 @@ pub mod backlog;
 mod labels;
 mod macros;
 
-pub use labels::{OTHER_TENANT, Slot};
+pub use labels::{Folded, OTHER_TENANT, OTHER_TOOL, Slot};
 
 use crate::guard::{AdmissionOutcome, Resolution, Status};
 use labels::LabelSpace;
@@ -94,6 +94,14 @@ metric_families! {
         idemwatch_login_refusals_total: IntCounterVec["reason"],
         /// Requests refused by authentication or authorisation, by reason: bad_token, expired_token, duplicate_identity (401), forbidden, csrf, cross_site (403), foreign_host (421).
         idemwatch_auth_refusals_total: IntCounterVec["reason"],
+        /// Events counted under `other` rather than their own label value because the
+        /// label's cap was reached, by label: `tool` (--metrics-tool-cap; the tools
+        /// file's tools are always labelled) or `tenant` (--metrics-tenant-cap).
+        idemwatch_metrics_label_overflow_total: IntCounterVec["label"],
+        /// Start time of the process since unix epoch in seconds. The alerts on counters
+        /// read it: a process younger than their window has all its counts within it,
+        /// including events before Prometheus first scraped it.
+        process_start_time_seconds: Gauge,
         /// Always 1; the version label says which idemwatch this is.
         idemwatch_build_info: IntGaugeVec["version"],
     }
@@ -106,6 +114,8 @@ pub struct MetricsOptions {
     pub tenant_label: bool,
     /// With the tenant label on: tenants beyond this many get `tenant="other"`.
     pub tenant_cap: usize,
+    /// Tools beyond this many, not counting the tools file's, get `tool="other"`.
+    pub tool_cap: usize,
 }
 
 impl Default for MetricsOptions {
@@ -113,9 +123,13 @@ impl Default for MetricsOptions {
         Self {
             tenant_label: false,
             tenant_cap: 20,
+            tool_cap: 50,
         }
     }
 }
+
+/// The labels `idemwatch_metrics_label_overflow_total` counts.
+const CAPPED_LABELS: [&str; 2] = ["tool", "tenant"];
 
 pub struct Metrics {
     registry: prometheus::Registry,
@@ -150,11 +164,25 @@ impl Metrics {
                 .idemwatch_login_refusals_total
                 .with_label_values(&[reason]);
         }
+        families.process_start_time_seconds.set(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64().floor()),
+        );
+        for label in CAPPED_LABELS {
+            families
+                .idemwatch_metrics_label_overflow_total
+                .with_label_values(&[label]);
+        }
         Ok(Self {
             registry,
             families,
             options,
-            labels: Mutex::new(LabelSpace::new(options.tenant_label, options.tenant_cap)),
+            labels: Mutex::new(LabelSpace::new(
+                options.tenant_label,
+                options.tenant_cap,
+                options.tool_cap,
+            )),
         })
     }
 
@@ -184,7 +212,27 @@ impl Metrics {
     /// The series of (tool, tenant), creating at zero every series of every slot that
     /// is new because of it.
     pub fn slot(&self, tool: &str, tenant: &str) -> Slot {
-        let (slot, fresh) = self
+        self.fold(tool, tenant).0
+    }
+
+    /// The series of one event of (tool, tenant), as [`Metrics::slot`], counting the
+    /// event in `idemwatch_metrics_label_overflow_total` for each label folded into
+    /// `other`.
+    pub fn event_slot(&self, tool: &str, tenant: &str) -> Slot {
+        let (slot, folded) = self.fold(tool, tenant);
+        for (label, folded) in CAPPED_LABELS.into_iter().zip([folded.tool, folded.tenant]) {
+            if folded {
+                self.families
+                    .idemwatch_metrics_label_overflow_total
+                    .with_label_values(&[label])
+                    .inc();
+            }
+        }
+        slot
+    }
+
+    fn fold(&self, tool: &str, tenant: &str) -> (Slot, Folded) {
+        let (slot, folded, fresh) = self
             .labels
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -192,7 +240,22 @@ impl Metrics {
         for s in &fresh {
             self.create_at_zero(s);
         }
-        slot
+        (slot, folded)
+    }
+
+    /// Exports the tools file's tools at zero before any event (so that the first
+    /// event of each moves a series Prometheus has already seen at 0: `increase()`
+    /// misses a series' first sample), labelled whatever the tool cap.
+    pub fn configure_tools<'a>(&self, tools: impl IntoIterator<Item = &'a String>) {
+        let tools: Vec<String> = tools.into_iter().cloned().collect();
+        let fresh = self
+            .labels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .configure(&tools);
+        for s in &fresh {
+            self.create_at_zero(s);
+        }
     }
 
     /// Exports every slot of `tools` × `tenants` (tenants up to the cap) at zero.
@@ -263,6 +326,7 @@ mod tests {
             let m = Metrics::new(MetricsOptions {
                 tenant_label,
                 tenant_cap: 3,
+                ..MetricsOptions::default()
             })
             .unwrap();
             m.slot("issue_refund", "acme");
@@ -284,6 +348,7 @@ mod tests {
             assert!(text.contains(&line), "{line} missing from\n{text}");
         }
         assert!(text.contains("idemwatch_build_info{version=\""));
+        assert!(!text.contains("process_start_time_seconds 0\n"), "{text}");
         for reason in LOGIN_REFUSALS {
             let line = format!("idemwatch_login_refusals_total{{reason=\"{reason}\"}} 0");
             assert!(text.contains(&line), "{line} missing from\n{text}");

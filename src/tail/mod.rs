@@ -198,7 +198,7 @@ impl Tailer {
             event.duration_ms,
             event.suspected_duplicate_of.is_some(),
         );
-        let slot = self.metrics.slot(&event.tool, &event.tenant);
+        let slot = self.metrics.event_slot(&event.tool, &event.tenant);
         for effect in effects {
             match effect {
                 Effect::Request(outcome) => f

@@ -212,6 +212,10 @@ both_backends!(
                 .replace("${__field.labels.resolution}", "release")
                 .replace("${__from:date:iso}", &rfc3339(s.end - TimeDelta::hours(4)))
                 .replace("${__to:date:iso}", &rfc3339(s.end))
+                .replace(
+                    "${__data.fields.alertname:percentencode}",
+                    "IdempotencyReplaySpike",
+                )
         };
         let links = dashboard_links();
         assert!(links.len() >= 15, "{links:?}");
@@ -237,6 +241,14 @@ both_backends!(
             }
             // Every link is a list the UI accepts, for every outcome a series can have,
             // and for a tool name that needs encoding.
+            // The alert table's runbook link lands on the alert's own section, the
+            // one its `runbook_url` names.
+            if url.contains("/runbook?alert=") {
+                let p = app.get(&window(url, "send%20sms")).await;
+                assert_eq!(p.status, StatusCode::SEE_OTHER, "{title}: {url}");
+                assert_eq!(p.location(), "/runbook#idempotencyreplayspike", "{title}");
+                continue;
+            }
             for outcome in idemwatch::guard::AdmissionOutcome::ALL {
                 let uri = window(url, "send%20sms")
                     .replace("${__field.labels.outcome}", outcome.as_str());
@@ -327,5 +339,17 @@ both_backends!(
             "{}",
             p.body
         );
+        // Its links are links, and what they point at is served here.
+        assert!(
+            p.body.contains(
+                "<a href=\"/docs/OPERATIONS.md#when-the-database-fails\">OPERATIONS.md, When the database fails</a>"
+            ),
+            "{}",
+            p.body
+        );
+        let ops = app.get("/docs/OPERATIONS.md").await;
+        assert_eq!(ops.status, StatusCode::OK);
+        assert!(ops.body.contains("id=\"when-the-database-fails\""));
+        assert_eq!(app.get("/docs/NOPE.md").await.status, StatusCode::NOT_FOUND);
     }
 );

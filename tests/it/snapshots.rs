@@ -37,6 +37,10 @@ fn settings() -> insta::Settings {
         r"(?m)^(idemwatch_(?:tail_last_success_timestamp|tail_lag|tail_held_back|backlog_refresh_duration|replica_lag)_seconds) \S+$",
         "$1 [now]",
     );
+    s.add_filter(
+        r"(?m)^process_start_time_seconds \S+$",
+        "process_start_time_seconds [now]",
+    );
     s.add_filter(r"took \d+ ms", "took [ms] ms");
     // NDJSON: the timed fields (see TIMED), and the manifest's time and digest.
     s.add_filter(r#""duration_ms":\d+"#, r#""duration_ms":"[timed]""#);

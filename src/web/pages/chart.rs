@@ -1,10 +1,26 @@
 //! A small server-rendered chart: request volume per 5-minute bucket as grey bars, the
-//! replay ratio as a line, conflicts as marks along the top. Only geometry is computed
-//! here; `templates/overview.html` writes the SVG, and a sentence says the same in words.
+//! replay ratio as a line, conflicts as marks along the top, and every bucket where
+//! replays spiked as a full-height red band. Only geometry is computed here;
+//! `templates/overview.html` writes the SVG, and a sentence says the same in words.
 
 use crate::web::filters::{percent, thousands_sep, utc_hm};
 use chrono::{DateTime, Utc};
 use std::fmt::Write;
+
+/// The replay share above which the overview marks replays as an incident: the replay
+/// alert's absolute threshold (grafana/prometheus/idemwatch-rules.yml,
+/// docs/RUNBOOK.md#idempotencyreplayspike), in percent.
+pub const SPIKE_PERCENT: i64 = 5;
+/// ... and at least this many replays, the alert's other count condition, so that one
+/// client looping on its key in a quiet hour is not shown as an incident.
+pub const SPIKE_MIN_REPLAYS: i64 = 30;
+
+/// Whether `replays` of `requests` is what the replay alert pages on, on the two
+/// conditions the database can tell (its usual-share and traffic conditions need
+/// Prometheus's history). The overview's one definition of "replays are spiking".
+pub fn replay_spike(replays: i64, requests: i64) -> bool {
+    replays >= SPIKE_MIN_REPLAYS && replays * 100 > requests * SPIKE_PERCENT
+}
 
 /// Requests, replays and conflicts in one bucket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,6 +44,10 @@ pub struct Chart {
     pub line: String,
     /// x of each bucket with a conflict.
     pub marks: Vec<i64>,
+    /// x of each bucket whose replays spiked ([`replay_spike`]).
+    pub spikes: Vec<i64>,
+    /// The width of one bucket.
+    pub step: i64,
     /// The ratio at the top of the chart, e.g. `5%`.
     pub top: String,
     /// The chart in words, for screen readers and as the caption.
@@ -89,6 +109,11 @@ pub fn replay_chart(series: &[Point], start: DateTime<Utc>, bucket_seconds: i64)
         .filter(|(_, p)| p.conflicts > 0)
         .map(|(i, _)| i as i64 * STEP)
         .collect();
+    let spikes: Vec<i64> = busy
+        .iter()
+        .filter(|(_, p)| replay_spike(p.replays, p.requests))
+        .map(|(i, _)| *i as i64 * STEP)
+        .collect();
 
     let requests: i64 = series.iter().map(|p| p.requests).sum();
     let replays: i64 = series.iter().map(|p| p.replays).sum();
@@ -106,8 +131,15 @@ pub fn replay_chart(series: &[Point], start: DateTime<Utc>, bucket_seconds: i64)
             )
         })
         .unwrap_or_else(|| "no replays".to_string());
+    let spiked = match spikes.len() {
+        0 => String::new(),
+        n => format!(
+            " Replays above {SPIKE_PERCENT}% for {} minutes.",
+            n as i64 * bucket_seconds / 60
+        ),
+    };
     let summary = format!(
-        "Replay ratio per 5 minutes: {} overall ({} of {} requests), {peak}; {} {}.",
+        "Replay ratio per 5 minutes: {} overall ({} of {} requests), {peak}; {} {}.{spiked}",
         percent(replays, requests),
         thousands_sep(replays),
         thousands_sep(requests),
@@ -124,6 +156,8 @@ pub fn replay_chart(series: &[Point], start: DateTime<Utc>, bucket_seconds: i64)
         bars,
         line,
         marks,
+        spikes,
+        step: STEP,
         top: format!("{}%", (top * 100.0).round()),
         summary,
     }
@@ -167,6 +201,7 @@ mod tests {
         assert_eq!(c.line, "M1 62L3 37.4M7 50.8");
         assert_eq!(c.marks, vec![2]);
         assert_eq!(c.bars.len(), 3);
+        assert!(c.spikes.is_empty(), "22 replays are under the alert's 30");
         assert_eq!(
             c.summary,
             "Replay ratio per 5 minutes: 11.0% overall (23 of 210 requests), peak 22.0% at 14:05 UTC; 1 conflict."
@@ -186,5 +221,36 @@ mod tests {
             "{}",
             c.summary
         );
+    }
+
+    #[test]
+    fn minutes_of_incident_are_a_band_and_a_sentence() {
+        let start = DateTime::parse_from_rfc3339("2026-11-29T14:00:00Z")
+            .unwrap()
+            .to_utc();
+        let series = [
+            p(3000, 12, 0),
+            p(3000, 570, 0),
+            p(3000, 600, 0),
+            p(20, 2, 0),
+        ];
+        let c = replay_chart(&series, start, 300);
+        assert_eq!(
+            c.spikes,
+            vec![2, 4],
+            "two buckets over 5% with 30 replays or more"
+        );
+        assert!(
+            c.summary.ends_with(" Replays above 5% for 10 minutes."),
+            "{}",
+            c.summary
+        );
+    }
+
+    #[test]
+    fn a_spike_is_the_alerts_share_and_count() {
+        assert!(replay_spike(30, 599));
+        assert!(!replay_spike(30, 600), "5% exactly is not above 5%");
+        assert!(!replay_spike(29, 100), "one looping client");
     }
 }

@@ -3,7 +3,7 @@
 //! from the database (it works without Prometheus). Each figure links to its keys.
 
 use super::Layout;
-use super::chart::{Chart, Point, replay_chart};
+use super::chart::{Chart, Point, replay_chart, replay_spike};
 use crate::guard::AttemptKind;
 use crate::store::{AttemptBucket, BUCKET_SECONDS, BacklogSummary};
 use crate::web::filters::{self, When, percent, when};
@@ -59,6 +59,11 @@ impl Window {
     fn ratio(&self) -> String {
         percent(self.replays, self.requests)
     }
+
+    /// Replays at the share and count the replay alert pages on.
+    fn spiking(&self) -> bool {
+        replay_spike(self.replays, self.requests)
+    }
 }
 
 #[derive(Default)]
@@ -79,6 +84,9 @@ struct ToolCard {
     expired_leases: i64,
     past_retention: i64,
     oldest_unknown: Option<When>,
+    /// The last hour at the same 5-minute resolution, wide enough that minutes of
+    /// incident are not a hairline (issue 50); then the whole day.
+    hour_chart: Chart,
     chart: Chart,
     keys_hour: String,
     keys_day: String,
@@ -89,6 +97,15 @@ struct ToolCard {
     escalation_keys: Drill,
     backlog: String,
     expired: String,
+}
+
+/// A tool whose replays spike now, as the page's first line says it.
+struct Spiking {
+    tool: String,
+    ratio: String,
+    replays: i64,
+    requests: i64,
+    keys: String,
 }
 
 /// The keys where something happened to a tool in the last hour and the last day.
@@ -128,6 +145,9 @@ struct OverviewPage {
     expired_leases: i64,
     past_retention: i64,
     chart_start: When,
+    hour_start: When,
+    /// The tools whose replays spike in the last hour: what the page leads with.
+    spiking: Vec<Spiking>,
     /// When the figures were counted.
     counted: When,
 }
@@ -185,6 +205,10 @@ async fn overview(State(state): State<AppState>) -> Result<Html<String>, Error> 
     let first = day_ago.timestamp().div_euclid(BUCKET_SECONDS);
     let buckets = (now.timestamp().div_euclid(BUCKET_SECONDS) - first + 1) as usize;
     let chart_start = DateTime::from_timestamp(first * BUCKET_SECONDS, 0).unwrap_or(day_ago);
+    // The last hour's buckets: the current one and the 11 before it.
+    let hour_buckets = (3600 / BUCKET_SECONDS) as usize;
+    let hour_first = buckets.saturating_sub(hour_buckets);
+    let hour_start = chart_start + TimeDelta::seconds(hour_first as i64 * BUCKET_SECONDS);
 
     let mut traffic: BTreeMap<String, (Window, Window, Vec<Point>)> = BTreeMap::new();
     for r in &rows {
@@ -241,6 +265,8 @@ async fn overview(State(state): State<AppState>) -> Result<Html<String>, Error> 
         expired_leases: 0,
         past_retention: 0,
         chart_start: when(chart_start, now),
+        hour_start: when(hour_start, now),
+        spiking: Vec::new(),
         counted: when(now, state.clock.now()),
     };
     for (n, tool) in tools.into_iter().enumerate() {
@@ -257,8 +283,19 @@ async fn overview(State(state): State<AppState>) -> Result<Html<String>, Error> 
         page.unknown += b.unknown;
         page.expired_leases += b.expired_leases;
         page.past_retention += b.past_retention;
+        let replay_keys = Drill::new(&tool, "outcome", "replay,replay_failure");
+        if hour.spiking() {
+            page.spiking.push(Spiking {
+                tool: tool.clone(),
+                ratio: hour.ratio(),
+                replays: hour.replays,
+                requests: hour.requests,
+                keys: replay_keys.hour.clone(),
+            });
+        }
         page.cards.push(ToolCard {
             n,
+            hour_chart: replay_chart(&series[hour_first..], hour_start, BUCKET_SECONDS),
             chart: replay_chart(&series, chart_start, BUCKET_SECONDS),
             hour,
             day,
@@ -268,7 +305,7 @@ async fn overview(State(state): State<AppState>) -> Result<Html<String>, Error> 
             oldest_unknown: b.oldest_unknown.map(|t| when(t, now)),
             keys_hour: link("/keys", &[("tool", Some(&tool)), ("from", Some("now-1h"))]),
             keys_day: link("/keys", &[("tool", Some(&tool)), ("from", Some("now-1d"))]),
-            replay_keys: Drill::new(&tool, "outcome", "replay,replay_failure"),
+            replay_keys,
             conflict_keys: Drill::new(&tool, "outcome", "conflict"),
             takeover_keys: Drill::new(&tool, "outcome", "takeover"),
             escalation_keys: Drill::new(&tool, "attempt_kind", "escalated"),
@@ -280,5 +317,9 @@ async fn overview(State(state): State<AppState>) -> Result<Html<String>, Error> 
             tool,
         });
     }
+    // What is wrong now first: tools whose replays spike, then those with keys past
+    // retention, then the rest, each group by name.
+    page.cards
+        .sort_by_key(|c| (!c.hour.spiking(), c.past_retention == 0));
     Ok(Html(page.render()?))
 }

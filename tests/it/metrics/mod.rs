@@ -4,6 +4,7 @@
 //! independently of `idemwatch::tail::events` (the contract in docs/METRICS.md), and
 //! the scenarios also pin concrete numbers, so a mapping bug in either place fails.
 
+mod cardinality;
 mod tail_faults;
 mod tail_pending;
 mod values;

@@ -222,6 +222,7 @@ both_backends!(
         let options = MetricsOptions {
             tenant_label: true,
             tenant_cap: 2,
+            ..MetricsOptions::default()
         };
         let metrics = Arc::new(Metrics::new(options).unwrap());
         let mut tailer = Tailer::new(metrics.clone(), small_batches());

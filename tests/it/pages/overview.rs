@@ -6,6 +6,23 @@ use crate::support::app::TestApp;
 use axum::http::{StatusCode, header};
 use std::sync::Arc;
 
+/// The guard and a provider on the seed's clock, to add calls to the seeded database.
+fn guard_on(
+    db: &crate::support::TestDb,
+    clock: &idemwatch::guard::ManualClock,
+) -> (
+    idemwatch::guard::Guard<idemwatch::store::Store>,
+    crate::support::provider::Ledger,
+) {
+    let guard = idemwatch::guard::Guard::new(
+        db.store.clone(),
+        Arc::new(clock.clone()),
+        idemwatch::guard::GuardSettings::default(),
+    );
+    let ledger = crate::support::provider::Ledger::new(clock.clone(), chrono::TimeDelta::hours(1));
+    (guard, ledger)
+}
+
 both_backends!(
     async fn the_overview_counts_each_tool_from_the_database(db: TestDb) {
         let (app, _s) = TestApp::open(&db).await;
@@ -56,13 +73,7 @@ both_backends!(
         let p = app.get("/").await;
         assert!(!requests(&p.body));
         // One more message in the last hour.
-        let guard = idemwatch::guard::Guard::new(
-            db.store.clone(),
-            Arc::new(s.clock.clone()),
-            idemwatch::guard::GuardSettings::default(),
-        );
-        let ledger =
-            crate::support::provider::Ledger::new(s.clock.clone(), chrono::TimeDelta::hours(1));
+        let (guard, ledger) = guard_on(&db, &s.clock);
         let call = crate::ui_seed::call(
             "globex",
             "send_message",
@@ -84,5 +95,72 @@ both_backends!(
             "recounted: {}",
             card(&p.body, "send_message")
         );
+    }
+);
+
+both_backends!(
+    async fn the_overview_leads_with_a_replay_spike_happening_now(db: TestDb) {
+        let (app, s) = TestApp::open(&db).await;
+        // A tool named to sort last: 40 calls, each retried once and answered from its
+        // stored result, in the last hour: 50% replays, 40 of them (the alert's 5% and 30).
+        let (guard, ledger) = guard_on(&db, &s.clock);
+        let client =
+            crate::support::provider::Client::new(&ledger, crate::support::fixture::DEADLINE, []);
+        for i in 0..40 {
+            let call = crate::ui_seed::call(
+                "acme",
+                "zz_spiking",
+                "run-spike",
+                "1",
+                &format!("spike:{i}"),
+                &format!("order:S-{i}"),
+                serde_json::json!({ "n": i }),
+            );
+            guard.run(&call, &client).await.unwrap();
+            assert!(guard.run(&call, &client).await.unwrap().replayed);
+        }
+        let p = app.get("/").await;
+        assert_eq!(p.status, StatusCode::OK);
+        let now = p
+            .body
+            .split("<section class=\"totals\"")
+            .next()
+            .unwrap_or_default();
+        assert!(
+            now.contains("<section class=\"now\"")
+                && now.contains("<strong>Replays are spiking on zz_spiking</strong>"),
+            "the page leads with it: {now}"
+        );
+        assert!(
+            now.contains("50.0% of its requests in the last hour</a> (40 of 80)"),
+            "{now}"
+        );
+        assert!(
+            p.body.contains("<div class=\"stat stat-alert\"><span class=\"stat-label\">Replay ratio, last hour</span>"),
+            "the replay card is highlighted: {}",
+            p.body
+        );
+        let first = p
+            .body
+            .split("<section class=\"card\"")
+            .nth(1)
+            .unwrap_or_default();
+        assert!(first.contains(">zz_spiking</h2>"), "first card: {first}");
+        let spiking = card(&p.body, "zz_spiking");
+        assert!(
+            spiking.contains("<tr class=\"alert\"><th scope=\"row\">Replay ratio</th>"),
+            "{spiking}"
+        );
+        // The last hour is a chart of its own, 12 buckets wide, the spike a red band.
+        let hour = spiking
+            .split("<figure class=\"chart chart-hour\">")
+            .nth(1)
+            .and_then(|f| f.split("</figure>").next())
+            .unwrap_or_else(|| panic!("no hour chart: {spiking}"));
+        assert!(hour.contains("<svg viewBox=\"0 0 24 64\""), "{hour}");
+        assert!(hour.contains("<rect class=\"spike\" x=\""), "{hour}");
+        assert!(hour.contains("Replays above 5% for 5 minutes."), "{hour}");
+        // A tool without a spike is not named in the lead.
+        assert!(!now.contains("issue_refund"), "{now}");
     }
 );

@@ -2,7 +2,7 @@
 //! for what differs from production).
 
 use super::{
-    ALERT, DASHBOARD, RULES, RUNBOOK, api, follow, get, normal_day, query, rules_for_test,
+    ALERT, DASHBOARD, RULES, RUNBOOK, api, follow, get, query, rules_for_test, start_prometheus,
     wait_until,
 };
 use crate::metrics::promtool_check;
@@ -10,6 +10,7 @@ use crate::support::alertmanager::{self, start_alertmanager};
 use crate::support::dashboard::{dashboard_exprs, substitute};
 use crate::support::fixture::{Fixture, refund};
 use crate::support::process::{free_addr, installed, start};
+use crate::support::server::refund_tools_file;
 use crate::support::webhook::Webhook;
 use crate::support::{TestDb, pg};
 use serde_json::Value;
@@ -35,6 +36,10 @@ async fn a_replay_spike_pages_through_a_real_prometheus_and_alertmanager() {
 
     let idemwatch = free_addr();
     let listen = idemwatch.to_string();
+    // The tools file names the tool: its series are exported at 0 from the start, so
+    // the first event is an increase Prometheus sees (issue 50).
+    let tools = refund_tools_file(dir.path());
+    let tools = tools.to_str().unwrap();
     let mut serve = start(
         "idemwatch",
         env!("CARGO_BIN_EXE_idemwatch"),
@@ -48,6 +53,8 @@ async fn a_replay_spike_pages_through_a_real_prometheus_and_alertmanager() {
             "200ms",
             "--backlog-refresh-interval",
             "1s",
+            "--tools-file",
+            tools,
         ],
         dir.path(),
     );
@@ -67,22 +74,8 @@ async fn a_replay_spike_pages_through_a_real_prometheus_and_alertmanager() {
         None => None,
     };
 
-    // Prometheus: backfilled history, the rules, a 1 s scrape of idemwatch, the links'
-    // external labels, and the Alertmanager.
-    let data = dir.path().join("data");
-    let om = dir.path().join("normal_day.om");
-    std::fs::write(&om, normal_day(&listen)).unwrap();
-    let backfill = Command::new("promtool")
-        .args(["tsdb", "create-blocks-from", "openmetrics"])
-        .arg(&om)
-        .arg(&data)
-        .output()
-        .unwrap();
-    assert!(
-        backfill.status.success(),
-        "{}",
-        String::from_utf8_lossy(&backfill.stderr)
-    );
+    // Prometheus: empty (no history at all), the rules, a 1 s scrape of idemwatch, the
+    // links' external labels, and the Alertmanager.
     let rules_text = std::fs::read_to_string(root.join(RULES)).expect("the rules file");
     let rules = dir.path().join("rules.yml");
     std::fs::write(&rules, rules_for_test(&rules_text)).unwrap();
@@ -108,36 +101,30 @@ async fn a_replay_spike_pages_through_a_real_prometheus_and_alertmanager() {
         ),
     )
     .unwrap();
-    let prometheus = free_addr();
-    let _prometheus = start(
-        "prometheus",
-        "prometheus",
-        &[
-            &format!("--config.file={}", config.display()),
-            &format!("--storage.tsdb.path={}", data.display()),
-            &format!("--web.listen-address={prometheus}"),
-            "--log.level=warn",
-        ],
-        dir.path(),
-    );
+    let (_prometheus, prometheus) = start_prometheus(dir.path(), &config).await;
     wait_until(
         "Prometheus scraping idemwatch",
         Duration::from_secs(60),
         || async {
-            get(prometheus, "/-/ready")
-                .await
-                .is_some_and(|(s, _)| s == 200)
-                && query(prometheus, "up{job=\"idemwatch\"} == 1").await["result"]
-                    .as_array()
-                    .is_some_and(|r| !r.is_empty())
+            query(prometheus, "up{job=\"idemwatch\"} == 1").await["result"]
+                .as_array()
+                .is_some_and(|r| !r.is_empty())
         },
     )
     .await;
 
+    // The first event of the tool is a conflict, in the first scrape interval of its
+    // series: on the old exporter the series appeared holding 1, `increase()` saw 0 and
+    // IdempotencyPayloadConflict never fired.
+    let f = Fixture::new(&db);
+    let first = refund("FIRST", 4500, "1");
+    f.guard.run(&first, &f.client([])).await.unwrap();
+    let mut changed = first.clone();
+    changed.args["amount_p"] = serde_json::json!(4000);
+    assert!(f.guard.run(&changed, &f.client([])).await.is_err());
     // The incident: the provider slows past the clients' deadline and about one
     // request in five is a retry answered from the stored result: 132 replays in
     // 12 seconds, well above the alert's 30 in 5 minutes.
-    let f = Fixture::new(&db);
     let mut next = 0;
     for _round in 0..12 {
         for _ in 0..40 {
@@ -207,11 +194,27 @@ async fn a_replay_spike_pages_through_a_real_prometheus_and_alertmanager() {
             text.contains("order:SPIKE-"),
             "{ui_url}: the spike's keys are not listed"
         );
-        assert!(
-            webhook.received().iter().all(|n| n.receiver == "page"),
-            "only the page receiver was notified: {:?}",
-            webhook.received()
+        // The conflict is a ticket, not a page.
+        let ticket = webhook
+            .wait_for("ticket", "IdempotencyPayloadConflict")
+            .await;
+        assert_eq!(
+            ticket.alert("IdempotencyPayloadConflict")["labels"]["tool"],
+            "issue_refund"
         );
+        for n in webhook.received() {
+            let names: Vec<&Value> = n.alerts().map(|a| &a["labels"]["alertname"]).collect();
+            let expected = if n.receiver == "page" {
+                ALERT
+            } else {
+                "IdempotencyPayloadConflict"
+            };
+            assert!(
+                names.iter().all(|a| *a == expected),
+                "{}: {names:?}",
+                n.receiver
+            );
+        }
     }
 
     // Every rule expression and every dashboard query evaluates without error, on

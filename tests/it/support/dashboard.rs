@@ -11,6 +11,7 @@ pub fn substitute(expr: &str, instance: &str) -> String {
             "instance" => instance.into(),
             "tool" => "issue_refund".into(),
             "tenant" => ".*".into(),
+            "client_deadline" => "10".into(),
             "__rate_interval" => "1m".into(),
             "__interval" => "15s".into(),
             "__range" => "1h".into(),
