@@ -107,9 +107,6 @@ impl Storage for Store {
         if let (Store::Postgres(pool), None) = (self, checks.natural_key) {
             return claim_in_one_statement(pool, build, checks).await;
         }
-        if let (Store::Sqlite(pools), None) = (self, checks.natural_key) {
-            return claim_sqlite(pools, build, checks).await;
-        }
         on_pool!(self, pool => {
             let mut tx = pool.begin_write().await?;
             let (mut record, draft) = build();
@@ -130,8 +127,6 @@ impl Storage for Store {
                 .fetch_optional(&mut *tx)
                 .await?;
             if inserted.is_none() {
-                // Rolled back explicitly, not dropped: on SQLite this waits until the
-                // claim it found is committed (group_commit.rs).
                 tx.rollback().await?;
                 return Ok(Claim::Exists);
             }
@@ -208,7 +203,24 @@ impl Storage for Store {
                 written.rows_affected() == 1
             }
             Store::Sqlite(pools) => {
-                write_if_unchanged_sqlite(pools, expected, &next, &attempt).await?
+                let mut tx = pools.begin_write().await?;
+                let updated = bind_update!(
+                    sqlx::query(sql::UPDATE_RECORD_IF_HEAD_SQLITE),
+                    next,
+                    expected.fencing_token
+                )
+                .bind(expected.log_seq)
+                .bind(&expected.log_hash)
+                .execute(&mut *tx)
+                .await?;
+                // The head moved (or the key is gone): nothing is written, and the
+                // caller takes the locked path.
+                if updated.rows_affected() != 1 {
+                    return Ok(None);
+                }
+                insert_attempt!(tx, attempt);
+                tx.commit().await?;
+                true
             }
         };
         Ok(written.then_some(value))
@@ -266,26 +278,18 @@ impl LockRecord for sqlx::PgPool {
     }
 }
 
-/// The write lock is held from the call's start, so the plain read is the locked read;
-/// it is the call's first statement, with its savepoint when it joins the writer's
-/// batch (group_commit.rs).
+/// `BEGIN IMMEDIATE` holds the write lock from the transaction's start, so the plain
+/// read is the locked read.
 impl LockRecord for SqlitePools {
     async fn lock_record(
         &self,
         key: &IdempotencyKey,
     ) -> Result<(Self::Tx, Option<Record>), StoreError> {
-        let (tx, answer) = self
-            .begin_on_first_statement()
-            .await?
-            .execute(&sql::LOCK_RECORD_SQLITE, |text| {
-                sqlx::query(text).bind(key.as_str())
-            })
+        let mut tx = self.begin_write().await?;
+        let current = sqlx::query_as(sql::GET_RECORD)
+            .bind(key.as_str())
+            .fetch_optional(&mut *tx)
             .await?;
-        let current = answer
-            .rows
-            .first()
-            .map(sqlx::FromRow::from_row)
-            .transpose()?;
         Ok((tx, current))
     }
 }
@@ -399,12 +403,6 @@ impl Store {
         decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
         review: impl FnOnce(&T) -> Option<PairReview> + Send,
     ) -> Result<T, StoreError> {
-        // The record change and its first attempt sent together: one statement on
-        // PostgreSQL (one row reported, the attempt's), one batch on SQLite (two).
-        let (merged, merged_rows) = match self.backend() {
-            Backend::Postgres => (sql::UPDATE_RECORD_AND_APPEND_POSTGRES, 1),
-            Backend::Sqlite => (sql::UPDATE_RECORD_AND_APPEND_SQLITE, 2),
-        };
         on_pool!(self, pool => {
             let (mut tx, current) = pool.lock_record(key).await?;
             let Some(current) = current else {
@@ -416,18 +414,19 @@ impl Store {
                 drafts.into_iter().map(|d| seal(&mut next, d)).collect();
             let mut rest = attempts.as_slice();
             if next != current {
-                let (written, expected) = match attempts.first() {
-                    Some(first) => {
-                        rest = &attempts[1..];
-                        let q = bind_update!(sqlx::query(merged), next, current.fencing_token);
-                        (bind_attempt!(q, first).execute(&mut *tx).await?, merged_rows)
-                    }
-                    None => {
-                        let q = bind_update!(sqlx::query(sql::UPDATE_RECORD), next, current.fencing_token);
-                        (q.execute(&mut *tx).await?, 1)
-                    }
+                let written = match self.backend() {
+                    // The record change and its first attempt in one statement.
+                    Backend::Postgres => match attempts.first() {
+                        Some(first) => {
+                            rest = &attempts[1..];
+                            let q = bind_update!(sqlx::query(sql::UPDATE_RECORD_AND_APPEND_POSTGRES), next, current.fencing_token);
+                            bind_attempt!(q, first).execute(&mut *tx).await?
+                        }
+                        None => bind_update!(sqlx::query(sql::UPDATE_RECORD), next, current.fencing_token).execute(&mut *tx).await?,
+                    },
+                    Backend::Sqlite => bind_update!(sqlx::query(sql::UPDATE_RECORD), next, current.fencing_token).execute(&mut *tx).await?,
                 };
-                if written.rows_affected() != expected {
+                if written.rows_affected() != 1 {
                     return Err(StoreError::Conflict(format!(
                         "fenced write on {} matched no row",
                         next.key
@@ -472,161 +471,4 @@ impl Store {
             on_pool!(self, pool => sqlx::query_as(sql::ATTEMPTS_OF_KEY).bind(key.as_str()).fetch_all(pool).await)?,
         )
     }
-}
-
-/// [`Storage::claim`] on SQLite without a natural key: the probe and the claim's
-/// writes as one batch ([`sql::CLAIM_PROBED_SQLITE`], or [`sql::CLAIM_AND_APPEND_SQLITE`]
-/// for a call without a business ref), led by the call's savepoint when it joins the
-/// writer's batch, then the commit — each statement a hop to the connection's thread
-/// that every queued writer waits for. Only a claim whose probe found another key
-/// sends more ([`claim_sqlite_with_finding`]).
-async fn claim_sqlite(
-    pools: &SqlitePools,
-    build: impl FnOnce() -> (Record, AttemptDraft) + Send,
-    checks: ClaimChecks<'_>,
-) -> Result<Claim, StoreError> {
-    let opening = pools.begin_deferred().await?;
-    // Built under the write lock: the clock is read after the wait for it.
-    let (mut record, draft) = build();
-    record_claim_span(&record);
-    // The claim's row is the chain's first: sealing changes only the head, which the
-    // long way starts again from here.
-    let unsealed = (record.log_seq, record.log_hash.clone(), draft.clone());
-    let attempt = seal(&mut record, draft);
-    if record.business_ref.is_none() {
-        let (tx, answer) = opening
-            .execute(&sql::CLAIM_AND_APPEND_SQLITE, |text| {
-                let q = bind_claim!(sqlx::query(text), record);
-                // `$35`: no suspected pair.
-                bind_attempt!(q, attempt).bind(None::<String>)
-            })
-            .await?;
-        return match answer.written {
-            2 => commit_claim(tx, record).await,
-            0 => claim_exists(tx).await,
-            written => Err(claim_wrote(&record, written, 2)),
-        };
-    }
-    let since = record.created_at - checks.duplicate_window;
-    let (tx, answer) = opening
-        .execute(&sql::CLAIM_PROBED_SQLITE, |text| {
-            let q = bind_claim!(sqlx::query(text), record);
-            bind_attempt!(q, attempt).bind(since)
-        })
-        .await?;
-    let [row] = answer.rows.as_slice() else {
-        return Err(StoreError::Corrupt(format!(
-            "claim of {} answered {} rows, not 1",
-            record.key,
-            answer.rows.len()
-        )));
-    };
-    let (claimed, found): (i64, Option<String>) = sqlx::FromRow::from_row(row)?;
-    match (claimed, found) {
-        (1, _) => commit_claim(tx, record).await,
-        // The insert met the key: it exists.
-        (0, None) => claim_exists(tx).await,
-        (0, Some(found)) => {
-            let (log_seq, log_hash, draft) = unsealed;
-            record.log_seq = log_seq;
-            record.log_hash = log_hash;
-            claim_sqlite_with_finding(tx, record, draft, found).await
-        }
-        (claimed, _) => Err(claim_wrote(&record, claimed as u64, 1)),
-    }
-}
-
-/// A claim whose rows are written: committed, it is the caller's.
-async fn commit_claim(
-    tx: <SqlitePools as WritePool>::Tx,
-    record: Record,
-) -> Result<Claim, StoreError> {
-    tx.commit().await?;
-    Ok(Claim::Created {
-        record: Box::new(record),
-    })
-}
-
-/// A claim that met its key, and wrote nothing.
-async fn claim_exists(tx: <SqlitePools as WritePool>::Tx) -> Result<Claim, StoreError> {
-    // Ended, not dropped: this waits until the claim it found is committed.
-    tx.end_unwritten().await?;
-    Ok(Claim::Exists)
-}
-
-/// A probed SQLite claim that wrote nothing because its probe found another key:
-/// whether the key exists is read in the same transaction, under the write lock, so
-/// nothing has changed since the claim's statement; if it does not, the finding is
-/// sealed into the `claimed` row and sent with the claim's writes
-/// ([`sql::CLAIM_AND_APPEND_SQLITE`]).
-async fn claim_sqlite_with_finding(
-    mut tx: <SqlitePools as WritePool>::Tx,
-    mut record: Record,
-    draft: AttemptDraft,
-    found: String,
-) -> Result<Claim, StoreError> {
-    let exists: bool = sqlx::query_scalar(sql::KEY_EXISTS)
-        .bind(record.key.as_str())
-        .fetch_one(&mut *tx)
-        .await?;
-    if exists {
-        return claim_exists(tx).await;
-    }
-    let attempt = seal(&mut record, with_suspect(draft, Some(&found)));
-    let q = bind_claim!(sqlx::query(sql::CLAIM_AND_APPEND_SQLITE.alone()), record);
-    let written = bind_attempt!(q, attempt)
-        .bind(&found)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-    // The record, its attempt and the pair.
-    if written != 3 {
-        return Err(claim_wrote(&record, written, 3));
-    }
-    commit_claim(tx, record).await
-}
-
-/// A claim whose statements wrote neither all their rows nor none.
-fn claim_wrote(record: &Record, written: u64, created: u64) -> StoreError {
-    StoreError::Corrupt(format!(
-        "claim of {} wrote {written} rows, not {created}",
-        record.key
-    ))
-}
-
-/// [`Storage::write_if_unchanged`]'s write on SQLite (the decision is made before,
-/// as on PostgreSQL, outside the write lock): the conditional update and its attempt
-/// as one batch ([`sql::UPDATE_RECORD_IF_HEAD_AND_APPEND_SQLITE`], led by the call's
-/// savepoint when it joins the writer's batch), then the commit — where the locked
-/// path also reads the record and sends the update and the insert apart. Whether both
-/// rows were written.
-async fn write_if_unchanged_sqlite(
-    pools: &SqlitePools,
-    expected: &Record,
-    next: &Record,
-    attempt: &Attempt,
-) -> Result<bool, StoreError> {
-    let opening = pools.begin_on_first_statement().await?;
-    let (tx, answer) = opening
-        .execute(&sql::UPDATE_RECORD_IF_HEAD_AND_APPEND_SQLITE, |text| {
-            let q = bind_update!(sqlx::query(text), next, expected.fencing_token);
-            bind_attempt!(q, attempt)
-                .bind(expected.log_seq)
-                .bind(&expected.log_hash)
-        })
-        .await?;
-    // Both rows, or none: the head moved (or the key is gone), nothing was written,
-    // and the caller takes the locked path.
-    match answer.written {
-        2 => tx.commit().await?,
-        0 => {
-            tx.end_unwritten().await?;
-            return Ok(false);
-        }
-        _ => {
-            tx.rollback().await?;
-            return Ok(false);
-        }
-    }
-    Ok(true)
 }

@@ -1,8 +1,6 @@
 //! SQL statements, each written once. Where PostgreSQL and SQLite must differ the two
 //! versions stand next to each other.
 
-use super::group_commit::{FirstStatement, first_statement};
-
 /// A record's columns, in the order [`CLAIM`] binds them
 /// (`$1`–`$22`). A macro, so that statements can `concat!` it.
 macro_rules! record_columns {
@@ -188,18 +186,13 @@ pub const CLAIM_PROBED_POSTGRES: &str = concat!(
      SELECT (SELECT key FROM claimed), (SELECT key FROM probe)"
 );
 
-/// Whether the key `$1` exists.
-pub const KEY_EXISTS: &str = "SELECT EXISTS (SELECT 1 FROM idempotency_records WHERE key = $1)";
-
 pub const INSERT_SUSPECTED_DUPLICATE: &str = "INSERT INTO idempotency_suspected_duplicates \
     (key, other_key, tenant, tool, detected_at) VALUES ($1, $2, $3, $4, $5)";
 
 /// Reads a record and holds it until commit. PostgreSQL locks the row; on SQLite the
 /// write transaction (`WritePool::begin_write`, BEGIN IMMEDIATE) already holds the one
-/// write lock, so the plain read is the locked read, and it is the call's first
-/// statement (with the call's savepoint when it joins the writer's batch).
+/// write lock, so the plain read ([`GET_RECORD`]) is the locked read.
 pub const LOCK_RECORD_POSTGRES: &str = concat!(select_record!(), "WHERE key = $1 FOR UPDATE");
-pub const LOCK_RECORD_SQLITE: FirstStatement = first_statement!(select_record!(), "WHERE key = $1");
 
 pub const GET_RECORD: &str = concat!(select_record!(), "WHERE key = $1");
 
@@ -221,28 +214,12 @@ pub const UPDATE_RECORD: &str = fenced_update!();
 ///   never written without its attempt, nor an attempt without its record change;
 /// - a data-modifying CTE runs exactly once and both writes belong to the one
 ///   statement and transaction: they commit or roll back together.
-///
-/// SQLite has no data-modifying CTEs; it sends the two statements as one batch
-/// ([`UPDATE_RECORD_AND_APPEND_SQLITE`]).
 pub const UPDATE_RECORD_AND_APPEND_POSTGRES: &str = concat!(
     "WITH updated AS (",
     fenced_update!(),
     " RETURNING key) INSERT INTO idempotency_attempts (",
     attempt_columns!(),
     ") SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 FROM updated"
-);
-
-/// SQLite: [`UPDATE_RECORD_AND_APPEND_POSTGRES`] as one batch of two statements, sent
-/// once to the writer: the fenced update, then the attempt (`$13`–`$24`) only if the
-/// update wrote the row (`changes() = 1`, as in [`CLAIM_AND_APPEND_SQLITE`]). Two rows
-/// written, or none (then the store answers `Conflict` and rolls back). Correct for the
-/// reason given at the PostgreSQL statement, with the write lock, held since the
-/// locked read, for the row lock.
-pub const UPDATE_RECORD_AND_APPEND_SQLITE: &str = concat!(
-    fenced_update!(),
-    "; INSERT INTO idempotency_attempts (",
-    attempt_columns!(),
-    ") SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 WHERE changes() = 1"
 );
 
 /// PostgreSQL: the fenced write of a record **without the locked read**, for a writer
@@ -267,6 +244,12 @@ pub const UPDATE_RECORD_IF_HEAD_AND_APPEND_POSTGRES: &str = concat!(
     ") SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 FROM updated"
 );
 
+/// SQLite: the fenced update of [`UPDATE_RECORD_IF_HEAD_AND_APPEND_POSTGRES`] with the
+/// expected head (`$13` `log_seq`, `$14` `log_hash`), in a `BEGIN IMMEDIATE`
+/// transaction; the attempt is inserted after it only if it wrote the row.
+pub const UPDATE_RECORD_IF_HEAD_SQLITE: &str =
+    concat!(fenced_update!(), " AND log_seq = $13 AND log_hash = $14");
+
 pub const INSERT_ATTEMPT: &str = concat!(
     "INSERT INTO idempotency_attempts (",
     attempt_columns!(),
@@ -274,90 +257,6 @@ pub const INSERT_ATTEMPT: &str = concat!(
 );
 
 pub const ATTEMPTS_OF_KEY: &str = concat!(select_attempts!(), "WHERE key = $1 ORDER BY seq");
-
-/// SQLite: the claim's writes — the record (`$1`–`$22`, as [`CLAIM`]), its sealed
-/// `claimed` attempt (`$23`–`$34`) and, when the probe found one, the
-/// suspected-duplicate pair (`$35`, the other key; NULL for none) — as **one batch of
-/// statements sent once** to the writer, inside the claim's `BEGIN IMMEDIATE`
-/// transaction (and led by the call's savepoint when it joins a batch: a
-/// [`FirstStatement`]). SQLite has no data-modifying CTE, but each statement sent to
-/// the connection costs a hop to its worker thread and back, and with one writer every
-/// hop is time all other writers wait (docs/PERFORMANCE.md, issue 17).
-///
-/// Correctness, the argument of [`CLAIM_AND_APPEND_POSTGRES`] with SQLite's means:
-/// - the transaction holds the write lock from its start, so nothing else writes
-///   between the statements;
-/// - each later insert runs only if the statement before it wrote its row
-///   (`changes()`: the rows written by the connection's last INSERT, UPDATE or
-///   DELETE, without a trigger's): if the key existed the batch writes nothing, and
-///   the caller sees 0 rows written and rolls back;
-/// - the numbered parameters are bound by number in every statement of the batch.
-pub const CLAIM_AND_APPEND_SQLITE: FirstStatement = first_statement!(
-    "INSERT INTO idempotency_records (",
-    record_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-     $18, $19, $20, $21, $22) ON CONFLICT (key) DO NOTHING; \
-     INSERT INTO idempotency_attempts (",
-    attempt_columns!(),
-    ") SELECT $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34 WHERE changes() = 1; \
-     INSERT INTO idempotency_suspected_duplicates (key, other_key, tenant, tool, detected_at) \
-     SELECT $1, $35, $2, $3, $19 WHERE changes() = 1 AND $35 IS NOT NULL"
-);
-
-/// SQLite, a claim that names a business ref: the probe and the claim's writes in
-/// one batch, written for the common case, where the probe finds no other key — what
-/// [`CLAIM_PROBED_POSTGRES`] is to PostgreSQL. The record (`$1`–`$22`, as [`CLAIM`]) is
-/// inserted only if the probe (the record's own tenant, tool, business ref,
-/// fingerprint and key, the window's start `$35`) finds nothing, and its sealed
-/// `claimed` attempt (`$23`–`$34`) only with the record. The last statement answers
-/// one row: whether the attempt was written (`changes()` of the attempt's insert, 1 or
-/// 0; it is written only with the record) and, when it was not, the probe's finding
-/// (when it was, the probe found nothing: the record was inserted only then, so the
-/// probe is not run again).
-///
-/// Correctness (beside [`CLAIM_AND_APPEND_SQLITE`]'s, which holds for the inserts):
-/// - the attempt was sealed without a `suspected_duplicate_of`, and is written only
-///   when the probe, in the same statement, found no other key: what the row says is
-///   what the probe saw;
-/// - the probe excludes the claimed key, so it finds after the insert what it found
-///   before, and nothing else writes in between (the write lock is held);
-/// - nothing written and no finding: the insert met the key, which exists (roll back
-///   and decide on it). Nothing written and a finding: the key may exist or not; the
-///   caller, still under the write lock, asks with [`KEY_EXISTS`], and either rolls
-///   back or seals the finding into the row and sends [`CLAIM_AND_APPEND_SQLITE`]. A
-///   finding is the rare case (a second key for one business action), so it pays the
-///   extra statement; a retry of a known key (a replay) pays none.
-///
-/// SQLite reads `INSERT … SELECT … ON CONFLICT` as an upsert only when the `SELECT`
-/// has a `WHERE`; this one always has.
-pub const CLAIM_PROBED_SQLITE: FirstStatement = first_statement!(
-    "INSERT INTO idempotency_records (",
-    record_columns!(),
-    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-     $18, $19, $20, $21, $22 WHERE NOT EXISTS (",
-    duplicate_probe!("$2", "$3", "$7", "$8", "$35", "$1"),
-    ") ON CONFLICT (key) DO NOTHING; INSERT INTO idempotency_attempts (",
-    attempt_columns!(),
-    ") SELECT $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34 WHERE changes() = 1; \
-     SELECT changes(), CASE WHEN changes() = 1 THEN NULL ELSE (",
-    duplicate_probe!("$2", "$3", "$7", "$8", "$35", "$1"),
-    ") END"
-);
-
-/// SQLite: [`UPDATE_RECORD_IF_HEAD_AND_APPEND_POSTGRES`] as one batch of two
-/// statements in a `BEGIN IMMEDIATE` transaction (led by the call's savepoint when it
-/// joins a batch: a [`FirstStatement`]): the fenced update with the expected
-/// head (`$25` `log_seq`, `$26` `log_hash`), then the attempt (`$13`–`$24`) only if the
-/// update wrote the row (`changes() = 1`, as in [`CLAIM_AND_APPEND_SQLITE`]). Two rows
-/// written, or none: the caller commits only the first case. Correct for the reason
-/// given at the PostgreSQL statement (an unchanged head is an unchanged record); the
-/// write lock, held from the transaction's start, stands in for the row lock.
-pub const UPDATE_RECORD_IF_HEAD_AND_APPEND_SQLITE: FirstStatement = first_statement!(
-    fenced_update!(),
-    " AND log_seq = $25 AND log_hash = $26; INSERT INTO idempotency_attempts (",
-    attempt_columns!(),
-    ") SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 WHERE changes() = 1"
-);
 
 /// The SQL of [`crate::guard::LeaseState::Expired`] at `$1`: the one spelling of an
 /// expired lease in every count, page and gauge.
@@ -405,12 +304,8 @@ mod tests {
     #[test]
     fn the_merged_write_is_the_fenced_update_and_the_attempt_insert() {
         let columns = INSERT_ATTEMPT.split(" VALUES").next().unwrap();
-        for merged in [
-            UPDATE_RECORD_AND_APPEND_POSTGRES,
-            UPDATE_RECORD_AND_APPEND_SQLITE,
-        ] {
-            assert!(merged.contains(UPDATE_RECORD), "{merged}");
-            assert!(merged.contains(columns), "{merged}");
-        }
+        let merged = UPDATE_RECORD_AND_APPEND_POSTGRES;
+        assert!(merged.contains(UPDATE_RECORD), "{merged}");
+        assert!(merged.contains(columns), "{merged}");
     }
 }
