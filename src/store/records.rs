@@ -1,11 +1,10 @@
 //! The guard's transactions: claim a key, or lock its record and apply a decision.
 
-use super::{Backend, SqlitePools, Store, StoreError, WritePool, on_pool, sql};
+use super::{Backend, Store, StoreError, WritePool, on_pool, sql};
 use crate::guard::{
     Attempt, AttemptDraft, Claim, ClaimChecks, IdempotencyKey, PairReview, Record, Storage, seal,
 };
 use sqlx::types::Json;
-use std::future::Future;
 
 /// Binds a record's columns in the order of [`sql::CLAIM`].
 macro_rules! bind_claim {
@@ -95,18 +94,177 @@ macro_rules! bind_attempt {
 }
 
 impl Storage for Store {
-    /// `build` runs once the transaction has begun (on SQLite: once BEGIN IMMEDIATE
-    /// holds the write lock). Returning before the commit drops the transaction: it
-    /// rolls back.
+    /// PostgreSQL without a natural key claims in two autocommit statements
+    /// ([`claim_postgres`]); every other claim in one transaction
+    /// ([`Store::claim_in_transaction`]).
     #[tracing::instrument(skip_all, fields(key, tool))]
     async fn claim(
         &self,
         build: impl FnOnce() -> (Record, AttemptDraft) + Send,
         checks: ClaimChecks<'_>,
     ) -> Result<Claim, StoreError> {
-        if let (Store::Postgres(pool), None) = (self, checks.natural_key) {
-            return claim_in_one_statement(pool, build, checks).await;
+        match self {
+            Store::Postgres(pool) if checks.natural_key.is_none() => {
+                claim_postgres(pool, build, checks).await
+            }
+            _ => self.claim_in_transaction(build, checks).await,
         }
+    }
+
+    #[tracing::instrument(skip_all, fields(key = %expected.key))]
+    async fn write_if_unchanged<T: Send>(
+        &self,
+        expected: &Record,
+        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
+    ) -> Result<Option<T>, StoreError> {
+        let mut next = expected.clone();
+        let (drafts, value) = decide(&mut next);
+        let Ok([draft]) = <[AttemptDraft; 1]>::try_from(drafts) else {
+            return Ok(None);
+        };
+        let attempt = seal(&mut next, draft);
+        let written = match self {
+            // One autocommit statement: the update and its attempt, or nothing.
+            Store::Postgres(pool) => {
+                let q = bind_update!(
+                    sqlx::query(sql::UPDATE_RECORD_AND_APPEND_POSTGRES),
+                    next,
+                    expected.fencing_token
+                );
+                bind_attempt!(q, attempt)
+                    .bind(expected.log_seq)
+                    .bind(&expected.log_hash)
+                    .execute(pool)
+                    .await?
+                    .rows_affected()
+                    == 1
+            }
+            Store::Sqlite(pools) => {
+                let mut tx = pools.begin_write().await?;
+                let updated = bind_update!(
+                    sqlx::query(sql::UPDATE_RECORD_IF_HEAD),
+                    next,
+                    expected.fencing_token
+                )
+                .bind(expected.log_seq)
+                .bind(&expected.log_hash)
+                .execute(&mut *tx)
+                .await?;
+                // The head moved (or the key is gone): nothing is written (the
+                // transaction rolls back as it drops), and the caller takes the
+                // locked path.
+                if updated.rows_affected() != 1 {
+                    return Ok(None);
+                }
+                insert_attempt!(tx, attempt);
+                tx.commit().await?;
+                true
+            }
+        };
+        Ok(written.then_some(value))
+    }
+
+    #[tracing::instrument(skip_all, fields(key = %key))]
+    async fn with_locked<T: Send>(
+        &self,
+        key: &IdempotencyKey,
+        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
+    ) -> Result<T, StoreError> {
+        self.locked_write(key, decide, |_| None).await
+    }
+
+    #[tracing::instrument(skip_all, fields(key = %key))]
+    async fn review_duplicate(
+        &self,
+        key: &IdempotencyKey,
+        decide: impl FnOnce(&mut Record) -> (AttemptDraft, PairReview) + Send,
+    ) -> Result<(), StoreError> {
+        let decide = |rec: &mut Record| {
+            let (draft, review) = decide(rec);
+            (vec![draft], review)
+        };
+        self.locked_write(key, decide, |review| Some(review.clone()))
+            .await
+            .map(drop)
+    }
+
+    async fn record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        Store::record(self, key).await
+    }
+}
+
+/// Names the claimed key and tool on the `claim` span.
+fn record_claim_span(record: &Record) {
+    let span = tracing::Span::current();
+    span.record("key", record.key.as_str());
+    span.record("tool", record.intent.tool.as_str());
+}
+
+/// The `claimed` row with the probe's finding, sealed into the chain with it.
+fn with_suspect(draft: AttemptDraft, suspect: Option<&str>) -> AttemptDraft {
+    match suspect {
+        Some(other) => draft.with("suspected_duplicate_of", serde_json::json!(other)),
+        None => draft,
+    }
+}
+
+/// [`Storage::claim`] on PostgreSQL without a natural key, in two autocommit
+/// statements where the transaction takes six (BEGIN, the probe, three inserts,
+/// COMMIT): [`sql::CLAIM_PROBE_POSTGRES`] (the probe's finding, and whether the key
+/// exists: then nothing is written), then [`sql::CLAIM_AND_APPEND_POSTGRES`] with the
+/// `claimed` row sealed once, with the finding. `build` runs before both: the
+/// statement waits only for a concurrent claim of the same key (then it writes
+/// nothing), so no clock reading can be stale.
+async fn claim_postgres(
+    pool: &sqlx::PgPool,
+    build: impl FnOnce() -> (Record, AttemptDraft) + Send,
+    checks: ClaimChecks<'_>,
+) -> Result<Claim, StoreError> {
+    let (mut record, draft) = build();
+    record_claim_span(&record);
+    let suspect: Option<String> = match &record.business_ref {
+        Some(business_ref) => {
+            let (found, exists): (Option<String>, bool) = bind_probe!(
+                sqlx::query_as(sql::CLAIM_PROBE_POSTGRES),
+                record,
+                business_ref,
+                checks
+            )
+            .fetch_one(pool)
+            .await?;
+            if exists {
+                return Ok(Claim::Exists);
+            }
+            found
+        }
+        None => None,
+    };
+    let attempt = seal(&mut record, with_suspect(draft, suspect.as_deref()));
+    let q = bind_claim!(sqlx::query_scalar(sql::CLAIM_AND_APPEND_POSTGRES), record);
+    let inserted: Option<String> = bind_attempt!(q, attempt)
+        .bind(&suspect)
+        .fetch_optional(pool)
+        .await?;
+    Ok(match inserted {
+        Some(_) => Claim::Created {
+            record: Box::new(record),
+        },
+        None => Claim::Exists,
+    })
+}
+
+impl Store {
+    /// [`Storage::claim`] in one transaction, on either backend: the probe, the
+    /// `claimed` row sealed once with its finding, the record, its natural key, the
+    /// suspected pair and the attempt. `build` runs once the transaction has begun (on
+    /// SQLite: once BEGIN IMMEDIATE holds the write lock), so the times it reads are
+    /// not from before a wait. Returning before the commit drops the transaction: it
+    /// rolls back.
+    async fn claim_in_transaction(
+        &self,
+        build: impl FnOnce() -> (Record, AttemptDraft) + Send,
+        checks: ClaimChecks<'_>,
+    ) -> Result<Claim, StoreError> {
         on_pool!(self, pool => {
             let mut tx = pool.begin_write().await?;
             let (mut record, draft) = build();
@@ -176,224 +334,6 @@ impl Storage for Store {
         })
     }
 
-    #[tracing::instrument(skip_all, fields(key = %expected.key))]
-    async fn write_if_unchanged<T: Send>(
-        &self,
-        expected: &Record,
-        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
-    ) -> Result<Option<T>, StoreError> {
-        let mut next = expected.clone();
-        let (drafts, value) = decide(&mut next);
-        let Ok([draft]) = <[AttemptDraft; 1]>::try_from(drafts) else {
-            return Ok(None);
-        };
-        let attempt = seal(&mut next, draft);
-        let written = match self {
-            Store::Postgres(pool) => {
-                let q = bind_update!(
-                    sqlx::query(sql::UPDATE_RECORD_IF_HEAD_AND_APPEND_POSTGRES),
-                    next,
-                    expected.fencing_token
-                );
-                let written = bind_attempt!(q, attempt)
-                    .bind(expected.log_seq)
-                    .bind(&expected.log_hash)
-                    .execute(pool)
-                    .await?;
-                written.rows_affected() == 1
-            }
-            Store::Sqlite(pools) => {
-                let mut tx = pools.begin_write().await?;
-                let updated = bind_update!(
-                    sqlx::query(sql::UPDATE_RECORD_IF_HEAD_SQLITE),
-                    next,
-                    expected.fencing_token
-                )
-                .bind(expected.log_seq)
-                .bind(&expected.log_hash)
-                .execute(&mut *tx)
-                .await?;
-                // The head moved (or the key is gone): nothing is written, and the
-                // caller takes the locked path.
-                if updated.rows_affected() != 1 {
-                    return Ok(None);
-                }
-                insert_attempt!(tx, attempt);
-                tx.commit().await?;
-                true
-            }
-        };
-        Ok(written.then_some(value))
-    }
-
-    #[tracing::instrument(skip_all, fields(key = %key))]
-    async fn with_locked<T: Send>(
-        &self,
-        key: &IdempotencyKey,
-        decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
-    ) -> Result<T, StoreError> {
-        self.locked_write(key, decide, |_| None).await
-    }
-
-    #[tracing::instrument(skip_all, fields(key = %key))]
-    async fn review_duplicate(
-        &self,
-        key: &IdempotencyKey,
-        decide: impl FnOnce(&mut Record) -> (AttemptDraft, PairReview) + Send,
-    ) -> Result<(), StoreError> {
-        let decide = |rec: &mut Record| {
-            let (draft, review) = decide(rec);
-            (vec![draft], review)
-        };
-        self.locked_write(key, decide, |review| Some(review.clone()))
-            .await
-            .map(drop)
-    }
-
-    async fn record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        Store::record(self, key).await
-    }
-}
-
-/// The start of a locked write: a write transaction and the record read under its
-/// lock ([`Store::locked_write`]).
-trait LockRecord: WritePool {
-    fn lock_record(
-        &self,
-        key: &IdempotencyKey,
-    ) -> impl Future<Output = Result<(Self::Tx, Option<Record>), StoreError>> + Send;
-}
-
-impl LockRecord for sqlx::PgPool {
-    async fn lock_record(
-        &self,
-        key: &IdempotencyKey,
-    ) -> Result<(Self::Tx, Option<Record>), StoreError> {
-        let mut tx = self.begin_write().await?;
-        let current = sqlx::query_as(sql::LOCK_RECORD_POSTGRES)
-            .bind(key.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        Ok((tx, current))
-    }
-}
-
-/// `BEGIN IMMEDIATE` holds the write lock from the transaction's start, so the plain
-/// read is the locked read.
-impl LockRecord for SqlitePools {
-    async fn lock_record(
-        &self,
-        key: &IdempotencyKey,
-    ) -> Result<(Self::Tx, Option<Record>), StoreError> {
-        let mut tx = self.begin_write().await?;
-        let current = sqlx::query_as(sql::GET_RECORD)
-            .bind(key.as_str())
-            .fetch_optional(&mut *tx)
-            .await?;
-        Ok((tx, current))
-    }
-}
-
-/// Names the claimed key and tool on the `claim` span.
-fn record_claim_span(record: &Record) {
-    let span = tracing::Span::current();
-    span.record("key", record.key.as_str());
-    span.record("tool", record.intent.tool.as_str());
-}
-
-/// The `claimed` row with the probe's finding, sealed into the chain with it.
-fn with_suspect(draft: AttemptDraft, suspect: Option<&str>) -> AttemptDraft {
-    match suspect {
-        Some(other) => draft.with("suspected_duplicate_of", serde_json::json!(other)),
-        None => draft,
-    }
-}
-
-/// [`Storage::claim`] on PostgreSQL without a natural key: one round trip, with
-/// [`sql::CLAIM_PROBED_POSTGRES`] when the call names a business ref (the probe and
-/// the claim together) or [`sql::CLAIM_AND_APPEND_POSTGRES`] when it does not. Only
-/// when the probe finds another key does the claim go the long way
-/// ([`claim_with_finding`]): the finding is sealed into the `claimed` row, so it must
-/// be known before the row is written.
-async fn claim_in_one_statement(
-    pool: &sqlx::PgPool,
-    build: impl FnOnce() -> (Record, AttemptDraft) + Send,
-    checks: ClaimChecks<'_>,
-) -> Result<Claim, StoreError> {
-    let (mut record, draft) = build();
-    record_claim_span(&record);
-    let Some(business_ref) = record.business_ref.clone() else {
-        return claim_and_append(pool, record, draft, None).await;
-    };
-    // The claim's row is the chain's first: sealing changes only the head, which a
-    // long way below starts again from here.
-    let unsealed = (record.log_seq, record.log_hash.clone(), draft.clone());
-    let attempt = seal(&mut record, draft);
-    let q = bind_claim!(sqlx::query_as(sql::CLAIM_PROBED_POSTGRES), record);
-    let (inserted, found): (Option<String>, Option<String>) = bind_attempt!(q, attempt)
-        .bind(record.created_at - checks.duplicate_window)
-        .fetch_one(pool)
-        .await?;
-    match (inserted, found) {
-        (Some(_), _) => Ok(Claim::Created {
-            record: Box::new(record),
-        }),
-        (None, None) => Ok(Claim::Exists),
-        (None, Some(_)) => {
-            let (log_seq, log_hash, draft) = unsealed;
-            record.log_seq = log_seq;
-            record.log_hash = log_hash;
-            claim_with_finding(pool, record, draft, &business_ref, checks).await
-        }
-    }
-}
-
-/// The long way of a claim whose probe found another key: the probe again (with
-/// whether the key exists: then nothing is sent), and the claim with the finding.
-async fn claim_with_finding(
-    pool: &sqlx::PgPool,
-    record: Record,
-    draft: AttemptDraft,
-    business_ref: &str,
-    checks: ClaimChecks<'_>,
-) -> Result<Claim, StoreError> {
-    let (found, exists): (Option<String>, bool) = bind_probe!(
-        sqlx::query_as(sql::CLAIM_PROBE_POSTGRES),
-        record,
-        business_ref,
-        checks
-    )
-    .fetch_one(pool)
-    .await?;
-    if exists {
-        return Ok(Claim::Exists);
-    }
-    claim_and_append(pool, record, draft, found).await
-}
-
-/// [`sql::CLAIM_AND_APPEND_POSTGRES`]: the record, its `claimed` row sealed with the
-/// probe's finding `suspect`, and the suspected pair.
-async fn claim_and_append(
-    pool: &sqlx::PgPool,
-    mut record: Record,
-    draft: AttemptDraft,
-    suspect: Option<String>,
-) -> Result<Claim, StoreError> {
-    let attempt = seal(&mut record, with_suspect(draft, suspect.as_deref()));
-    let q = bind_claim!(sqlx::query_scalar(sql::CLAIM_AND_APPEND_POSTGRES), record);
-    let inserted: Option<String> = bind_attempt!(q, attempt)
-        .bind(&suspect)
-        .fetch_optional(pool)
-        .await?;
-    Ok(match inserted {
-        Some(_) => Claim::Created {
-            record: Box::new(record),
-        },
-        None => Claim::Exists,
-    })
-}
-
-impl Store {
     /// The one body of [`Storage::with_locked`] and [`Storage::review_duplicate`]: the
     /// locked read, `decide`, the fenced write of the record with its attempts, and the
     /// pair review `review` names from the decided value, in one transaction.
@@ -403,8 +343,17 @@ impl Store {
         decide: impl FnOnce(&mut Record) -> (Vec<AttemptDraft>, T) + Send,
         review: impl FnOnce(&T) -> Option<PairReview> + Send,
     ) -> Result<T, StoreError> {
+        // PostgreSQL locks the row; SQLite's BEGIN IMMEDIATE already holds the one
+        // write lock, so the plain read is the locked read.
+        let lock_record = self
+            .backend()
+            .pick(sql::LOCK_RECORD_POSTGRES, sql::GET_RECORD);
         on_pool!(self, pool => {
-            let (mut tx, current) = pool.lock_record(key).await?;
+            let mut tx = pool.begin_write().await?;
+            let current: Option<Record> = sqlx::query_as(lock_record)
+                .bind(key.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
             let Some(current) = current else {
                 return Err(StoreError::NotFound);
             };
@@ -414,19 +363,23 @@ impl Store {
                 drafts.into_iter().map(|d| seal(&mut next, d)).collect();
             let mut rest = attempts.as_slice();
             if next != current {
-                let written = match self.backend() {
-                    // The record change and its first attempt in one statement.
-                    Backend::Postgres => match attempts.first() {
-                        Some(first) => {
-                            rest = &attempts[1..];
-                            let q = bind_update!(sqlx::query(sql::UPDATE_RECORD_AND_APPEND_POSTGRES), next, current.fencing_token);
-                            bind_attempt!(q, first).execute(&mut *tx).await?
-                        }
-                        None => bind_update!(sqlx::query(sql::UPDATE_RECORD), next, current.fencing_token).execute(&mut *tx).await?,
-                    },
-                    Backend::Sqlite => bind_update!(sqlx::query(sql::UPDATE_RECORD), next, current.fencing_token).execute(&mut *tx).await?,
+                // PostgreSQL sends the change with its first attempt, one round trip
+                // to the server; SQLite, in process, sends the two apart.
+                let merged = match (self.backend(), attempts.first()) {
+                    (Backend::Postgres, Some(first)) => Some(first),
+                    _ => None,
                 };
-                if written.rows_affected() != 1 {
+                let update = if merged.is_some() { sql::UPDATE_RECORD_AND_APPEND_POSTGRES } else { sql::UPDATE_RECORD };
+                let q = bind_update!(sqlx::query(update), next, current.fencing_token);
+                let q = match merged {
+                    Some(first) => {
+                        rest = &attempts[1..];
+                        // No head condition: the row lock holds the record.
+                        bind_attempt!(q, first).bind(None::<i64>).bind(None::<String>)
+                    }
+                    None => q,
+                };
+                if q.execute(&mut *tx).await?.rows_affected() != 1 {
                     return Err(StoreError::Conflict(format!(
                         "fenced write on {} matched no row",
                         next.key
