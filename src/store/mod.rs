@@ -141,7 +141,7 @@ impl Store {
                     })
                     // PostgreSQL's JIT (on by default from cost 100,000) compiles the
                     // big export and verify statements for ~0.25 s and then saves
-                    // nothing on a streaming join (docs/PERFORMANCE.md, export). A SET
+                    // nothing on a streaming join (docs/PERFORMANCE.md, "JIT off"). A SET
                     // rather than a startup option: PgBouncer refuses unknown ones.
                     .after_connect(|conn, _| {
                         Box::pin(async move {
