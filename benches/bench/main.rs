@@ -3,9 +3,7 @@
 //!
 //! Areas: guard, guard-http, chain, probe, tailer, pages, export, footprint, exporter, checkpoint
 //! (all when none is named), `soak` (only when named: it runs for `BENCH_SOAK_SECS`,
-//! see soak.rs) and `hops` (only when named: what a statement's hand-off to SQLite's
-//! connection thread costs, and a trip through sqlx's pool, see hops.rs), and
-//! `checkpoint-writer` (only when named: what a checkpoint costs the guard on SQLite,
+//! see soak.rs) and `checkpoint-writer` (only when named: what a checkpoint costs the guard on SQLite,
 //! see checkpoint_writer.rs).
 //!
 //! Environment: `BENCH_SCALE` (`small`, the default, or `full`: 1 M keys / 10 M
@@ -24,7 +22,6 @@ mod export;
 mod exporter;
 mod guard;
 mod guard_http;
-mod hops;
 mod http;
 mod pages;
 #[path = "../../tests/it/support/pg.rs"]
@@ -136,12 +133,6 @@ async fn main() {
         let dir = tempfile::tempdir().unwrap();
         let lite = fresh_sqlite(dir.path()).await;
         checkpoint_writer::run(&lite, &mut figures).await;
-    }
-    if named("hops") {
-        let dir = tempfile::tempdir().unwrap();
-        let lite = fresh_sqlite(dir.path()).await;
-        let url = format!("sqlite://{}", dir.path().join("bench.db").display());
-        hops::run(&lite, &url, &mut figures).await;
     }
     if wants("probe") {
         let keys = std::env::var("BENCH_PROBE_KEYS")

@@ -4,7 +4,8 @@
 //! or LF, quotes doubled inside, and a record of no bytes at all (one empty cell)
 //! written as `""` so that it is not read as a blank line. Going through
 //! `csv::Writer` cost a copy of every byte into its buffer and out of it again, and
-//! its per-field bookkeeping: ~9 % of an export's CPU (docs/PERFORMANCE.md, Issue 17).
+//! its per-field bookkeeping: ~9 % of an export's CPU (docs/PERFORMANCE.md, "Cells
+//! checked once a statement").
 
 use super::manifest::CsvCells;
 

@@ -84,9 +84,9 @@ pub trait Storage: Clone + Send + Sync + 'static {
     /// token) and its first attempt in one transaction, unless the key exists or
     /// another key holds its natural key. `build` runs once the transaction holds
     /// what it writes under, so the times it reads are not from before a wait (on
-    /// PostgreSQL without a natural key the claim is one statement and `build` runs
-    /// before it: that statement waits only for a concurrent claim of the same key,
-    /// and then writes nothing). A
+    /// PostgreSQL without a natural key the claim's write is one statement and `build`
+    /// runs before it: that statement waits only for a concurrent claim of the same
+    /// key, and then writes nothing). A
     /// claim matching an earlier key's business ref and fingerprint within the window
     /// is recorded as a suspected duplicate: on its `claimed` attempt
     /// (`suspected_duplicate_of`) and in `idempotency_suspected_duplicates`.

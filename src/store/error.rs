@@ -9,9 +9,8 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
-/// What `e` means to the guard. By reference, for an error that several callers share
-/// (a failed group commit, group_commit.rs).
-pub(super) fn classify(e: &sqlx::Error) -> StoreError {
+/// What `e` means to the guard.
+fn classify(e: &sqlx::Error) -> StoreError {
     match e {
         sqlx::Error::RowNotFound => StoreError::NotFound,
         sqlx::Error::PoolTimedOut

@@ -16,8 +16,6 @@ mod duplicates;
 mod error;
 mod evidence;
 mod export;
-mod finish_on_drop;
-mod group_commit;
 mod pools;
 mod prune;
 mod records;
@@ -27,7 +25,6 @@ pub mod sql;
 mod tail;
 mod timeline;
 pub mod url_params;
-mod wal;
 
 pub use browse::{
     AttemptBucket, BUCKET_SECONDS, BacklogPage, BacklogSummary, COUNT_CAP, Count, Cursor,
@@ -40,8 +37,7 @@ pub use export::{
     COLUMNS, ExportCells, ExportFilter, ExportRow, FilterError, JsonText, KeyRange, RawExportRow,
     micros, parse_time,
 };
-pub use group_commit::Loan;
-pub use pools::{SqlitePools, WritePool};
+pub use pools::{Loan, SqlitePools, WritePool};
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use sessions::SessionRow;
 pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};
@@ -55,6 +51,10 @@ use std::time::Duration;
 /// How long a SQLite write waits for the file's write lock (another process) or for
 /// this process's one write connection.
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What SQLite truncates the WAL file to when it starts over (`journal_size_limit`,
+/// in bytes).
+const WAL_SIZE_LIMIT: i64 = 32 << 20;
 
 static PG_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
 static SQLITE_MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
@@ -143,7 +143,7 @@ impl Store {
                     })
                     // PostgreSQL's JIT (on by default from cost 100,000) compiles the
                     // big export and verify statements for ~0.25 s and then saves
-                    // nothing on a streaming join (docs/PERFORMANCE.md, export). A SET
+                    // nothing on a streaming join (docs/PERFORMANCE.md, "JIT off"). A SET
                     // rather than a startup option: PgBouncer refuses unknown ones.
                     .after_connect(|conn, _| {
                         Box::pin(async move {
@@ -158,6 +158,9 @@ impl Store {
             Backend::Sqlite => {
                 let connect = SqliteConnectOptions::from_str(url)?
                     .journal_mode(SqliteJournalMode::Wal)
+                    // In WAL mode: a commit does not sync; the WAL is synced at each
+                    // checkpoint. A process crash loses nothing committed; a power
+                    // cut may lose the commits since the last checkpoint.
                     .synchronous(SqliteSynchronous::Normal)
                     .foreign_keys(true)
                     // Within this process writers queue for the one write connection
@@ -165,10 +168,10 @@ impl Store {
                     // the same file still can, and waits here. Every write
                     // transaction starts with BEGIN IMMEDIATE, so waiting is safe.
                     .busy_timeout(SQLITE_BUSY_TIMEOUT)
-                    // No checkpoint inside a commit: the store's checkpointer does
-                    // them beside the one writer (wal.rs).
-                    .pragma("wal_autocheckpoint", "0")
-                    .pragma("journal_size_limit", wal::JOURNAL_SIZE_LIMIT.to_string());
+                    // SQLite's own checkpoints (every 1,000 pages, in the commit that
+                    // passes them) keep the WAL small; this truncates it after a
+                    // long reader (an export) let it grow.
+                    .pragma("journal_size_limit", WAL_SIZE_LIMIT.to_string());
                 let read = SqlitePoolOptions::new()
                     .max_connections(options.max_connections)
                     .acquire_timeout(options.acquire_timeout)
@@ -177,25 +180,20 @@ impl Store {
                 // An in-memory database is one per pool: share the one pool.
                 let in_memory = url.contains(":memory:") || url.contains("mode=memory");
                 if in_memory {
-                    return Ok(Store::Sqlite(
-                        SqlitePools::new(read.clone(), read, None).await?,
-                    ));
+                    return Ok(Store::Sqlite(SqlitePools::new(read.clone(), read, false)));
                 }
                 let write = SqlitePoolOptions::new()
                     .max_connections(1)
                     // A writer waits in the queue as long as it would have waited for
                     // the lock in the busy handler.
                     .acquire_timeout(SQLITE_BUSY_TIMEOUT.max(options.acquire_timeout))
-                    // No ping before each write transaction: a hop to the connection's
-                    // worker thread that every queued writer waits for, to test a
-                    // connection that only this process uses and that the statements
-                    // right after would find broken just as well.
+                    // No ping before each write transaction: the connection is only
+                    // this process's, and the statements right after would find it
+                    // broken just as well.
                     .test_before_acquire(false)
-                    .connect_with(connect.clone())
+                    .connect_with(connect)
                     .await?;
-                Ok(Store::Sqlite(
-                    SqlitePools::new(read, write, Some(&connect)).await?,
-                ))
+                Ok(Store::Sqlite(SqlitePools::new(read, write, true)))
             }
         }
     }
@@ -233,7 +231,7 @@ impl Store {
         match self {
             Store::Postgres(pool) => migrator.run(pool).await?,
             Store::Sqlite(pools) => {
-                // Through the writers' queue, which keeps the one write connection.
+                // On the one writer, in its turn.
                 let mut writer = pools.lend_writer().await?;
                 migrator.run(&mut *writer).await?
             }

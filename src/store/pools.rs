@@ -2,21 +2,20 @@
 //!
 //! SQLite lets one connection write at a time. With every connection of one pool
 //! free to `BEGIN IMMEDIATE`, the losers of the write lock wait in SQLite's busy
-//! handler, which *sleeps* (backing off up to 100 ms a try): at 8 concurrent guard
-//! calls the p99 was 100–130 ms and at 32 up to 1 s of sleeping
-//! (docs/PERFORMANCE.md). So a store on a SQLite file holds two pools:
+//! handler, which *sleeps* (backing off up to 100 ms a try), so a few concurrent
+//! guard calls had a p99 of 100 ms and more. So a store on a SQLite file holds two
+//! pools:
 //!
 //! - `write`: **one** connection. Every write transaction of this crate is opened by
-//!   [`WritePool::begin_write`] and goes here: writers queue for it (a FIFO of async
-//!   waiters) instead of sleeping in the busy handler, the write lock is never
-//!   contended from inside this process, and the writes queued together share one
-//!   commit, each after the first in a savepoint of its own (group_commit.rs).
+//!   [`WritePool::begin_write`] on it, with `BEGIN IMMEDIATE`: writers queue for the
+//!   connection in sqlx's pool (first come, first served) instead of sleeping in the
+//!   busy handler, and the write lock is never contended from inside this process.
 //! - `read`: the configured number of connections for everything else. In WAL mode
 //!   readers never wait for the writer.
 //!
 //! Another process on the same file (two `serve`, a CLI command next to `serve`) is
-//! still arbitrated by SQLite: the busy timeout stays the cross-process fallback,
-//! and the writer's queue waits as long as the busy handler would have.
+//! still arbitrated by SQLite: the busy timeout stays the cross-process fallback, and
+//! a writer waits in the queue as long as the busy handler would have.
 //!
 //! A `&SqlitePools` is an [`Executor`] over the read pool (so a plain query runs on a
 //! reader) and derefs to the read pool. An autocommit write through it is still
@@ -24,18 +23,15 @@
 //! handler; the crate's own writes all use transactions.
 
 use super::StoreError;
-use super::group_commit::{GroupCommit, Loan, Opening, WriteTx};
-use super::wal::Checkpointer;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgPool, Postgres};
 use sqlx::sqlite::{
-    Sqlite, SqliteConnectOptions, SqlitePool, SqliteQueryResult, SqliteRow, SqliteStatement,
-    SqliteTypeInfo,
+    Sqlite, SqlitePool, SqliteQueryResult, SqliteRow, SqliteStatement, SqliteTypeInfo,
 };
 use sqlx::{Describe, Either, Error, Execute, Executor, SqlStr, Transaction};
 use std::future::Future;
-use std::sync::Arc;
 
 /// Opens a write transaction: the one place that says how each backend starts one.
 /// Every write transaction of the crate begins here, inside an `on_pool!` body that
@@ -55,70 +51,47 @@ impl WritePool for PgPool {
     }
 }
 
-/// SQLite: the one writer's batch or a savepoint in it. The batch began with
-/// `BEGIN IMMEDIATE`, so the write lock is held from the first statement. A deferred
-/// transaction that reads and then writes would take the lock at its first write, and
-/// fail with SQLITE_BUSY (no busy-handler wait) if another connection wrote since its
-/// read; holding the lock from the start also makes the locked read of the guard (no
-/// `FOR UPDATE` in SQLite) a real lock.
+/// SQLite: `BEGIN IMMEDIATE` on the one writer, so the write lock is held from the
+/// first statement. A deferred transaction that reads and then writes would take the
+/// lock at its first write, and fail with SQLITE_BUSY (no busy-handler wait) if
+/// another connection wrote since its read; holding the lock from the start also
+/// makes the guard's locked read (no `FOR UPDATE` in SQLite) a real lock, and the
+/// clock read after `begin_write` returns is read under it.
 impl WritePool for SqlitePools {
-    type Tx = WriteTx;
-    async fn begin_write(&self) -> Result<WriteTx, StoreError> {
-        self.group.begin().await
+    type Tx = Transaction<'static, Sqlite>;
+    async fn begin_write(&self) -> Result<Self::Tx, StoreError> {
+        Ok(self.write.begin_with("BEGIN IMMEDIATE").await?)
     }
 }
+
+/// The one writer's connection lent outside a transaction
+/// ([`SqlitePools::lend_writer`]): derefs to the connection.
+pub type Loan = PoolConnection<Sqlite>;
 
 #[derive(Debug, Clone)]
 pub struct SqlitePools {
     read: SqlitePool,
     write: SqlitePool,
-    /// The write transactions' queue for `write`, and their shared commits.
-    group: GroupCommit,
-    /// The WAL checkpointer of a database file (wal.rs); none in memory, where there
-    /// is no WAL.
-    wal: Option<Arc<Checkpointer>>,
+    /// A database file in WAL mode; not an in-memory one (one pool for both).
+    in_wal: bool,
 }
 
 impl SqlitePools {
-    /// `write` should have exactly one connection; an in-memory database, which each
-    /// pool would otherwise see its own copy of, passes the same pool twice. A
-    /// database file has WAL checkpoints, run on a connection of their own opened
-    /// with `checkpoints` (wal.rs); one in memory has no WAL.
-    pub(super) async fn new(
-        read: SqlitePool,
-        write: SqlitePool,
-        checkpoints: Option<&SqliteConnectOptions>,
-    ) -> Result<Self, Error> {
-        let group = GroupCommit::new(write.clone());
-        let wal = match checkpoints {
-            Some(options) => Some(Arc::new(Checkpointer::start(options, group.clone()).await?)),
-            None => None,
-        };
-        Ok(Self {
+    /// `write` should have exactly one connection. An in-memory database, which each
+    /// pool would otherwise see its own copy of, passes the same pool twice and
+    /// `in_wal = false`.
+    pub(super) fn new(read: SqlitePool, write: SqlitePool, in_wal: bool) -> Self {
+        Self {
             read,
             write,
-            group,
-            wal,
-        })
+            in_wal,
+        }
     }
 
-    /// A write call that sends its savepoint, when it joins the writer's batch, with
-    /// its first statement (group_commit.rs, [`Opening`]).
-    pub(super) async fn begin_deferred(&self) -> Result<Opening, StoreError> {
-        self.group.begin_deferred().await
-    }
-
-    /// [`SqlitePools::begin_deferred`] for a call whose first statement carries
-    /// nothing read before the write lock: a call that opens the writer's batch sends
-    /// its `BEGIN IMMEDIATE` with that statement too (group_commit.rs).
-    pub(super) async fn begin_on_first_statement(&self) -> Result<Opening, StoreError> {
-        self.group.begin_on_first_statement().await
-    }
-
-    /// The one writer outside any batch, in its turn (migrations; the benchmarks'
-    /// measurements of the connection itself). Writes wait until it is dropped.
+    /// The one writer outside any transaction, in its turn (migrations, tests). Writes
+    /// wait until it is dropped.
     pub async fn lend_writer(&self) -> Result<Loan, StoreError> {
-        Ok(self.group.lend().await?)
+        Ok(self.write.acquire().await?)
     }
 
     pub fn reader(&self) -> &SqlitePool {
@@ -129,24 +102,15 @@ impl SqlitePools {
     /// writer: a database file, in WAL mode. In memory (shared cache), a reader and
     /// the writer lock each other's tables instead.
     pub fn reads_beside_writer(&self) -> bool {
-        self.wal.is_some()
+        self.in_wal
     }
 
-    /// How many connections the writer's pool holds: one, kept by the writers' queue
-    /// (group_commit.rs). Statements on the writer go through
-    /// [`SqlitePools::lend_writer`] or a write transaction, never the pool directly,
-    /// where they would wait for a connection the queue does not give back.
+    /// How many connections the writer's pool holds: one.
     pub fn write_connections(&self) -> u32 {
         self.write.size()
     }
 
     pub async fn close(&self) {
-        // First the checkpointer, which may be waiting for the writer.
-        if let Some(wal) = &self.wal {
-            wal.stop().await;
-        }
-        // The writer's queue keeps the connection between batches.
-        self.group.release().await;
         self.write.close().await;
         self.read.close().await;
     }

@@ -1,21 +1,13 @@
-//! SQL statements, each written once. Where PostgreSQL and SQLite must differ the two
-//! versions stand next to each other.
+//! The guard's SQL statements, each written once, as plain text. Where PostgreSQL and
+//! SQLite must differ the two versions stand next to each other.
+//!
+//! Parameters are bound by number in the order the `bind_*` macros of records.rs bind
+//! them: a record as [`CLAIM`] lists its columns (`$1`–`$22`), an attempt as
+//! [`INSERT_ATTEMPT`] lists its own (`$1`–`$12`, or `$13`–`$24` after a record
+//! change, `$23`–`$34` after a whole record). The tests below check that every
+//! statement names the same columns in the same order.
 
-use super::group_commit::{FirstStatement, first_statement};
-
-/// A record's columns, in the order [`CLAIM`] binds them
-/// (`$1`–`$22`). A macro, so that statements can `concat!` it.
-macro_rules! record_columns {
-    () => {
-        "key, tenant, tool, workflow_id, step_id, intent_id, business_ref, fingerprint, \
-         business_args, status, fencing_token, lease_until, attempt_count, result, error, \
-         provider_retention_until, resend_safe_until, release_approved, created_at, updated_at, \
-         log_seq, log_hash"
-    };
-}
-
-/// An attempt's columns as the writer binds them (`$1`–`$12`); the id is the
-/// database's.
+/// An attempt's columns as the writer binds them; the id is the database's.
 macro_rules! attempt_columns {
     () => {
         "key, tenant, tool, seq, kind, fencing_token, actor, detail, duration_ms, occurred_at, \
@@ -23,13 +15,6 @@ macro_rules! attempt_columns {
     };
 }
 pub(crate) use attempt_columns;
-
-/// Every column of a record, for a `WHERE` to follow.
-macro_rules! select_record {
-    () => {
-        concat!("SELECT ", record_columns!(), " FROM idempotency_records ")
-    };
-}
 
 /// Every column of an attempt row, for a `WHERE` to follow.
 macro_rules! select_attempts {
@@ -43,89 +28,70 @@ macro_rules! select_attempts {
 }
 pub(crate) use select_attempts;
 
-/// The fenced write: it names the token the writer holds (`$2`). Inside a locked
-/// transaction the condition always holds; it is kept so that no code path can write
-/// a record without naming its token.
-macro_rules! fenced_update {
-    () => {
-        "UPDATE idempotency_records SET status = $3, fencing_token = $4, \
-         lease_until = $5, attempt_count = $6, result = $7, error = $8, release_approved = $9, \
-         updated_at = $10, log_seq = $11, log_hash = $12 \
-         WHERE key = $1 AND fencing_token = $2"
-    };
-}
-
 /// The claim: one atomic statement. A concurrent claimer of the same key waits for
 /// ours to commit and then inserts nothing, so exactly one caller gets a row back.
-pub const CLAIM: &str = concat!(
-    "INSERT INTO idempotency_records (",
-    record_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-     $18, $19, $20, $21, $22) ON CONFLICT (key) DO NOTHING RETURNING key"
-);
+pub const CLAIM: &str = "\
+    INSERT INTO idempotency_records (key, tenant, tool, workflow_id, step_id, intent_id, \
+        business_ref, fingerprint, business_args, status, fencing_token, lease_until, \
+        attempt_count, result, error, provider_retention_until, resend_safe_until, \
+        release_approved, created_at, updated_at, log_seq, log_hash) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, \
+        $19, $20, $21, $22) \
+    ON CONFLICT (key) DO NOTHING RETURNING key";
+
+/// A sealed attempt row.
+pub const INSERT_ATTEMPT: &str = "\
+    INSERT INTO idempotency_attempts (key, tenant, tool, seq, kind, fencing_token, actor, \
+        detail, duration_ms, occurred_at, prev_hash, hash) \
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
+
+/// The suspected-duplicate probe of a claim: the newest other key with the same
+/// tenant (`$1`), tool (`$2`), business ref (`$3`) and fingerprint (`$4`) created
+/// since `$5`, other than the claiming key (`$6`). One probe of
+/// `idempotency_records_duplicate_probe`.
+pub const DUPLICATE_PROBE: &str = "\
+    SELECT key FROM idempotency_records \
+    WHERE tenant = $1 AND tool = $2 AND business_ref = $3 AND fingerprint = $4 \
+        AND created_at >= $5 AND key <> $6 AND business_ref IS NOT NULL \
+    ORDER BY created_at DESC LIMIT 1";
 
 /// The natural key of a claim, in the claim's transaction after its record. The
 /// primary key (tenant, tool, natural_key) is the lock: on PostgreSQL a concurrent
 /// claimer of the same natural key waits here for ours to commit and then inserts
 /// nothing (or inserts, if ours rolled back); SQLite's BEGIN IMMEDIATE already
 /// serialises the claims. No row back: another key holds the natural key.
-pub const CLAIM_NATURAL_KEY: &str = "INSERT INTO idempotency_natural_keys \
-    (tenant, tool, natural_key, key, created_at) VALUES ($1, $2, $3, $4, $5) \
+pub const CLAIM_NATURAL_KEY: &str = "\
+    INSERT INTO idempotency_natural_keys (tenant, tool, natural_key, key, created_at) \
+    VALUES ($1, $2, $3, $4, $5) \
     ON CONFLICT (tenant, tool, natural_key) DO NOTHING RETURNING key";
 
 /// The key that holds a natural key. Read in the same transaction right after
 /// [`CLAIM_NATURAL_KEY`] found it taken: under READ COMMITTED this statement sees the
 /// holder's committed row.
-pub const NATURAL_KEY_HOLDER: &str = "SELECT key FROM idempotency_natural_keys \
-    WHERE tenant = $1 AND tool = $2 AND natural_key = $3";
+pub const NATURAL_KEY_HOLDER: &str = "\
+    SELECT key FROM idempotency_natural_keys WHERE tenant = $1 AND tool = $2 AND natural_key = $3";
 
-/// The suspected-duplicate probe of a claim: the newest other key with the same
-/// tenant, tool, business ref and fingerprint created since `$5`. One probe of
-/// `idempotency_records_duplicate_probe`.
-/// The parameters are given as their placeholders (tenant, tool, business ref,
-/// fingerprint, window start, the claiming key), so that the probe can also be a
-/// part of a statement that binds these values at other places
-/// ([`CLAIM_PROBED_POSTGRES`]).
-macro_rules! duplicate_probe {
-    () => {
-        duplicate_probe!("$1", "$2", "$3", "$4", "$5", "$6")
-    };
-    ($tenant:literal, $tool:literal, $business_ref:literal, $fingerprint:literal, $since:literal, $key:literal) => {
-        concat!(
-            "SELECT key FROM idempotency_records WHERE tenant = ",
-            $tenant,
-            " AND tool = ",
-            $tool,
-            " AND business_ref = ",
-            $business_ref,
-            " AND fingerprint = ",
-            $fingerprint,
-            " AND created_at >= ",
-            $since,
-            " AND key <> ",
-            $key,
-            " AND business_ref IS NOT NULL ORDER BY created_at DESC LIMIT 1"
-        )
-    };
-}
+pub const INSERT_SUSPECTED_DUPLICATE: &str = "\
+    INSERT INTO idempotency_suspected_duplicates (key, other_key, tenant, tool, detected_at) \
+    VALUES ($1, $2, $3, $4, $5)";
 
-pub const DUPLICATE_PROBE: &str = duplicate_probe!();
+/// PostgreSQL's claim of a call with a business ref and without a natural key, first
+/// statement: [`DUPLICATE_PROBE`]'s finding and whether the key `$6` exists (then
+/// nothing is sent after it). Read outside a
+/// transaction: under READ COMMITTED a probe inside one sees no more than this does
+/// (each statement its own snapshot).
+pub const CLAIM_PROBE_POSTGRES: &str = "\
+    SELECT (SELECT key FROM idempotency_records \
+            WHERE tenant = $1 AND tool = $2 AND business_ref = $3 AND fingerprint = $4 \
+                AND created_at >= $5 AND key <> $6 AND business_ref IS NOT NULL \
+            ORDER BY created_at DESC LIMIT 1), \
+        EXISTS (SELECT 1 FROM idempotency_records WHERE key = $6)";
 
-/// PostgreSQL, before [`CLAIM_AND_APPEND_POSTGRES`]: the probe, and whether the key
-/// `$6` already exists (then the claim is not sent at all: a retry of a known key costs
-/// this one read before its locked decision). Read outside a transaction: under READ
-/// COMMITTED the probe inside one saw no more than this does (each statement its own
-/// snapshot).
-pub const CLAIM_PROBE_POSTGRES: &str = concat!(
-    "SELECT (",
-    duplicate_probe!(),
-    "), EXISTS (SELECT 1 FROM idempotency_records WHERE key = $6)"
-);
-
-/// PostgreSQL: the claim in **one autocommit statement** — the record (`$1`–`$22`, as
-/// [`CLAIM`]), its sealed `claimed` attempt (`$23`–`$34`) and, when the probe found
-/// one, the suspected-duplicate pair (`$35`, the other key; NULL for none). One round
-/// trip where BEGIN, insert, insert, COMMIT were four.
+/// PostgreSQL's claim without a natural key, second statement: the record (`$1`–`$22`,
+/// as [`CLAIM`]), its `claimed` attempt sealed with the probe's finding (`$23`–`$34`,
+/// as [`INSERT_ATTEMPT`]) and, when the probe found one, the suspected pair (`$35`,
+/// the other key; NULL for none), in **one autocommit statement** where a transaction
+/// takes BEGIN, three inserts and COMMIT.
 ///
 /// Correctness:
 /// - the record's row is the one contested write: `ON CONFLICT (key) DO NOTHING`
@@ -133,231 +99,90 @@ pub const CLAIM_PROBE_POSTGRES: &str = concat!(
 ///   nothing, so exactly one caller gets the key back;
 /// - the attempt and the pair are inserted `FROM claimed`: only with the record, and
 ///   never when the key existed; the whole statement commits or rolls back at once
-///   (the attempts' foreign key is checked at the end of the statement, when the
-///   record is there);
-/// - everything sealed into the attempt (the head it starts, the probe's finding) is
-///   known before the statement, since a claim starts the key's chain at the genesis
-///   hash. The clock was read before the statement rather than under a lock: the
-///   statement waits only for a concurrent claim of the same key (then it writes
-///   nothing) and the row is its key's first, so no `occurred_at` along `seq` can run
-///   backwards; a claim with a natural key keeps the transaction (its second insert
-///   can refuse the first).
-pub const CLAIM_AND_APPEND_POSTGRES: &str = concat!(
-    "WITH claimed AS (INSERT INTO idempotency_records (",
-    record_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-     $18, $19, $20, $21, $22) ON CONFLICT (key) DO NOTHING RETURNING key), \
-     appended AS (INSERT INTO idempotency_attempts (",
-    attempt_columns!(),
-    ") SELECT $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34 FROM claimed), \
-     suspected AS (INSERT INTO idempotency_suspected_duplicates \
-     (key, other_key, tenant, tool, detected_at) \
-     SELECT key, $35, $2, $3, $19 FROM claimed WHERE $35 IS NOT NULL) \
-     SELECT key FROM claimed"
-);
+///   (the attempts' foreign key is checked at the end of the statement);
+/// - the clock was read before the statement rather than under a lock: the statement
+///   waits only for a concurrent claim of the same key (then it writes nothing) and
+///   the row is its key's first, so no `occurred_at` along `seq` can run backwards.
+pub const CLAIM_AND_APPEND_POSTGRES: &str = "\
+    WITH claimed AS ( \
+        INSERT INTO idempotency_records (key, tenant, tool, workflow_id, step_id, intent_id, \
+            business_ref, fingerprint, business_args, status, fencing_token, lease_until, \
+            attempt_count, result, error, provider_retention_until, resend_safe_until, \
+            release_approved, created_at, updated_at, log_seq, log_hash) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
+            $18, $19, $20, $21, $22) \
+        ON CONFLICT (key) DO NOTHING RETURNING key), \
+    appended AS ( \
+        INSERT INTO idempotency_attempts (key, tenant, tool, seq, kind, fencing_token, actor, \
+            detail, duration_ms, occurred_at, prev_hash, hash) \
+        SELECT $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34 FROM claimed), \
+    suspected AS ( \
+        INSERT INTO idempotency_suspected_duplicates (key, other_key, tenant, tool, detected_at) \
+        SELECT key, $35, $2, $3, $19 FROM claimed WHERE $35 IS NOT NULL) \
+    SELECT key FROM claimed";
 
-/// PostgreSQL, a claim that names a business ref: the probe and the claim in **one
-/// autocommit statement**, written for the common case, where the probe finds no
-/// other key. The record (`$1`–`$22`, as [`CLAIM`]) and its sealed `claimed` attempt
-/// (`$23`–`$34`) are inserted only if the probe (on the record's own tenant, tool,
-/// business ref, fingerprint and key, from `$35`) finds nothing. Returns the claimed
-/// key (NULL when nothing was inserted) and the probe's finding.
-///
-/// Correctness (beside [`CLAIM_AND_APPEND_POSTGRES`]'s, which holds for the insert):
-/// - the attempt was sealed without a `suspected_duplicate_of`, and is written only
-///   when the probe, in the same statement, found no other key: what the row says
-///   is what the probe saw. The probe sees the statement's snapshot, taken no earlier
-///   than the separate probe of [`CLAIM_PROBE_POSTGRES`] would have been;
-/// - when the probe finds a key, nothing is written and the caller goes the long
-///   way: [`CLAIM_PROBE_POSTGRES`], then [`CLAIM_AND_APPEND_POSTGRES`] with the
-///   finding sealed in. A finding is the rare case (a second key for the same
-///   business action), so it pays the extra round trip;
-/// - a key that already exists makes the insert do nothing (`ON CONFLICT`), as the
-///   `EXISTS` of [`CLAIM_PROBE_POSTGRES`] did: the caller gets "exists" either way.
-pub const CLAIM_PROBED_POSTGRES: &str = concat!(
-    "WITH probe AS (",
-    duplicate_probe!("$2", "$3", "$7", "$8", "$35", "$1"),
-    "), claimed AS (INSERT INTO idempotency_records (",
-    record_columns!(),
-    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-     $18, $19, $20, $21, $22 WHERE NOT EXISTS (SELECT 1 FROM probe) \
-     ON CONFLICT (key) DO NOTHING RETURNING key), \
-     appended AS (INSERT INTO idempotency_attempts (",
-    attempt_columns!(),
-    ") SELECT $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34 FROM claimed) \
-     SELECT (SELECT key FROM claimed), (SELECT key FROM probe)"
-);
-
-/// Whether the key `$1` exists.
-pub const KEY_EXISTS: &str = "SELECT EXISTS (SELECT 1 FROM idempotency_records WHERE key = $1)";
-
-pub const INSERT_SUSPECTED_DUPLICATE: &str = "INSERT INTO idempotency_suspected_duplicates \
-    (key, other_key, tenant, tool, detected_at) VALUES ($1, $2, $3, $4, $5)";
+/// A record by key.
+pub const GET_RECORD: &str = "\
+    SELECT key, tenant, tool, workflow_id, step_id, intent_id, business_ref, fingerprint, \
+        business_args, status, fencing_token, lease_until, attempt_count, result, error, \
+        provider_retention_until, resend_safe_until, release_approved, created_at, \
+        updated_at, log_seq, log_hash \
+    FROM idempotency_records WHERE key = $1";
 
 /// Reads a record and holds it until commit. PostgreSQL locks the row; on SQLite the
 /// write transaction (`WritePool::begin_write`, BEGIN IMMEDIATE) already holds the one
-/// write lock, so the plain read is the locked read, and it is the call's first
-/// statement (with the call's savepoint when it joins the writer's batch).
-pub const LOCK_RECORD_POSTGRES: &str = concat!(select_record!(), "WHERE key = $1 FOR UPDATE");
-pub const LOCK_RECORD_SQLITE: FirstStatement = first_statement!(select_record!(), "WHERE key = $1");
+/// write lock, so the plain read ([`GET_RECORD`]) is the locked read.
+pub const LOCK_RECORD_POSTGRES: &str = "\
+    SELECT key, tenant, tool, workflow_id, step_id, intent_id, business_ref, fingerprint, \
+        business_args, status, fencing_token, lease_until, attempt_count, result, error, \
+        provider_retention_until, resend_safe_until, release_approved, created_at, \
+        updated_at, log_seq, log_hash \
+    FROM idempotency_records WHERE key = $1 FOR UPDATE";
 
-pub const GET_RECORD: &str = concat!(select_record!(), "WHERE key = $1");
+/// The fenced write of a record (`$1` its key, `$3`–`$12` what changes): it names the
+/// token the writer holds (`$2`). Inside a locked transaction the condition always
+/// holds; it is kept so that no code path can write a record without naming its token.
+pub const UPDATE_RECORD: &str = "\
+    UPDATE idempotency_records SET status = $3, fencing_token = $4, lease_until = $5, \
+        attempt_count = $6, result = $7, error = $8, release_approved = $9, updated_at = $10, \
+        log_seq = $11, log_hash = $12 \
+    WHERE key = $1 AND fencing_token = $2";
 
-pub const UPDATE_RECORD: &str = fenced_update!();
+/// [`UPDATE_RECORD`] only while the record's head is still the expected one (`$13`
+/// `log_seq`, `$14` `log_hash`): the settle of a key this process claimed, without the
+/// locked read. Every write of a record is a fenced update that moves its head (each
+/// change appends an attempt, [`crate::guard::seal`]), so a record whose head is
+/// still the expected one is, column for column, the record the decision was made
+/// on. If anything was written since, or the key is gone, it matches no row and the
+/// caller takes the locked path. SQLite runs it in a `BEGIN IMMEDIATE` transaction
+/// with [`INSERT_ATTEMPT`] after it when it wrote the row.
+pub const UPDATE_RECORD_IF_HEAD: &str = "\
+    UPDATE idempotency_records SET status = $3, fencing_token = $4, lease_until = $5, \
+        attempt_count = $6, result = $7, error = $8, release_approved = $9, updated_at = $10, \
+        log_seq = $11, log_hash = $12 \
+    WHERE key = $1 AND fencing_token = $2 AND log_seq = $13 AND log_hash = $14";
 
-/// PostgreSQL: [`UPDATE_RECORD`] and the first attempt row in **one statement**, sent
-/// after the record's row lock is taken (`LOCK_RECORD_POSTGRES`, same transaction).
-/// One round trip fewer than the update and the insert apart: the guard's
-/// transaction is then BEGIN, the locked read, this, COMMIT — the statements of the
-/// plain fenced update + insert baseline (docs/PERFORMANCE.md).
-///
-/// Correctness, the same argument as the two statements apart:
-/// - the row is locked by the `SELECT … FOR UPDATE` of this transaction, so nothing
-///   changed it since the decision read it; the chain's head (`log_seq`, `log_hash`)
-///   the attempt was sealed on is the head the update replaces;
-/// - the update is still fenced (`fencing_token = $2`, the token read under the lock):
-///   if it matched no row the CTE yields no row, nothing is inserted, the statement
-///   reports 0 rows and the store answers `Conflict` and rolls back — a record is
-///   never written without its attempt, nor an attempt without its record change;
-/// - a data-modifying CTE runs exactly once and both writes belong to the one
-///   statement and transaction: they commit or roll back together.
-///
-/// SQLite has no data-modifying CTEs; it sends the two statements as one batch
-/// ([`UPDATE_RECORD_AND_APPEND_SQLITE`]).
-pub const UPDATE_RECORD_AND_APPEND_POSTGRES: &str = concat!(
-    "WITH updated AS (",
-    fenced_update!(),
-    " RETURNING key) INSERT INTO idempotency_attempts (",
-    attempt_columns!(),
-    ") SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 FROM updated"
-);
-
-/// SQLite: [`UPDATE_RECORD_AND_APPEND_POSTGRES`] as one batch of two statements, sent
-/// once to the writer: the fenced update, then the attempt (`$13`–`$24`) only if the
-/// update wrote the row (`changes() = 1`, as in [`CLAIM_AND_APPEND_SQLITE`]). Two rows
-/// written, or none (then the store answers `Conflict` and rolls back). Correct for the
-/// reason given at the PostgreSQL statement, with the write lock, held since the
-/// locked read, for the row lock.
-pub const UPDATE_RECORD_AND_APPEND_SQLITE: &str = concat!(
-    fenced_update!(),
-    "; INSERT INTO idempotency_attempts (",
-    attempt_columns!(),
-    ") SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 WHERE changes() = 1"
-);
-
-/// PostgreSQL: the fenced write of a record **without the locked read**, for a writer
-/// that knows the record as it last wrote it (the guard, settling a key it claimed).
-/// [`UPDATE_RECORD_AND_APPEND_POSTGRES`] with the expected head in the condition
-/// (`$25` `log_seq`, `$26` `log_hash`), in one autocommit statement.
-///
-/// Correctness: every write of a record is a fenced update that moves its head
-/// (`log_seq`, `log_hash`: each change appends an attempt, [`crate::guard::seal`]), so
-/// a record whose head is still the expected one is, column for column, the record the
-/// decision was made on; the decision is the same pure function the locked path runs.
-/// If anything was written since (a takeover, a resolution, a stale writer's rejected
-/// row) or the key is gone, the update matches no row, the CTE inserts nothing, the
-/// statement reports 0 rows, and the caller takes the locked path, which decides again
-/// on what is stored. A concurrent locker makes this statement wait and then re-check
-/// the condition on the row as committed (READ COMMITTED's re-check of an updated row).
-pub const UPDATE_RECORD_IF_HEAD_AND_APPEND_POSTGRES: &str = concat!(
-    "WITH updated AS (",
-    fenced_update!(),
-    " AND log_seq = $25 AND log_hash = $26 RETURNING key) INSERT INTO idempotency_attempts (",
-    attempt_columns!(),
-    ") SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 FROM updated"
-);
-
-pub const INSERT_ATTEMPT: &str = concat!(
-    "INSERT INTO idempotency_attempts (",
-    attempt_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"
-);
+/// PostgreSQL: a record change (`$1`–`$12`, as [`UPDATE_RECORD`]) and its first attempt
+/// (`$13`–`$24`) in **one statement**, one round trip fewer than the two apart. `$25`,
+/// `$26`: the head the record must still have, or NULL for none (the locked path,
+/// whose row lock already holds it). The attempt is inserted `FROM updated`: only if
+/// the fenced update wrote the row, so a record is never written without its attempt
+/// nor an attempt without its record change; both commit or roll back together. The
+/// conditional form (a settle, outside a transaction) waits for a concurrent locker
+/// and then re-checks the condition on the row as committed (READ COMMITTED).
+pub const UPDATE_RECORD_AND_APPEND_POSTGRES: &str = "\
+    WITH updated AS ( \
+        UPDATE idempotency_records SET status = $3, fencing_token = $4, lease_until = $5, \
+            attempt_count = $6, result = $7, error = $8, release_approved = $9, \
+            updated_at = $10, log_seq = $11, log_hash = $12 \
+        WHERE key = $1 AND fencing_token = $2 \
+            AND ($25::bigint IS NULL OR (log_seq = $25 AND log_hash = $26)) \
+        RETURNING key) \
+    INSERT INTO idempotency_attempts (key, tenant, tool, seq, kind, fencing_token, actor, \
+        detail, duration_ms, occurred_at, prev_hash, hash) \
+    SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 FROM updated";
 
 pub const ATTEMPTS_OF_KEY: &str = concat!(select_attempts!(), "WHERE key = $1 ORDER BY seq");
-
-/// SQLite: the claim's writes — the record (`$1`–`$22`, as [`CLAIM`]), its sealed
-/// `claimed` attempt (`$23`–`$34`) and, when the probe found one, the
-/// suspected-duplicate pair (`$35`, the other key; NULL for none) — as **one batch of
-/// statements sent once** to the writer, inside the claim's `BEGIN IMMEDIATE`
-/// transaction (and led by the call's savepoint when it joins a batch: a
-/// [`FirstStatement`]). SQLite has no data-modifying CTE, but each statement sent to
-/// the connection costs a hop to its worker thread and back, and with one writer every
-/// hop is time all other writers wait (docs/PERFORMANCE.md, issue 17).
-///
-/// Correctness, the argument of [`CLAIM_AND_APPEND_POSTGRES`] with SQLite's means:
-/// - the transaction holds the write lock from its start, so nothing else writes
-///   between the statements;
-/// - each later insert runs only if the statement before it wrote its row
-///   (`changes()`: the rows written by the connection's last INSERT, UPDATE or
-///   DELETE, without a trigger's): if the key existed the batch writes nothing, and
-///   the caller sees 0 rows written and rolls back;
-/// - the numbered parameters are bound by number in every statement of the batch.
-pub const CLAIM_AND_APPEND_SQLITE: FirstStatement = first_statement!(
-    "INSERT INTO idempotency_records (",
-    record_columns!(),
-    ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-     $18, $19, $20, $21, $22) ON CONFLICT (key) DO NOTHING; \
-     INSERT INTO idempotency_attempts (",
-    attempt_columns!(),
-    ") SELECT $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34 WHERE changes() = 1; \
-     INSERT INTO idempotency_suspected_duplicates (key, other_key, tenant, tool, detected_at) \
-     SELECT $1, $35, $2, $3, $19 WHERE changes() = 1 AND $35 IS NOT NULL"
-);
-
-/// SQLite, a claim that names a business ref: the probe and the claim's writes in
-/// one batch, written for the common case, where the probe finds no other key — what
-/// [`CLAIM_PROBED_POSTGRES`] is to PostgreSQL. The record (`$1`–`$22`, as [`CLAIM`]) is
-/// inserted only if the probe (the record's own tenant, tool, business ref,
-/// fingerprint and key, the window's start `$35`) finds nothing, and its sealed
-/// `claimed` attempt (`$23`–`$34`) only with the record. The last statement answers
-/// one row: whether the attempt was written (`changes()` of the attempt's insert, 1 or
-/// 0; it is written only with the record) and, when it was not, the probe's finding
-/// (when it was, the probe found nothing: the record was inserted only then, so the
-/// probe is not run again).
-///
-/// Correctness (beside [`CLAIM_AND_APPEND_SQLITE`]'s, which holds for the inserts):
-/// - the attempt was sealed without a `suspected_duplicate_of`, and is written only
-///   when the probe, in the same statement, found no other key: what the row says is
-///   what the probe saw;
-/// - the probe excludes the claimed key, so it finds after the insert what it found
-///   before, and nothing else writes in between (the write lock is held);
-/// - nothing written and no finding: the insert met the key, which exists (roll back
-///   and decide on it). Nothing written and a finding: the key may exist or not; the
-///   caller, still under the write lock, asks with [`KEY_EXISTS`], and either rolls
-///   back or seals the finding into the row and sends [`CLAIM_AND_APPEND_SQLITE`]. A
-///   finding is the rare case (a second key for one business action), so it pays the
-///   extra statement; a retry of a known key (a replay) pays none.
-///
-/// SQLite reads `INSERT … SELECT … ON CONFLICT` as an upsert only when the `SELECT`
-/// has a `WHERE`; this one always has.
-pub const CLAIM_PROBED_SQLITE: FirstStatement = first_statement!(
-    "INSERT INTO idempotency_records (",
-    record_columns!(),
-    ") SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, \
-     $18, $19, $20, $21, $22 WHERE NOT EXISTS (",
-    duplicate_probe!("$2", "$3", "$7", "$8", "$35", "$1"),
-    ") ON CONFLICT (key) DO NOTHING; INSERT INTO idempotency_attempts (",
-    attempt_columns!(),
-    ") SELECT $23, $24, $25, $26, $27, $28, $29, $30, $31, $32, $33, $34 WHERE changes() = 1; \
-     SELECT changes(), CASE WHEN changes() = 1 THEN NULL ELSE (",
-    duplicate_probe!("$2", "$3", "$7", "$8", "$35", "$1"),
-    ") END"
-);
-
-/// SQLite: [`UPDATE_RECORD_IF_HEAD_AND_APPEND_POSTGRES`] as one batch of two
-/// statements in a `BEGIN IMMEDIATE` transaction (led by the call's savepoint when it
-/// joins a batch: a [`FirstStatement`]): the fenced update with the expected
-/// head (`$25` `log_seq`, `$26` `log_hash`), then the attempt (`$13`–`$24`) only if the
-/// update wrote the row (`changes() = 1`, as in [`CLAIM_AND_APPEND_SQLITE`]). Two rows
-/// written, or none: the caller commits only the first case. Correct for the reason
-/// given at the PostgreSQL statement (an unchanged head is an unchanged record); the
-/// write lock, held from the transaction's start, stands in for the row lock.
-pub const UPDATE_RECORD_IF_HEAD_AND_APPEND_SQLITE: FirstStatement = first_statement!(
-    fenced_update!(),
-    " AND log_seq = $25 AND log_hash = $26; INSERT INTO idempotency_attempts (",
-    attempt_columns!(),
-    ") SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 WHERE changes() = 1"
-);
 
 /// The SQL of [`crate::guard::LeaseState::Expired`] at `$1`: the one spelling of an
 /// expired lease in every count, page and gauge.
@@ -381,36 +206,51 @@ pub(crate) use past_retention;
 mod tests {
     use super::*;
 
-    /// `$1` … `$n` in order, each once, as many as the statement's column list names.
-    fn placeholders_match_columns(sql: &str, columns: &str) {
-        let n = columns.split(',').count();
-        let values = sql.rsplit_once("VALUES (").unwrap().1;
-        let want: Vec<String> = (1..=n).map(|i| format!("${i}")).collect();
-        let got: Vec<&str> = values
-            .split(')')
-            .next()
-            .unwrap()
-            .split(',')
-            .map(str::trim)
-            .collect();
-        assert_eq!(got, want, "{sql}");
+    /// The column list after `INSERT INTO <table> (` or `SELECT `, up to `)` or ` FROM`.
+    fn columns(sql: &str, after: &str, until: &str) -> Vec<String> {
+        let list = sql.split_once(after).unwrap().1;
+        let list = list.split_once(until).unwrap().0;
+        list.split(',').map(|c| c.trim().to_owned()).collect()
+    }
+
+    /// `$from` … `$to` in order, each once.
+    fn numbered(from: usize, to: usize) -> Vec<String> {
+        (from..=to).map(|i| format!("${i}")).collect()
     }
 
     #[test]
-    fn every_insert_binds_each_column_of_its_list_once() {
-        placeholders_match_columns(CLAIM, record_columns!());
-        placeholders_match_columns(INSERT_ATTEMPT, attempt_columns!());
-    }
-
-    #[test]
-    fn the_merged_write_is_the_fenced_update_and_the_attempt_insert() {
-        let columns = INSERT_ATTEMPT.split(" VALUES").next().unwrap();
-        for merged in [
-            UPDATE_RECORD_AND_APPEND_POSTGRES,
-            UPDATE_RECORD_AND_APPEND_SQLITE,
-        ] {
-            assert!(merged.contains(UPDATE_RECORD), "{merged}");
-            assert!(merged.contains(columns), "{merged}");
+    fn every_statement_names_a_records_columns_in_one_order() {
+        let record = columns(CLAIM, "idempotency_records (", ")");
+        assert_eq!(record.len(), 22);
+        assert_eq!(columns(CLAIM, "VALUES (", ")"), numbered(1, 22));
+        assert_eq!(
+            columns(CLAIM_AND_APPEND_POSTGRES, "idempotency_records (", ")"),
+            record
+        );
+        for read in [GET_RECORD, LOCK_RECORD_POSTGRES] {
+            assert_eq!(columns(read, "SELECT ", " FROM"), record, "{read}");
         }
+    }
+
+    #[test]
+    fn every_statement_names_an_attempts_columns_in_one_order() {
+        let attempt = columns(INSERT_ATTEMPT, "idempotency_attempts (", ")");
+        let declared: Vec<&str> = attempt_columns!().split(',').map(str::trim).collect();
+        assert_eq!(attempt, declared);
+        assert_eq!(columns(INSERT_ATTEMPT, "VALUES (", ")"), numbered(1, 12));
+        let merged = UPDATE_RECORD_AND_APPEND_POSTGRES;
+        assert_eq!(columns(merged, "idempotency_attempts (", ")"), attempt);
+        assert_eq!(columns(merged, "hash) SELECT ", " FROM"), numbered(13, 24));
+        let claim = CLAIM_AND_APPEND_POSTGRES;
+        assert_eq!(columns(claim, "idempotency_attempts (", ")"), attempt);
+        assert_eq!(columns(claim, "hash) SELECT ", " FROM"), numbered(23, 34));
+    }
+
+    #[test]
+    fn the_record_changes_set_the_same_columns() {
+        let set = |sql: &str| columns(sql, " SET ", " WHERE");
+        assert_eq!(set(UPDATE_RECORD_IF_HEAD), set(UPDATE_RECORD));
+        assert_eq!(set(UPDATE_RECORD_AND_APPEND_POSTGRES), set(UPDATE_RECORD));
+        assert!(UPDATE_RECORD_IF_HEAD.starts_with(UPDATE_RECORD));
     }
 }

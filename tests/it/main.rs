@@ -47,7 +47,6 @@ mod prometheus_e2e;
 mod resolve;
 mod serve_timeouts;
 mod snapshots;
-mod sqlite_group_commit;
 mod sqlite_writers;
 mod tools_file;
 mod ui_seed;

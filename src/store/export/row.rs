@@ -133,7 +133,7 @@ impl ExportRow {
 /// An export row as the database sent it, not yet decoded. The CSV export reads
 /// its cells in place ([`RawExportRow::cells`]): a row's text is borrowed, not
 /// copied into the `String`s and JSON trees of an [`ExportRow`], which were most of
-/// the exporter's allocations (docs/PERFORMANCE.md, Issue 17).
+/// the exporter's allocations (docs/PERFORMANCE.md, "Export").
 pub struct RawExportRow(Raw);
 
 enum Raw {
