@@ -126,7 +126,8 @@ pub async fn run_server(
         .with_auth(auth, args.auth.cookie_secure)
         .with_session_settings(args.auth.session_settings()?)
         .with_hsts(args.auth.hsts)
-        .with_guard(tools, args.guard.settings());
+        .with_guard(tools, args.guard.settings())
+        .with_guard_limits(args.guard.limits());
     // The tailer and the backlog refresher get a small pool of their own: a guard or
     // UI burst cannot starve them of connections, nor they the guard.
     let tail_options = StoreOptions {

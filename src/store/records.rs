@@ -241,6 +241,10 @@ impl Storage for Store {
     async fn record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         Store::record(self, key).await
     }
+
+    async fn newest_attempt(&self, key: &IdempotencyKey) -> Result<Option<Attempt>, StoreError> {
+        Ok(self.attempts_newest(key, 1).await?.pop())
+    }
 }
 
 /// The start of a locked write: a write transaction and the record read under its

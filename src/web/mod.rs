@@ -20,6 +20,7 @@ pub mod server;
 mod site;
 
 pub use error::Error;
+pub use guard::{GuardLimits, MAX_VALUES as GUARD_MAX_VALUES};
 pub use site::{check as check_site, same_site_only};
 
 use crate::auth::Authenticator;
@@ -78,6 +79,8 @@ pub struct Shared {
     /// snapshot while its client reads, so a few stalled clients must not take the
     /// pool from the pages (docs/AUTH.md, Security).
     pub exports: Arc<tokio::sync::Semaphore>,
+    /// Each guard caller's body size, requests in progress and rate (web/guard/limits.rs).
+    pub guard_limiter: Arc<guard::Limiter>,
 }
 
 impl std::ops::Deref for AppState {
@@ -115,6 +118,7 @@ impl AppState {
             tools: Arc::default(),
             logins: Arc::new(LoginLimiter::default()),
             exports: Arc::new(tokio::sync::Semaphore::new(MAX_EXPORTS)),
+            guard_limiter: Arc::default(),
         }))
     }
 
@@ -162,6 +166,12 @@ impl AppState {
         let f = self.fields();
         f.guard = Guard::new(f.store.clone(), clock.clone(), f.guard.settings().clone());
         f.clock = clock;
+        self
+    }
+
+    /// The same state with these bounds on each guard caller (`serve --guard-*`).
+    pub fn with_guard_limits(mut self, limits: GuardLimits) -> Self {
+        self.fields().guard_limiter = Arc::new(guard::Limiter::new(limits));
         self
     }
 
