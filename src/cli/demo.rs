@@ -161,7 +161,10 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
         let retention = chrono::TimeDelta::from_std(config.provider_retention)
             .unwrap_or(chrono::TimeDelta::MAX);
         for policy in tools.tools.values_mut().chain(tools.default.iter_mut()) {
-            policy.key_retention = retention;
+            // A provider that does not deduplicate keeps no key at all.
+            if policy.provider_dedupes() {
+                policy.key_retention = retention;
+            }
         }
     }
     if args.auth.auth_file.is_none() {

@@ -219,6 +219,17 @@ pub struct GuardArgs {
     /// provider call, or a slow success looks like a dead worker.
     #[arg(long, env = "IDEMWATCH_LEASE_MARGIN", default_value = "30s")]
     pub lease_margin: crate::duration::HumanDuration,
+    /// The largest guard request body, in bytes (413 `too_large` past it).
+    #[arg(long, env = "IDEMWATCH_GUARD_MAX_BODY_BYTES", default_value_t = crate::web::GuardLimits::default().max_body_bytes, value_parser = clap::value_parser!(u32).range(1024..))]
+    pub guard_max_body_bytes: u32,
+    /// Guard requests one token (or the local caller) may have in progress at once
+    /// (429 with `Retry-After` past it).
+    #[arg(long, env = "IDEMWATCH_GUARD_CONCURRENCY_PER_TOKEN", default_value_t = crate::web::GuardLimits::default().concurrency, value_parser = clap::value_parser!(u32).range(1..))]
+    pub guard_concurrency_per_token: u32,
+    /// Guard requests one token (or the local caller) may send a second, with a burst
+    /// of as many (429 with `Retry-After` past it).
+    #[arg(long, env = "IDEMWATCH_GUARD_RATE_PER_TOKEN", default_value_t = crate::web::GuardLimits::default().rate, value_parser = clap::value_parser!(u32).range(1..))]
+    pub guard_rate_per_token: u32,
 }
 
 impl GuardArgs {
@@ -227,6 +238,15 @@ impl GuardArgs {
         match &self.tools_file {
             Some(path) => crate::guard::ToolPolicies::load(path).map_err(anyhow::Error::msg),
             None => Ok(crate::guard::ToolPolicies::default()),
+        }
+    }
+
+    /// The bounds on each guard caller.
+    pub fn limits(&self) -> crate::web::GuardLimits {
+        crate::web::GuardLimits {
+            max_body_bytes: self.guard_max_body_bytes,
+            concurrency: self.guard_concurrency_per_token,
+            rate: self.guard_rate_per_token,
         }
     }
 

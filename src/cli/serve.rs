@@ -127,7 +127,8 @@ pub async fn run_server(
         .with_auth(auth, args.auth.cookie_secure)
         .with_session_settings(args.auth.session_settings()?)
         .with_hsts(args.auth.hsts)
-        .with_guard(tools, args.guard.settings());
+        .with_guard(tools, args.guard.settings())
+        .with_guard_limits(args.guard.limits());
     let checkpointer = args.checkpoints.checkpointer(&store, &metrics)?;
     let state = state.with_checkpointer(checkpointer.clone());
     // The tailer and the backlog refresher get a small pool of their own: a guard or

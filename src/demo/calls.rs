@@ -40,6 +40,9 @@ impl Shared {
     pub(super) fn plan(&self, n: u64, scenario: Scenario) -> Plan {
         let mut rng = rand::rng();
         let voucher = scenario == Scenario::Plain && rng.random_bool(0.2);
+        // Email receipts, whose provider does not deduplicate by key (tools file:
+        // `provider_dedupes = false`): never resent after an ambiguous outcome.
+        let receipt = !voucher && scenario == Scenario::Plain && rng.random_bool(0.1);
         let order = if scenario == Scenario::RepeatRefund && n < SHOWCASE.len() as u64 {
             REPEAT_ORDER.to_string()
         } else {
@@ -48,6 +51,8 @@ impl Shared {
         Plan {
             tool: if voucher {
                 "send_voucher"
+            } else if receipt {
+                super::provider::RECEIPTS
             } else {
                 "issue_refund"
             },
@@ -72,6 +77,7 @@ impl Shared {
     pub(super) fn call(&self, plan: &Plan) -> ToolCall {
         let (verb, step) = match plan.tool {
             "send_voucher" => ("voucher", "5"),
+            super::provider::RECEIPTS => ("receipt", "6"),
             _ => ("refund", "4"),
         };
         ToolCall {

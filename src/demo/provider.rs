@@ -139,13 +139,20 @@ impl Provider {
         }
     }
 
-    /// Performs the effect unless the key is remembered; returns the response body.
+    /// Performs the effect unless the key is remembered (never, for [`RECEIPTS`]: that
+    /// provider ignores keys); returns the response body.
     fn perform(&self, key: &str, tool: &str, args: &Value) -> Value {
         let mut books = self.books();
-        if let Some(i) = self.remembered(&mut books, key) {
+        if tool != RECEIPTS
+            && let Some(i) = self.remembered(&mut books, key)
+        {
             return response(&books.effects[i]);
         }
-        let prefix = if tool == "send_voucher" { "vc" } else { "rf" };
+        let prefix = match tool {
+            "send_voucher" => "vc",
+            RECEIPTS => "em",
+            _ => "rf",
+        };
         let effect = Effect {
             key: key.to_string(),
             tool: tool.to_string(),
@@ -180,6 +187,13 @@ impl Provider {
     fn lookup(&self, key: &str) -> Option<Value> {
         let mut books = self.books();
         self.remembered(&mut books, key)
+            .or_else(|| {
+                // Receipts are found by the key each message is tagged with, however old.
+                books
+                    .effects
+                    .iter()
+                    .rposition(|e| e.tool == RECEIPTS && e.key == key)
+            })
             .map(|i| response(&books.effects[i]))
     }
 }
@@ -216,6 +230,9 @@ impl std::fmt::Display for ProviderError {
         f.write_str(self.message)
     }
 }
+
+/// The demo's tool whose provider (an email API) does not deduplicate by key.
+pub const RECEIPTS: &str = "send_receipt";
 
 /// One worker's connection to the provider for one tool, with the fault its first
 /// call meets. Later calls (a resend after reconciliation) behave normally.
@@ -255,6 +272,10 @@ impl Operation for ProviderClient {
 
     fn key_retention(&self) -> TimeDelta {
         TimeDelta::from_std(self.provider.retention).unwrap_or(TimeDelta::MAX)
+    }
+
+    fn provider_dedupes(&self) -> bool {
+        self.tool != RECEIPTS
     }
 
     fn call_timeout(&self) -> Duration {

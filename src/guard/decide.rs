@@ -25,10 +25,15 @@ pub enum Admission {
     /// IN_PROGRESS under a live lease: answer 409, never wait.
     InFlight { lease_until: DateTime<Utc> },
     /// Same key, other business arguments. `differing_fields`: the top-level argument
-    /// names whose values differ (sorted).
+    /// names whose values differ (sorted); `stored_status`: the key's status as the
+    /// caller leaves it. On a key whose outcome is unknown (UNKNOWN, or a lease that
+    /// ran out) the key is escalated to a person, and `lookup_token` lets this caller
+    /// report a lookup by key under it (never a resend): found settles the key DONE.
     Mismatch {
         stored_fingerprint: String,
         differing_fields: Vec<String>,
+        stored_status: Status,
+        lookup_token: Option<FencingToken>,
     },
     /// UNKNOWN, or a lease that expired: this caller won the compare-and-swap and must
     /// reconcile under `token` before `lease_until`. `before` is the record as it was found.
@@ -38,6 +43,12 @@ pub enum Admission {
         before: Box<Record>,
     },
 }
+
+/// Why a key whose outcome is unknown is escalated when a retry brings other values.
+pub const MISMATCH_ON_UNKNOWN: &str = "a retry arrived with other business arguments while the \
+    outcome of the stored ones is unknown: an earlier attempt with other values may or may not \
+    have happened, and neither version may be sent under this key without checking: a lookup by \
+    key that finds the effect settles it, otherwise a person decides";
 
 /// Decides what a caller arriving at an existing key gets.
 pub fn admit_existing(
@@ -60,11 +71,37 @@ pub fn admit_existing(
             "fingerprint": args.fingerprint.0,
             "business_args": args.value,
         }));
+        let differing = differing_fields(&rec.business_args, &args.value);
+        let undecided = rec.status == Status::Unknown
+            || (rec.status == Status::InProgress && rec.lease_state(now) != LeaseState::Held);
+        if !undecided {
+            let mismatch = Admission::Mismatch {
+                stored_fingerprint: rec.fingerprint.clone(),
+                differing_fields: differing,
+                stored_status: rec.status,
+                lookup_token: None,
+            };
+            return (vec![attempt], mismatch);
+        }
+        // Nobody knows whether the first call (with the stored arguments) happened, and
+        // this caller's arguments must not be sent under its key: no takeover, no
+        // resend. A person is asked; this caller may look the effect up by key.
+        rec.status = Status::Unknown;
+        rec.lease_until = rec.lease_until.min(now);
+        let escalated = draft(AttemptKind::Escalated).detail(json!({
+            "reason": MISMATCH_ON_UNKNOWN,
+            "fingerprint": args.fingerprint.0,
+            "differing_fields": differing,
+            "provider_retention_until": rec.provider_retention_until,
+            "resend_safe_until": rec.resend_safe_until,
+        }));
         let mismatch = Admission::Mismatch {
             stored_fingerprint: rec.fingerprint.clone(),
-            differing_fields: differing_fields(&rec.business_args, &args.value),
+            differing_fields: differing,
+            stored_status: Status::Unknown,
+            lookup_token: Some(token),
         };
-        return (vec![attempt], mismatch);
+        return (vec![attempt, escalated], mismatch);
     }
     match rec.status {
         Status::Done => {
@@ -145,6 +182,25 @@ pub enum Settlement {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stale {
     pub current: FencingToken,
+}
+
+/// [`settle`] for a lookup's outcome: also on a key that is UNKNOWN under `token`
+/// (the lookup offered to a retry with other arguments), where [`after_lookup`] never
+/// chooses a resend.
+pub fn settle_lookup(
+    rec: &mut Record,
+    token: FencingToken,
+    settlement: Settlement,
+    actor: &str,
+    now: DateTime<Utc>,
+) -> (Vec<AttemptDraft>, Result<(), Stale>) {
+    let lookup_only = rec.status == Status::Unknown
+        && rec.fencing_token == token
+        && !matches!(settlement, Settlement::Resent { .. });
+    if lookup_only {
+        rec.status = Status::InProgress;
+    }
+    settle(rec, token, settlement, actor, now)
 }
 
 /// Applies `settlement` if `token` is still the record's token; otherwise records a
@@ -243,13 +299,34 @@ pub enum Lookup {
 /// while that is safe (not found, or a failed lookup on a key a person released);
 /// otherwise stay UNKNOWN (a failed lookup) or ask a person (not found, and a resend
 /// is no longer safe).
+///
+/// A lookup reported on a key that is UNKNOWN under the reporter's token (the lookup a
+/// retry with other arguments is offered, see [`Admission::Mismatch`]) never resends:
+/// found settles the key, anything else leaves it with a person. Nor does one whose
+/// provider does not deduplicate by key: its retention is zero, so a resend is never
+/// safe.
 pub fn after_lookup(
     rec: &Record,
     lookup: Lookup,
     duration_ms: Option<i64>,
     now: DateTime<Utc>,
 ) -> Settlement {
-    let remembers = rec.resend_safe(now);
+    let lookup_only = rec.status == Status::Unknown;
+    let remembers = rec.resend_safe(now) && !lookup_only;
+    if lookup_only && lookup == Lookup::NotFound {
+        return Settlement::Escalated {
+            reason: "not found at the provider by key, looked up for a retry with other \
+                     arguments: nothing is resent; a person decides"
+                .to_string(),
+        };
+    }
+    let forgotten = if rec.provider_retention_until <= rec.created_at {
+        "not found at the provider, which does not deduplicate by key (provider_dedupes = \
+         false): a resend could perform the effect twice"
+    } else {
+        "not found at the provider, and a resend is no longer safe (the provider forgets the key \
+         within the safety margin, or already has): a resend could pay twice"
+    };
     match lookup {
         Lookup::Found(result) => Settlement::ReconciledFound {
             result,
@@ -266,10 +343,7 @@ pub fn after_lookup(
             duration_ms,
         },
         Lookup::NotFound => Settlement::Escalated {
-            reason: "not found at the provider, and a resend is no longer safe (the provider \
-                     forgets the key within the safety margin, or already has): a resend could \
-                     pay twice"
-                .to_string(),
+            reason: forgotten.to_string(),
         },
     }
 }

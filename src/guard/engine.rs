@@ -116,12 +116,24 @@ impl<S: Storage> Guard<S> {
     #[tracing::instrument(skip_all, fields(tool = %call.intent.tool, key))]
     pub async fn run<O: Operation>(&self, call: &ToolCall, op: &O) -> Result<Outcome, GuardError> {
         let policy = ToolPolicy::of(op);
+        let admitted = self.admit_call(call, &policy).await?;
+        if let Admission::Mismatch {
+            lookup_token: Some(token),
+            ..
+        } = admitted.admission
+        {
+            // Other arguments on a key whose outcome is unknown: look the effect up by
+            // key (never resend) so a found effect settles the key, then refuse.
+            return Err(self
+                .look_up_then_refuse(admitted, token, op, &call.actor)
+                .await);
+        }
         let Admitted {
             key,
             args,
             admission,
             ..
-        } = self.admit_call(call, &policy).await?.refuse()?;
+        } = admitted.refuse()?;
         tracing::Span::current().record("key", key.as_str());
         match admission {
             Admission::New { token, .. } => {
@@ -212,14 +224,7 @@ impl<S: Storage> Guard<S> {
         let Held {
             key, token, actor, ..
         } = *held;
-        let (lookup, duration_ms) = provider_call(op, op.find_by_key(key)).await;
-        let lookup = match lookup {
-            Ok(Ok(Ok(Some(found)))) => Lookup::Found(found),
-            Ok(Ok(Ok(None))) => Lookup::NotFound,
-            Ok(Ok(Err(e))) => Lookup::Failed(format!("provider lookup failed: {e}")),
-            Ok(Err(_panic)) => Lookup::Failed("provider lookup panicked".to_string()),
-            Err(_elapsed) => Lookup::Failed("provider lookup timed out".to_string()),
-        };
+        let (lookup, duration_ms) = look_up(op, key).await;
         match self
             .report_lookup(key, token, lookup, duration_ms, actor)
             .await?
@@ -234,6 +239,48 @@ impl<S: Storage> Guard<S> {
                 key: key.to_string(),
                 reason,
             }),
+        }
+    }
+
+    /// The lookup offered to a call with other arguments on a key whose outcome is
+    /// unknown, reported under `token`; then the payload mismatch, with the key's status
+    /// as the lookup left it (DONE if the effect was found, else UNKNOWN with a person).
+    async fn look_up_then_refuse<O: Operation>(
+        &self,
+        admitted: Admitted,
+        token: FencingToken,
+        op: &O,
+        actor: &str,
+    ) -> GuardError {
+        let key = admitted.key.clone();
+        let (lookup, duration_ms) = look_up(op, &key).await;
+        let found = matches!(lookup, Lookup::Found(_));
+        let reported = self
+            .report_lookup(&key, token, lookup, duration_ms, actor)
+            .await;
+        match (reported, admitted.refuse()) {
+            (Err(e @ GuardError::Store(_)), _) => e,
+            (
+                _,
+                Err(GuardError::PayloadMismatch {
+                    key,
+                    stored_fingerprint,
+                    fingerprint,
+                    differing_fields,
+                    intent_key,
+                    ..
+                }),
+            ) if found => GuardError::PayloadMismatch {
+                key,
+                stored_fingerprint,
+                fingerprint,
+                differing_fields,
+                intent_key,
+                stored_status: super::status::Status::Done,
+                lookup_token: None,
+            },
+            (_, Err(refused)) => refused,
+            (_, Ok(_)) => unreachable!("a mismatch is refused"),
         }
     }
 
@@ -348,6 +395,20 @@ fn validate_resolution(req: &ResolveRequest) -> Result<(), GuardError> {
         super::canonical::canonical_json(result).map_err(|e| invalid("result", &e.to_string()))?;
     }
     Ok(())
+}
+
+/// The reconciliation lookup at the provider by `key`, under the call's deadline, as
+/// the guard records it.
+async fn look_up<O: Operation>(op: &O, key: &IdempotencyKey) -> (Lookup, Option<i64>) {
+    let (lookup, duration_ms) = provider_call(op, op.find_by_key(key)).await;
+    let lookup = match lookup {
+        Ok(Ok(Ok(Some(found)))) => Lookup::Found(found),
+        Ok(Ok(Ok(None))) => Lookup::NotFound,
+        Ok(Ok(Err(e))) => Lookup::Failed(format!("provider lookup failed: {e}")),
+        Ok(Err(_panic)) => Lookup::Failed("provider lookup panicked".to_string()),
+        Err(_elapsed) => Lookup::Failed("provider lookup timed out".to_string()),
+    };
+    (lookup, duration_ms)
 }
 
 /// One call to the provider under the operation's deadline, a panic caught as such

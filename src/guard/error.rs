@@ -26,13 +26,19 @@ pub enum GuardError {
     /// key (`intent_key` is then the caller's own key): that action was already
     /// requested with other values, and a new intent id meets the same refusal.
     /// `differing_fields`: the top-level argument names whose values differ, sorted.
-    #[error("{}", mismatch_text(key, intent_key.as_deref(), differing_fields, stored_fingerprint, fingerprint))]
+    /// `stored_status`: the key's status; UNKNOWN with a `lookup_token` when the first
+    /// call's outcome is unknown: the key was escalated to a person, and this caller
+    /// may report a lookup by key under the token (never a resend).
+    #[error("{}", mismatch_text(key, intent_key.as_deref(), differing_fields, stored_fingerprint, fingerprint, lookup_token.is_some()))]
     PayloadMismatch {
         key: String,
-        stored_fingerprint: String,
-        fingerprint: String,
+        // Boxed: the error stays small (clippy's `result_large_err`).
+        stored_fingerprint: Box<str>,
+        fingerprint: Box<str>,
         differing_fields: Vec<String>,
-        intent_key: Option<String>,
+        intent_key: Option<Box<str>>,
+        stored_status: Status,
+        lookup_token: Option<FencingToken>,
     },
 
     /// The original is still running under a live lease. HTTP 409: retry later,
@@ -106,8 +112,14 @@ fn mismatch_text(
     differing_fields: &[String],
     stored_fingerprint: &str,
     fingerprint: &str,
+    unknown: bool,
 ) -> String {
     let differing = differing_fields.join(", ");
+    if unknown {
+        return format!(
+            "key {key} was first used with other business arguments (differing: {differing}; stored fingerprint {stored_fingerprint}, this call {fingerprint}) and the outcome of that call is unknown: an earlier attempt with other values may or may not have happened; it is being checked (a lookup by key may settle it; otherwise a person decides). Nothing was sent; do not resend"
+        );
+    }
     match intent_key {
         None => format!(
             "key {key} was first used with other business arguments (differing: {differing}; stored fingerprint {stored_fingerprint}, this call {fingerprint}); use a new intent id for a new action"

@@ -22,6 +22,7 @@ mod operation;
 mod policy;
 mod port;
 mod record;
+mod repeats;
 mod status;
 mod steps;
 mod tools_file;

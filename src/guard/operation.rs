@@ -41,6 +41,14 @@ pub trait Operation: Send + Sync {
     /// depending on the provider). Resending with the same key is safe only inside it.
     fn key_retention(&self) -> TimeDelta;
 
+    /// Whether the provider deduplicates by the idempotency key at all. One that does
+    /// not (an email API without idempotency) is never resent to after an ambiguous
+    /// outcome: the guard reconciles by lookup (which must find the effect by the key
+    /// it is tagged with) or asks a person. Its `key_retention` is then ignored.
+    fn provider_dedupes(&self) -> bool {
+        true
+    }
+
     /// The client deadline for one provider call. The lease is this plus a margin.
     fn call_timeout(&self) -> Duration;
 

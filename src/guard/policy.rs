@@ -12,7 +12,8 @@ use std::time::Duration;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolPolicy {
-    /// How long the provider remembers an idempotency key.
+    /// How long the provider remembers an idempotency key: zero for a provider that
+    /// does not deduplicate (`provider_dedupes = false`), so a resend is never safe.
     pub key_retention: TimeDelta,
     /// The client deadline for one provider call.
     pub call_timeout: Duration,
@@ -34,7 +35,11 @@ impl ToolPolicy {
     /// The rules an [`Operation`] declares.
     pub fn of<O: Operation>(op: &O) -> Self {
         Self {
-            key_retention: op.key_retention(),
+            key_retention: if op.provider_dedupes() {
+                op.key_retention()
+            } else {
+                TimeDelta::zero()
+            },
             call_timeout: op.call_timeout(),
             free_text_fields: op
                 .free_text_fields()
@@ -59,9 +64,24 @@ impl ToolPolicy {
             .unwrap_or(TimeDelta::MAX)
     }
 
+    /// Whether the provider deduplicates by key: a zero retention says it does not
+    /// (one definition: every "resend is safe" decision reads the retention).
+    pub fn provider_dedupes(&self) -> bool {
+        self.key_retention > TimeDelta::zero()
+    }
+
     /// The policy as recorded on a claim and answered over HTTP. Seconds are whole
-    /// numbers when they are whole (`10`), fractions otherwise (`0.25`).
+    /// numbers when they are whole (`10`), fractions otherwise (`0.25`); a provider
+    /// that does not deduplicate adds `"provider_dedupes": false`.
     pub fn to_json(&self, tool: &str) -> Value {
+        let mut v = self.to_json_common(tool);
+        if !self.provider_dedupes() {
+            v["provider_dedupes"] = json!(false);
+        }
+        v
+    }
+
+    fn to_json_common(&self, tool: &str) -> Value {
         json!({
             "tool": tool,
             "key_retention_seconds": seconds(self.key_retention.num_milliseconds()),

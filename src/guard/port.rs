@@ -8,7 +8,7 @@
 //! race…). The store produces it from sqlx's errors; nothing here knows sqlx.
 
 use super::key::IdempotencyKey;
-use super::record::{AttemptDraft, Record};
+use super::record::{Attempt, AttemptDraft, Record};
 use super::status::DuplicateVerdict;
 use chrono::{DateTime, TimeDelta, Utc};
 use std::future::Future;
@@ -137,4 +137,11 @@ pub trait Storage: Clone + Send + Sync + 'static {
         &self,
         key: &IdempotencyKey,
     ) -> impl Future<Output = Result<Option<Record>, StoreError>> + Send;
+
+    /// The newest attempt of `key` (the highest `seq`), if any: one row, however long
+    /// the key's history.
+    fn newest_attempt(
+        &self,
+        key: &IdempotencyKey,
+    ) -> impl Future<Output = Result<Option<Attempt>, StoreError>> + Send;
 }

@@ -14,6 +14,7 @@ use super::natural::NaturalKey;
 use super::policy::ToolPolicy;
 use super::port::{Claim, ClaimChecks, Storage, StoreError};
 use super::record::{AttemptDraft, GENESIS_HASH, Record};
+use super::repeats::{Repeat, repeat};
 use super::status::{AttemptKind, Status};
 use serde_json::{Value, json};
 
@@ -42,12 +43,16 @@ impl Admitted {
             Admission::Mismatch {
                 stored_fingerprint,
                 differing_fields,
+                stored_status,
+                lookup_token,
             } => Err(GuardError::PayloadMismatch {
                 key: self.key.to_string(),
-                stored_fingerprint,
-                fingerprint: self.args.fingerprint.0,
+                stored_fingerprint: stored_fingerprint.into(),
+                fingerprint: self.args.fingerprint.0.into(),
                 differing_fields,
-                intent_key: self.intent_key.map(|k| k.to_string()),
+                intent_key: self.intent_key.map(|k| k.as_str().into()),
+                stored_status,
+                lookup_token,
             }),
             _ => Ok(self),
         }
@@ -180,7 +185,7 @@ impl<S: Storage> Guard<S> {
                 Claim::Exists => (key.clone(), None),
                 Claim::NaturalKeyHeld { key: holder } => (holder.clone(), Some(holder)),
             };
-            let decided = self.locked(&at, |rec| {
+            let decide = |rec: &mut Record| {
                 let (mut drafts, admission) =
                     decide::admit_existing(rec, args, &call.actor, self.clock.now(), lease);
                 if let (Some(natural), Some(_)) = (natural, &held_by) {
@@ -195,8 +200,8 @@ impl<S: Storage> Guard<S> {
                         .collect();
                 }
                 (drafts, admission)
-            });
-            match decided.await {
+            };
+            match self.locked_once(&at, decide).await {
                 Ok(admission) => return Ok((held_by, admission)),
                 // Pruned between the two statements: claim again.
                 Err(GuardError::NotFound(_)) => continue,
@@ -227,7 +232,7 @@ impl<S: Storage> Guard<S> {
                 duration_ms,
             },
         };
-        self.settle(key, token, actor, |_, _| settlement.clone())
+        self.settle(key, token, actor, false, |_, _| settlement.clone())
             .await
             .map(|(_, record)| record)
     }
@@ -243,7 +248,7 @@ impl<S: Storage> Guard<S> {
         actor: &str,
     ) -> Result<Reconciled, GuardError> {
         let (settlement, record) = self
-            .settle(key, token, actor, |rec, now| {
+            .settle(key, token, actor, true, |rec, now| {
                 decide::after_lookup(rec, lookup.clone(), duration_ms, now)
             })
             .await?;
@@ -264,18 +269,25 @@ impl<S: Storage> Guard<S> {
     }
 
     /// The fenced write of the settlement `choose` makes from the locked record and
-    /// the time; returns what it chose and the record as written.
+    /// the time (a `lookup`'s also on a key UNKNOWN under `token`: decide::settle_lookup);
+    /// returns what it chose and the record as written.
     async fn settle(
         &self,
         key: &IdempotencyKey,
         token: FencingToken,
         actor: &str,
+        lookup: bool,
         choose: impl Fn(&Record, chrono::DateTime<chrono::Utc>) -> Settlement + Send + Sync,
     ) -> Result<(Settlement, Record), GuardError> {
+        let write = if lookup {
+            decide::settle_lookup
+        } else {
+            decide::settle
+        };
         let decide = |rec: &mut Record| {
             let now = self.clock.now();
             let settlement = choose(rec, now);
-            let (attempts, written) = decide::settle(rec, token, settlement.clone(), actor, now);
+            let (attempts, written) = write(rec, token, settlement.clone(), actor, now);
             (attempts, written.map(|()| (settlement, rec.clone())))
         };
         // A key this guard claimed and nobody touched since: the decision on the record
@@ -287,7 +299,7 @@ impl<S: Storage> Guard<S> {
         };
         let written = match unchanged {
             Some(written) => written,
-            None => self.locked(key, decide).await?,
+            None => self.locked_once(key, decide).await?,
         };
         if written.is_ok() {
             // A settled key wakes whoever long-polls it (a second delivery waiting for
@@ -302,6 +314,42 @@ impl<S: Storage> Guard<S> {
                 current: stale.current,
             }
         })
+    }
+
+    /// [`Guard::locked`] for a decision that may refuse: a refusal identical to the
+    /// key's newest row is answered but not appended again (`repeats.rs`). The newest
+    /// row is read only when the decision is a refusal, then the decision is made again
+    /// under the lock (a key that keeps moving is simply recorded, after two reads).
+    pub(super) async fn locked_once<T: Send>(
+        &self,
+        key: &IdempotencyKey,
+        decide: impl Fn(&mut Record) -> (Vec<AttemptDraft>, T) + Send + Sync,
+    ) -> Result<T, GuardError> {
+        let mut newest = None;
+        for reads in 0.. {
+            let decided = self
+                .locked(key, |rec| {
+                    let before = rec.clone();
+                    let (drafts, value) = decide(rec);
+                    match repeat(&drafts, &before, newest.as_ref()) {
+                        Repeat::New => (drafts, Some(value)),
+                        Repeat::Unread if reads >= 2 => (drafts, Some(value)),
+                        // No row. An admission still counts on the record
+                        // (`attempt_count`, `updated_at`); a stale write changed nothing.
+                        Repeat::Same => (Vec::new(), Some(value)),
+                        Repeat::Unread => {
+                            *rec = before;
+                            (Vec::new(), None)
+                        }
+                    }
+                })
+                .await?;
+            match decided {
+                Some(value) => return Ok(value),
+                None => newest = self.store.newest_attempt(key).await?,
+            }
+        }
+        unreachable!("the loop returns by its third read")
     }
 
     /// [`Storage::with_locked`] for the guard: a missing key is

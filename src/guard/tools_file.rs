@@ -13,6 +13,10 @@
 //! free_text_fields = ["reason"]  # left out of the fingerprint, never sent
 //! natural_key = ["invoice_id"]   # one effect per invoice, whatever the intent key
 //! duplicate_window = "24h"       # how far back a claim looks for a suspected duplicate
+//!
+//! [tools.send_email]
+//! provider_dedupes = false       # the provider ignores keys: never resend after an
+//! call_timeout = "10s"           # ambiguous outcome; look up by tag, or ask a person
 //! ```
 
 use super::policy::{DEFAULT_DUPLICATE_WINDOW, ToolPolicies, ToolPolicy};
@@ -46,6 +50,8 @@ struct Entry {
     #[serde(default)]
     natural_key: Vec<String>,
     duplicate_window: Option<String>,
+    /// `false`: the provider does not deduplicate by key (docs/OPERATIONS.md).
+    provider_dedupes: Option<bool>,
 }
 
 impl ToolPolicies {
@@ -89,14 +95,26 @@ impl Entry {
             }
             Ok(d)
         };
-        let key_retention = duration("key_retention", self.key_retention)?;
+        let dedupes = self.provider_dedupes.unwrap_or(true);
+        if !dedupes && self.key_retention.is_some() {
+            return Err(format!(
+                "{what}: key_retention does not go with provider_dedupes = false: a provider that \
+                 does not deduplicate remembers no key"
+            ));
+        }
         let call_timeout = duration("call_timeout", self.call_timeout)?;
+        let key_retention = match dedupes {
+            true => duration("key_retention", self.key_retention)?.0,
+            // Zero: a resend is never safe (policy.rs, `provider_dedupes`).
+            false => chrono::TimeDelta::zero(),
+        };
         if call_timeout.0.num_seconds() > MAX_CALL_TIMEOUT_SECONDS {
             return Err(format!(
                 "{what}: call_timeout {call_timeout} is longer than 1h: a worker that dies holds the key that long"
             ));
         }
-        if call_timeout.0 >= key_retention.0 {
+        if dedupes && call_timeout.0 >= key_retention {
+            let key_retention = HumanDuration(key_retention);
             return Err(format!(
                 "{what}: call_timeout ({call_timeout}) must be shorter than key_retention ({key_retention}): \
                  the provider would forget the key before the first call ends"
@@ -118,7 +136,7 @@ impl Entry {
             Some(text) => duration("duplicate_window", Some(text))?.0,
         };
         Ok(ToolPolicy {
-            key_retention: key_retention.0,
+            key_retention,
             call_timeout: call_timeout.to_std(),
             free_text_fields: self.free_text_fields,
             natural_key: self.natural_key,
@@ -174,6 +192,38 @@ mod tests {
         let refund = p.get("issue_refund").unwrap();
         assert_eq!(refund.natural_key, ["invoice_id"]);
         assert_eq!(refund.duplicate_window, chrono::TimeDelta::hours(2));
+    }
+
+    #[test]
+    fn a_provider_that_does_not_deduplicate_has_no_retention_and_is_never_resent_to() {
+        let p = ToolPolicies::parse(
+            "[tools.send_email]\nprovider_dedupes = false\ncall_timeout = \"10s\"\n",
+        )
+        .unwrap();
+        let email = p.get("send_email").unwrap();
+        assert!(!email.provider_dedupes());
+        assert_eq!(email.key_retention, chrono::TimeDelta::zero());
+        assert_eq!(email.to_json("send_email")["provider_dedupes"], false);
+        let err = ToolPolicies::parse(
+            "[tools.a]\nprovider_dedupes = false\nkey_retention = \"1h\"\ncall_timeout = \"5s\"\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("key_retention does not go with provider_dedupes = false"),
+            "{err}"
+        );
+        let refund = ToolPolicies::parse(
+            "[tools.a]\nprovider_dedupes = true\nkey_retention = \"1h\"\ncall_timeout = \"5s\"\n",
+        )
+        .unwrap();
+        assert!(
+            refund
+                .get("a")
+                .unwrap()
+                .to_json("a")
+                .get("provider_dedupes")
+                .is_none()
+        );
     }
 
     #[test]

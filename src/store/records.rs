@@ -191,6 +191,10 @@ impl Storage for Store {
     async fn record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         Store::record(self, key).await
     }
+
+    async fn newest_attempt(&self, key: &IdempotencyKey) -> Result<Option<Attempt>, StoreError> {
+        Ok(self.attempts_newest(key, 1).await?.pop())
+    }
 }
 
 /// Names the claimed key and tool on the `claim` span.

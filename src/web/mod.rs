@@ -23,6 +23,7 @@ mod site;
 mod slow_bodies;
 
 pub use error::Error;
+pub use guard::{GuardLimits, MAX_VALUES as GUARD_MAX_VALUES};
 pub use site::{check as check_site, same_site_only};
 
 use crate::auth::Authenticator;
@@ -86,6 +87,8 @@ pub struct Shared {
     /// The checkpointer of a server that signs (`--signing-key`): its key signs export
     /// manifests, and `?checkpoint=true` takes a checkpoint before an export.
     pub checkpointer: Option<crate::evidence::Checkpointer>,
+    /// Each guard caller's body size, requests in progress and rate (web/guard/limits.rs).
+    pub guard_limiter: Arc<guard::Limiter>,
 }
 
 impl std::ops::Deref for AppState {
@@ -126,6 +129,7 @@ impl AppState {
             exports: Arc::new(tokio::sync::Semaphore::new(MAX_EXPORTS)),
             auth_log,
             checkpointer: None,
+            guard_limiter: Arc::default(),
         }))
     }
 
@@ -182,6 +186,12 @@ impl AppState {
         let f = self.fields();
         f.guard = Guard::new(f.store.clone(), clock.clone(), f.guard.settings().clone());
         f.clock = clock;
+        self
+    }
+
+    /// The same state with these bounds on each guard caller (`serve --guard-*`).
+    pub fn with_guard_limits(mut self, limits: GuardLimits) -> Self {
+        self.fields().guard_limiter = Arc::new(guard::Limiter::new(limits));
         self
     }
 

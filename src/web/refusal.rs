@@ -87,6 +87,8 @@ impl Error {
                 fingerprint,
                 differing_fields,
                 intent_key,
+                stored_status,
+                lookup_token,
             } => {
                 let p = problem(
                     StatusCode::UNPROCESSABLE_ENTITY,
@@ -95,12 +97,21 @@ impl Error {
                     detail,
                     &key,
                 )
-                .member("stored_fingerprint", stored_fingerprint)
-                .member("fingerprint", fingerprint)
-                .member("differing_fields", differing_fields);
+                .member("stored_fingerprint", String::from(stored_fingerprint))
+                .member("fingerprint", String::from(fingerprint))
+                .member("differing_fields", differing_fields)
+                .member("stored_status", stored_status.as_str());
+                // The first call's outcome is unknown: a person is asked, and this caller
+                // may report a lookup by key under `lookup_token` (POST …/reconcile).
+                let p = match lookup_token {
+                    Some(token) => p
+                        .member("awaiting_person", true)
+                        .member("lookup_token", token.0),
+                    None => p,
+                };
                 match intent_key {
                     // Reached through the tool's natural key: the caller's own key.
-                    Some(own) => p.member("intent_key", own),
+                    Some(own) => p.member("intent_key", String::from(own)),
                     None => p,
                 }
             }

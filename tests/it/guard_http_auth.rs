@@ -106,8 +106,14 @@ both_backends!(
             .settle(&g, 1, json!({"outcome": "unknown", "reason": "r"}))
             .await;
         assert_eq!(r.status, StatusCode::FORBIDDEN);
-        let r = api.as_token("iw_acme-bots").key_state(&g, "").await;
-        assert_eq!(r.status, StatusCode::FORBIDDEN);
+        let r2 = api.as_token("iw_acme-bots").key_state(&g, "").await;
+        assert_eq!(r2.status, StatusCode::FORBIDDEN);
+        // Issue 47: the refusal does not tell a limited worker whose key it is.
+        for r in [&r, &r2] {
+            let detail = r.json["detail"].as_str().unwrap();
+            assert!(!detail.contains("globex"), "{detail}");
+            assert!(detail.contains("outside the token's"), "{detail}");
+        }
 
         let r = api
             .as_token("iw_voucher-bots")

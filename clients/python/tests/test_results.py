@@ -70,3 +70,19 @@ def test_programming_errors_are_not_hidden() -> None:
         idemwatch.for_model(KeyError("x"))
     with pytest.raises(idemwatch.InvalidRequest):
         idemwatch.for_model(idemwatch.InvalidRequest("bad", field="args"))
+
+
+def test_a_mismatch_on_a_key_whose_outcome_is_unknown_does_not_say_it_ran() -> None:
+    unknown = idemwatch.PayloadMismatch(
+        "422",
+        key=KEY,
+        differing_fields=["amount_p"],
+        problem={"code": "payload_mismatch", "stored_status": "UNKNOWN", "awaiting_person": True},
+    )
+    done = idemwatch.PayloadMismatch(
+        "422", key=KEY, differing_fields=["amount_p"], problem={"stored_status": "DONE"}
+    )
+    checking = idemwatch.for_model(unknown, action="the refund")["next"]
+    assert "may or may not have happened; it is being checked" in checking
+    assert "already ran" not in checking
+    assert "already ran" in idemwatch.for_model(done, action="the refund")["next"]

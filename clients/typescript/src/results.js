@@ -68,6 +68,14 @@ export function forModel(value, { action = "the action", sameKey = false } = {})
     }
     if (value instanceof PayloadMismatch) {
       const fields = value.differingFields.join(", ") || "its arguments";
+      if (value.problem?.stored_status === "UNKNOWN") {
+        // The earlier call's outcome is unknown: it is not known to have run.
+        return {
+          status: "payload_mismatch",
+          differing_fields: [...value.differingFields],
+          next: `an earlier attempt of ${action} with other values (${fields}) may or may not have happened; it is being checked. Do not retry; tell the user a person is checking it.`,
+        };
+      }
       return {
         status: "payload_mismatch",
         differing_fields: [...value.differingFields],

@@ -78,3 +78,16 @@ test("programming errors are not hidden", () => {
   assert.throws(() => forModel(new TypeError("x")), TypeError);
   assert.throws(() => forModel(new InvalidRequest("bad", { field: "args" })), InvalidRequest);
 });
+
+test("a mismatch on a key whose outcome is unknown does not say it ran", () => {
+  const unknown = new PayloadMismatch("422", {
+    key: KEY,
+    differingFields: ["amount_p"],
+    problem: { code: "payload_mismatch", stored_status: "UNKNOWN", awaiting_person: true },
+  });
+  const done = new PayloadMismatch("422", { key: KEY, differingFields: ["amount_p"], problem: { stored_status: "DONE" } });
+  const checking = forModel(unknown, { action: "the refund" }).next;
+  assert.match(checking, /may or may not have happened; it is being checked/);
+  assert.doesNotMatch(checking, /already ran/);
+  assert.match(forModel(done, { action: "the refund" }).next, /already ran/);
+});

@@ -1,11 +1,10 @@
-//! Who calls the guard, for which tenants and tools, under which policy, and the one
-//! request header a browser cannot forge without a CORS preflight.
+//! Who calls the guard, for which tenants and tools, and under which policy.
 
 use crate::auth::{Principal, Scope, Via};
 use crate::guard::{GuardError, IdempotencyKey, ToolPolicy};
 use crate::web::problem::Problem;
 use crate::web::{AppState, Error};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::StatusCode;
 use std::borrow::Cow;
 
 /// The caller as the attempt log records it, and what its token may touch.
@@ -52,7 +51,17 @@ impl<'a> Caller<'a> {
             return Ok(());
         }
         match state.store.record(key).await? {
-            Some(r) => self.may_call(&r.intent.tenant, &r.intent.tool),
+            // Without the key's tenant or tool: a limited token must not learn them.
+            Some(r) => self
+                .scope
+                .check(&r.intent.tenant, &r.intent.tool)
+                .map_err(|_| {
+                    Error::Forbidden(format!(
+                        "The token {:?} may not touch key {key}: its tenant or tool is outside the \
+                     token's `tenants`/`tools` in the auth file. Nothing was written.",
+                        self.name
+                    ))
+                }),
             None => Err(Error::guard(
                 GuardError::NotFound(key.to_string()),
                 state.clock.now(),
@@ -76,23 +85,4 @@ pub fn policy<'s>(state: &'s AppState, tool: &str) -> Result<&'s ToolPolicy, Err
             .field("intent.tool"),
         )
     })
-}
-
-/// 400 unless the request says its body is JSON. A cross-site page cannot send
-/// `Content-Type: application/json` without a CORS preflight, which idemwatch never
-/// grants, so this keeps browsers out of the guard when no auth file asks for tokens.
-pub fn require_json(headers: &HeaderMap) -> Result<(), Error> {
-    let json = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
-    if json {
-        Ok(())
-    } else {
-        Err(Error::bad_request(
-            "content-type",
-            "the guard takes JSON: send Content-Type: application/json",
-        ))
-    }
 }

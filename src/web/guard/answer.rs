@@ -85,8 +85,17 @@ struct Unknown {
     reason: String,
 }
 
+/// A page of a key's attempts, with the URL of the next one (null at the end).
+#[derive(Serialize)]
+pub struct AttemptPage {
+    pub attempts: Vec<crate::guard::Attempt>,
+    pub next: Option<String>,
+}
+
 #[derive(Serialize)]
 struct KeyState {
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    attempts: Option<AttemptPage>,
     awaiting_person: bool,
     changed: bool,
     error: Option<String>,
@@ -222,9 +231,15 @@ impl Answer {
     }
 
     /// The state of a key, for `GET /api/v1/guard/keys/{key}`.
-    pub fn state(record: Record, changed: bool, awaiting_person: bool) -> Self {
+    pub fn state(
+        record: Record,
+        changed: bool,
+        awaiting_person: bool,
+        attempts: Option<AttemptPage>,
+    ) -> Self {
         let key = record.key.to_string();
         let body = KeyState {
+            attempts,
             awaiting_person,
             changed,
             error: record.error,

@@ -1,162 +1,81 @@
-//! The guard routes' request bodies and query, each field checked and named when it is
-//! wrong (400 `invalid` with `field`). Unknown members are refused too: a typo such as
-//! `fencing_tokn` must not pass as "absent".
+//! The guard routes' request bodies, each read once by serde's derive into its wire
+//! struct (unknown members refused: a typo such as `fencing_tokn` must not pass as
+//! "absent"), then checked by its one `validate()`, which names the field that is
+//! wrong (400 `invalid` with `field`). `request.rs` does the reading.
 //!
-//! A body is first read straight into the request's types (`wire.rs`), the common case
-//! of every guarded call; only when that reading fails, or a value breaks a rule below,
-//! is it read again here as a JSON tree, member by member, to name the field that is
-//! wrong. Both readings share the rules (`check_*`); the fast one accepts only what this
-//! one accepts, with the same result (a test in `wire.rs` holds them to it).
+//! Members that hold any JSON (`args`, `result`) are kept as raw text until the
+//! caller's token has been checked: a body is not grown into a tree for a tenant or a
+//! tool the token may not touch (docs/AUTH.md). [`AdmitBody::args`] and
+//! [`raw_result`] read them afterwards.
 
-use super::wire;
+use super::request::Object;
 use crate::guard::canonical::canonical_json;
 use crate::guard::{CallOutcome, IdempotencyKey, Intent, Lookup};
 use crate::web::Error;
-use serde_json::{Map, Value};
+use serde::Deserialize;
+use serde::de::{Deserializer, Error as _};
+use serde_json::Value;
+use serde_json::value::RawValue;
 use std::time::Duration;
 
 /// The longest wait of a long poll.
 pub(super) const MAX_WAIT_SECONDS: u64 = 60;
-pub(super) const MAX_REF_BYTES: usize = 512;
-pub(super) const MAX_WORKER_BYTES: usize = 200;
-pub(super) const MAX_TEXT_BYTES: usize = 4000;
+const MAX_REF_BYTES: usize = 512;
+const MAX_WORKER_BYTES: usize = 200;
+const MAX_TEXT_BYTES: usize = 4000;
 /// Each part of an intent.
-pub(super) const MAX_INTENT_BYTES: usize = 512;
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct AdmitBody {
-    pub intent: Intent,
-    pub business_ref: Option<String>,
-    pub args: Value,
-    pub worker: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct SettleBody {
-    pub key: IdempotencyKey,
-    pub fencing_token: i64,
-    pub outcome: CallOutcome,
-    pub duration_ms: Option<i64>,
-    pub worker: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReconcileBody {
-    pub key: IdempotencyKey,
-    pub fencing_token: i64,
-    pub lookup: Lookup,
-    pub duration_ms: Option<i64>,
-    pub worker: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WaitQuery {
-    pub after_token: Option<i64>,
-    pub wait: Duration,
-}
-
-type Object = Map<String, Value>;
+const MAX_INTENT_BYTES: usize = 512;
+/// A tool name's grammar: what MCP allows (1 to 128 ASCII letters, digits, `_`, `-`,
+/// `.`), and `:` and `/` for namespaced names. A worker's tool name becomes a metric
+/// label and appears on pages and in alerts: it must not carry markup or run long.
+const MAX_TOOL_BYTES: usize = 128;
 
 fn bad(field: &'static str, message: impl Into<String>) -> Error {
     Error::bad_request(field, message)
 }
 
-/// The body as a JSON object whose members are all in `allowed`.
-fn object(body: &[u8], allowed: &[&'static str]) -> Result<Object, Error> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| bad("body", format!("is not valid JSON: {e}")))?;
-    let Value::Object(o) = value else {
-        return Err(bad("body", "expected a JSON object"));
-    };
-    only(&o, "body", allowed)?;
-    // PostgreSQL's text and jsonb cannot hold U+0000; SQLite can. Refused here, for both
-    // backends alike, rather than failing in the store with a 500 on one of them.
-    if let Some(field) = allowed
-        .iter()
-        .find(|name| o.get(**name).is_some_and(holds_nul))
-    {
-        return Err(bad(
-            field,
-            "must not contain the NUL character (U+0000), in a value or a member name",
-        ));
-    }
-    Ok(o)
-}
-
-/// Whether any string or member name inside `v` contains U+0000.
-pub(super) fn holds_nul(v: &Value) -> bool {
-    match v {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(items) => items.iter().any(holds_nul),
-        Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
-        _ => false,
-    }
-}
-
-fn only(o: &Object, field: &'static str, allowed: &[&str]) -> Result<(), Error> {
-    match o.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(unknown) => Err(bad(
-            field,
-            format!(
-                "unknown member {unknown:?}; expected {}",
-                allowed.join(", ")
-            ),
-        )),
-        None => Ok(()),
-    }
-}
-
-fn string(
-    o: &Object,
-    name: &str,
-    field: &'static str,
-    max: usize,
-) -> Result<Option<String>, Error> {
-    match o.get(name) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => check_text(s, field, max).map(|()| Some(s.clone())),
-        Some(_) => Err(bad(field, "expected a string")),
-    }
-}
-
-/// A text member: not empty, at most `max` bytes.
-pub(super) fn check_text(s: &str, field: &'static str, max: usize) -> Result<(), Error> {
+/// A text member: not empty, at most `max` bytes, no NUL (PostgreSQL's text cannot
+/// hold U+0000; refused for both backends alike rather than a 500 on one of them).
+fn text(s: String, field: &'static str, max: usize) -> Result<String, Error> {
     if s.is_empty() {
         Err(bad(field, "must not be empty"))
     } else if s.len() > max {
         Err(bad(field, format!("must be at most {max} bytes")))
+    } else if s.contains('\0') {
+        Err(bad(field, "must not contain the NUL character (U+0000)"))
     } else {
-        Ok(())
+        Ok(s)
     }
 }
 
-fn required(o: &Object, name: &str, field: &'static str, max: usize) -> Result<String, Error> {
-    string(o, name, field, max)?.ok_or_else(|| bad(field, "is required"))
+fn optional(s: Option<String>, field: &'static str, max: usize) -> Result<Option<String>, Error> {
+    s.map(|s| text(s, field, max)).transpose()
 }
 
-fn worker(o: &Object) -> Result<Option<String>, Error> {
-    let w = string(o, "worker", "worker", MAX_WORKER_BYTES)?;
-    w.as_deref().map_or(Ok(()), check_worker)?;
+/// The worker id: no control characters (it is shown in logs and on pages as the
+/// attempt's actor).
+fn worker(w: Option<String>) -> Result<Option<String>, Error> {
+    let w = optional(w, "worker", MAX_WORKER_BYTES)?;
+    if w.as_deref()
+        .is_some_and(|w| w.chars().any(char::is_control))
+    {
+        return Err(bad("worker", "must not contain control characters"));
+    }
     Ok(w)
 }
 
-/// The worker id, already a text member: no control characters (it is shown in logs
-/// and on pages as the attempt's actor).
-pub(super) fn check_worker(w: &str) -> Result<(), Error> {
-    if w.chars().any(char::is_control) {
-        return Err(bad("worker", "must not contain control characters"));
+/// The tool name's grammar ([`MAX_TOOL_BYTES`]).
+pub fn check_tool(tool: &str) -> Result<(), Error> {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "_-.:/".contains(c);
+    if tool.len() > MAX_TOOL_BYTES || !tool.chars().all(allowed) {
+        return Err(bad(
+            "intent.tool",
+            format!(
+                "a tool name is 1 to {MAX_TOOL_BYTES} ASCII letters, digits, '_', '-', '.', ':' or '/'"
+            ),
+        ));
     }
     Ok(())
-}
-
-fn key(o: &Object) -> Result<IdempotencyKey, Error> {
-    let text = required(o, "key", "key", 64).map_err(|_| {
-        bad(
-            "key",
-            "expected the key admit answered: 64 lowercase hex characters",
-        )
-    })?;
-    parse_key(&text)
 }
 
 pub fn parse_key(text: &str) -> Result<IdempotencyKey, Error> {
@@ -168,174 +87,281 @@ pub fn parse_key(text: &str) -> Result<IdempotencyKey, Error> {
     })
 }
 
-fn fencing_token(o: &Object) -> Result<i64, Error> {
-    match o.get("fencing_token") {
-        None | Some(Value::Null) => Err(bad("fencing_token", "is required")),
-        Some(v) => whole_number(v).filter(|t| token_ok(*t)).ok_or_else(|| {
-            bad(
-                "fencing_token",
-                "expected a whole number of at least 1 (the token admit answered)",
-            )
-        }),
-    }
-}
-
-/// Fencing tokens start at 1.
-pub(super) fn token_ok(t: i64) -> bool {
-    t >= 1
-}
-
-/// A duration is 0 ms or more.
-pub(super) fn duration_ok(ms: i64) -> bool {
-    ms >= 0
-}
-
 /// A JSON number that is a whole number: `7` and `7.0` alike (JSON Schema's `integer`,
 /// and the fingerprint's rule that `4500` and `4500.0` are the same number).
-fn whole_number(v: &Value) -> Option<i64> {
+fn whole_number(n: &serde_json::Number) -> Option<i64> {
     // 2^63 as f64: the first value past i64::MAX; every whole f64 below it converts exactly.
     const LIMIT: f64 = 9_223_372_036_854_775_808.0;
-    v.as_i64().or_else(|| {
-        v.as_f64()
+    n.as_i64().or_else(|| {
+        n.as_f64()
             .filter(|f| f.fract() == 0.0 && (-LIMIT..LIMIT).contains(f))
             .map(|f| f as i64)
     })
 }
 
-fn duration_ms(o: &Object) -> Result<Option<i64>, Error> {
-    match o.get("duration_ms") {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => whole_number(v)
-            .filter(|ms| duration_ok(*ms))
+fn whole<'de, D: Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    let n = serde_json::Number::deserialize(d)?;
+    whole_number(&n).ok_or_else(|| D::Error::custom("expected a whole number"))
+}
+
+fn whole_or_null<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    match Option::<serde_json::Number>::deserialize(d)? {
+        None => Ok(None),
+        Some(n) => whole_number(&n)
             .map(Some)
-            .ok_or_else(|| {
-                bad(
-                    "duration_ms",
-                    "expected a whole number of milliseconds, 0 or more",
-                )
-            }),
+            .ok_or_else(|| D::Error::custom("expected a whole number")),
     }
 }
 
-/// A result to store: present (any JSON value), and exactly representable.
-fn result(o: &Object, when: &str) -> Result<Value, Error> {
-    let value = o
-        .get("result")
-        .ok_or_else(|| bad("result", format!("is required with {when}")))?;
-    check_result(value)?;
-    Ok(value.clone())
+/// A member that may be `null`, told apart from an absent one (`None`): `"error":
+/// null` beside `"outcome": "done"` is a member of another choice, refused.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(d).map(Some)
 }
 
-/// A result is stored and hashed in its canonical form: it must have one.
-pub(super) fn check_result(value: &Value) -> Result<(), Error> {
-    canonical_json(value).map_err(|e| bad("result", e.to_string()))?;
-    Ok(())
+/// Whether any string or member name inside `v` contains U+0000.
+fn holds_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        _ => false,
+    }
 }
 
-/// What the attempt log records of a failed lookup.
-pub(super) fn lookup_failed(error: &str) -> Lookup {
-    Lookup::Failed(format!("provider lookup failed: {error}"))
+/// The most values a member holding any JSON (`args`, `result`) may have. A tree
+/// costs up to ~20 times its text in memory, and the guard copies arguments a few
+/// times (fingerprint, record, attempt): bounded here, a body under the size limit
+/// stays a few MiB however it is shaped. Business arguments and a provider's record
+/// have tens of values.
+pub const MAX_VALUES: usize = 10_000;
+
+/// How many JSON values the text holds (at least): its array and object openings and
+/// separators outside strings, plus one.
+fn values_in(raw: &str) -> usize {
+    let (mut n, mut in_string, mut escaped) = (1, false, false);
+    for b in raw.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b'[' | b'{' | b',' => n += 1,
+                _ => {}
+            }
+        }
+    }
+    n
+}
+
+/// Raw JSON read as a tree, storable: no NUL anywhere, at most [`MAX_VALUES`].
+fn tree(raw: &RawValue, field: &'static str) -> Result<Value, Error> {
+    if values_in(raw.get()) > MAX_VALUES {
+        return Err(bad(
+            field,
+            format!(
+                "may hold at most {MAX_VALUES} JSON values (arrays, objects and their members)"
+            ),
+        ));
+    }
+    let v: Value = serde_json::from_str(raw.get()).map_err(|e| bad(field, e.to_string()))?;
+    if holds_nul(&v) {
+        return Err(bad(
+            field,
+            "must not contain the NUL character (U+0000), in a value or a member name",
+        ));
+    }
+    Ok(v)
+}
+
+/// A result to store, read after the caller's token was checked: any JSON value with
+/// a canonical form (it is hashed in it).
+pub fn raw_result(raw: &RawValue) -> Result<Value, Error> {
+    let v = tree(raw, "result")?;
+    canonical_json(&v).map_err(|e| bad("result", e.to_string()))?;
+    Ok(v)
+}
+
+/// A text member that must be there (`error`, `reason`).
+fn required_text(raw: Option<Box<RawValue>>, field: &'static str) -> Result<String, Error> {
+    let s: Option<String> = match raw {
+        None => None,
+        Some(raw) => {
+            serde_json::from_str(raw.get()).map_err(|_| bad(field, "expected a string"))?
+        }
+    };
+    text(
+        s.ok_or_else(|| bad(field, "is required"))?,
+        field,
+        MAX_TEXT_BYTES,
+    )
 }
 
 /// Members that belong to another choice of `outcome` / `lookup` must be absent.
-fn absent(o: &Object, members: &[(&str, &'static str)], when: &str) -> Result<(), Error> {
-    match members.iter().find(|(name, _)| o.contains_key(*name)) {
-        Some((name, field)) => Err(bad(field, format!("{name} does not go with {when}"))),
+fn absent(members: &[(&'static str, bool)], when: &str) -> Result<(), Error> {
+    match members.iter().find(|(_, there)| *there) {
+        Some((name, _)) => Err(bad(name, format!("{name} does not go with {when}"))),
         None => Ok(()),
     }
 }
 
-impl AdmitBody {
-    pub fn parse(body: &[u8]) -> Result<Self, Error> {
-        wire::admit(body).map_or_else(|| Self::read_tree(body), Ok)
-    }
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IntentWire {
+    tenant: String,
+    tool: String,
+    workflow_id: String,
+    step_id: String,
+    intent_id: String,
+}
 
-    /// The body as a JSON tree: slower, and names the member that is wrong.
-    pub(super) fn read_tree(body: &[u8]) -> Result<Self, Error> {
-        let o = object(body, &["intent", "business_ref", "args", "worker"])?;
-        let intent = match o.get("intent") {
-            Some(Value::Object(i)) => i,
-            None | Some(Value::Null) => return Err(bad("intent", "is required")),
-            Some(_) => return Err(bad("intent", "expected an object")),
-        };
-        only(
-            intent,
-            "intent",
-            &["tenant", "tool", "workflow_id", "step_id", "intent_id"],
-        )?;
-        let part = |name, field| required(intent, name, field, MAX_INTENT_BYTES);
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmitWire {
+    intent: Object<IntentWire>,
+    #[serde(default)]
+    business_ref: Option<String>,
+    args: Box<RawValue>,
+    #[serde(default)]
+    worker: Option<String>,
+}
+
+/// `POST /api/v1/guard/admit`. `args` stays raw until [`AdmitBody::args`].
+#[derive(Debug)]
+pub struct AdmitBody {
+    pub intent: Intent,
+    pub business_ref: Option<String>,
+    args: Box<RawValue>,
+    pub worker: Option<String>,
+}
+
+impl AdmitWire {
+    pub fn validate(self) -> Result<AdmitBody, Error> {
+        let i = self.intent.0;
         let intent = Intent {
-            tenant: part("tenant", "intent.tenant")?,
-            tool: part("tool", "intent.tool")?,
-            workflow_id: part("workflow_id", "intent.workflow_id")?,
-            step_id: part("step_id", "intent.step_id")?,
-            intent_id: part("intent_id", "intent.intent_id")?,
+            tenant: text(i.tenant, "intent.tenant", MAX_INTENT_BYTES)?,
+            tool: text(i.tool, "intent.tool", MAX_INTENT_BYTES)?,
+            workflow_id: text(i.workflow_id, "intent.workflow_id", MAX_INTENT_BYTES)?,
+            step_id: text(i.step_id, "intent.step_id", MAX_INTENT_BYTES)?,
+            intent_id: text(i.intent_id, "intent.intent_id", MAX_INTENT_BYTES)?,
         };
-        let args = match o.get("args") {
-            Some(v @ Value::Object(_)) => v.clone(),
-            None | Some(Value::Null) => return Err(bad("args", "is required")),
-            Some(_) => return Err(bad("args", "expected a JSON object")),
-        };
-        Ok(Self {
+        check_tool(&intent.tool)?;
+        // The object test on the raw text: `null`, an array or a string is refused
+        // without being read.
+        match self.args.get().trim_start().as_bytes().first() {
+            Some(b'{') => {}
+            Some(b'n') => return Err(bad("args", "is required")),
+            _ => return Err(bad("args", "expected a JSON object")),
+        }
+        Ok(AdmitBody {
             intent,
-            business_ref: string(&o, "business_ref", "business_ref", MAX_REF_BYTES)?,
-            args,
-            worker: worker(&o)?,
+            business_ref: optional(self.business_ref, "business_ref", MAX_REF_BYTES)?,
+            args: self.args,
+            worker: worker(self.worker)?,
         })
     }
 }
 
-impl SettleBody {
-    pub fn parse(body: &[u8]) -> Result<Self, Error> {
-        wire::settle(body).map_or_else(|| Self::read_tree(body), Ok)
+impl AdmitBody {
+    /// The arguments as a tree, read once the caller may call the tool.
+    pub fn args(&self) -> Result<Value, Error> {
+        tree(&self.args, "args")
     }
+}
 
-    /// The body as a JSON tree: slower, and names the member that is wrong.
-    pub(super) fn read_tree(body: &[u8]) -> Result<Self, Error> {
-        let o = object(
-            body,
-            &[
-                "key",
-                "fencing_token",
-                "outcome",
-                "result",
-                "error",
-                "reason",
-                "duration_ms",
-                "worker",
-            ],
-        )?;
-        let text = |name, field| required(&o, name, field, MAX_TEXT_BYTES);
-        let outcome = match o.get("outcome").and_then(Value::as_str) {
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SettleWire {
+    key: String,
+    #[serde(deserialize_with = "whole")]
+    fencing_token: i64,
+    #[serde(default)]
+    outcome: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Box<RawValue>>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Box<RawValue>>,
+    #[serde(default, deserialize_with = "present")]
+    reason: Option<Box<RawValue>>,
+    #[serde(default, deserialize_with = "whole_or_null")]
+    duration_ms: Option<i64>,
+    #[serde(default)]
+    worker: Option<String>,
+}
+
+/// What a settle reports; a `done` result stays raw until the key was checked.
+#[derive(Debug)]
+pub enum Reported {
+    Done(Box<RawValue>),
+    Failed(String),
+    Unknown(String),
+}
+
+/// `POST /api/v1/guard/settle`.
+#[derive(Debug)]
+pub struct SettleBody {
+    pub key: IdempotencyKey,
+    pub fencing_token: i64,
+    pub outcome: Reported,
+    pub duration_ms: Option<i64>,
+    pub worker: Option<String>,
+}
+
+fn token(t: i64) -> Result<i64, Error> {
+    if t >= 1 {
+        Ok(t)
+    } else {
+        Err(bad(
+            "fencing_token",
+            "expected a whole number of at least 1 (the token admit answered)",
+        ))
+    }
+}
+
+fn duration(ms: Option<i64>) -> Result<Option<i64>, Error> {
+    match ms {
+        Some(ms) if ms < 0 => Err(bad(
+            "duration_ms",
+            "expected a whole number of milliseconds, 0 or more",
+        )),
+        ms => Ok(ms),
+    }
+}
+
+impl SettleWire {
+    pub fn validate(self) -> Result<SettleBody, Error> {
+        let (result, error, reason) = (self.result, self.error, self.reason);
+        let outcome = match self.outcome.as_deref() {
             Some("done") => {
+                let when = "outcome done";
                 absent(
-                    &o,
-                    &[("error", "error"), ("reason", "reason")],
-                    "outcome done",
+                    &[("error", error.is_some()), ("reason", reason.is_some())],
+                    when,
                 )?;
-                CallOutcome::Done {
-                    result: result(&o, "outcome done")?,
-                }
+                Reported::Done(
+                    result.ok_or_else(|| bad("result", "is required with outcome done"))?,
+                )
             }
             Some("failed") => {
+                let when = "outcome failed";
                 absent(
-                    &o,
-                    &[("result", "result"), ("reason", "reason")],
-                    "outcome failed",
+                    &[("result", result.is_some()), ("reason", reason.is_some())],
+                    when,
                 )?;
-                CallOutcome::Failed {
-                    error: text("error", "error")?,
-                }
+                Reported::Failed(required_text(error, "error")?)
             }
             Some("unknown") => {
+                let when = "outcome unknown";
                 absent(
-                    &o,
-                    &[("result", "result"), ("error", "error")],
-                    "outcome unknown",
+                    &[("result", result.is_some()), ("error", error.is_some())],
+                    when,
                 )?;
-                CallOutcome::Unknown {
-                    reason: text("reason", "reason")?,
-                }
+                Reported::Unknown(required_text(reason, "reason")?)
             }
             _ => {
                 return Err(bad(
@@ -344,52 +370,84 @@ impl SettleBody {
                 ));
             }
         };
-        Ok(Self {
-            key: key(&o)?,
-            fencing_token: fencing_token(&o)?,
+        Ok(SettleBody {
+            key: parse_key(&self.key)?,
+            fencing_token: token(self.fencing_token)?,
             outcome,
-            duration_ms: duration_ms(&o)?,
-            worker: worker(&o)?,
+            duration_ms: duration(self.duration_ms)?,
+            worker: worker(self.worker)?,
         })
     }
 }
 
-impl ReconcileBody {
-    pub fn parse(body: &[u8]) -> Result<Self, Error> {
-        wire::reconcile(body).map_or_else(|| Self::read_tree(body), Ok)
+impl Reported {
+    /// The outcome as the guard takes it, its result read now.
+    pub fn read(self) -> Result<CallOutcome, Error> {
+        Ok(match self {
+            Reported::Done(raw) => CallOutcome::Done {
+                result: raw_result(&raw)?,
+            },
+            Reported::Failed(error) => CallOutcome::Failed { error },
+            Reported::Unknown(reason) => CallOutcome::Unknown { reason },
+        })
     }
+}
 
-    /// The body as a JSON tree: slower, and names the member that is wrong.
-    pub(super) fn read_tree(body: &[u8]) -> Result<Self, Error> {
-        let o = object(
-            body,
-            &[
-                "key",
-                "fencing_token",
-                "lookup",
-                "result",
-                "error",
-                "duration_ms",
-                "worker",
-            ],
-        )?;
-        let lookup = match o.get("lookup").and_then(Value::as_str) {
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReconcileWire {
+    key: String,
+    #[serde(deserialize_with = "whole")]
+    fencing_token: i64,
+    #[serde(default)]
+    lookup: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Box<RawValue>>,
+    #[serde(default, deserialize_with = "present")]
+    error: Option<Box<RawValue>>,
+    #[serde(default, deserialize_with = "whole_or_null")]
+    duration_ms: Option<i64>,
+    #[serde(default)]
+    worker: Option<String>,
+}
+
+/// What a lookup found; a found result stays raw until the key was checked.
+#[derive(Debug)]
+pub enum Looked {
+    Found(Box<RawValue>),
+    NotFound,
+    Failed(String),
+}
+
+/// `POST /api/v1/guard/reconcile`.
+#[derive(Debug)]
+pub struct ReconcileBody {
+    pub key: IdempotencyKey,
+    pub fencing_token: i64,
+    pub lookup: Looked,
+    pub duration_ms: Option<i64>,
+    pub worker: Option<String>,
+}
+
+impl ReconcileWire {
+    pub fn validate(self) -> Result<ReconcileBody, Error> {
+        let (result, error) = (self.result, self.error);
+        let lookup = match self.lookup.as_deref() {
             Some("found") => {
-                absent(&o, &[("error", "error")], "lookup found")?;
-                Lookup::Found(result(&o, "lookup found")?)
+                absent(&[("error", error.is_some())], "lookup found")?;
+                Looked::Found(result.ok_or_else(|| bad("result", "is required with lookup found"))?)
             }
             Some("not_found") => {
+                let when = "lookup not_found";
                 absent(
-                    &o,
-                    &[("result", "result"), ("error", "error")],
-                    "lookup not_found",
+                    &[("result", result.is_some()), ("error", error.is_some())],
+                    when,
                 )?;
-                Lookup::NotFound
+                Looked::NotFound
             }
             Some("failed") => {
-                absent(&o, &[("result", "result")], "lookup failed")?;
-                let error = required(&o, "error", "error", MAX_TEXT_BYTES)?;
-                lookup_failed(&error)
+                absent(&[("result", result.is_some())], "lookup failed")?;
+                Looked::Failed(required_text(error, "error")?)
             }
             _ => {
                 return Err(bad(
@@ -398,22 +456,47 @@ impl ReconcileBody {
                 ));
             }
         };
-        Ok(Self {
-            key: key(&o)?,
-            fencing_token: fencing_token(&o)?,
+        Ok(ReconcileBody {
+            key: parse_key(&self.key)?,
+            fencing_token: token(self.fencing_token)?,
             lookup,
-            duration_ms: duration_ms(&o)?,
-            worker: worker(&o)?,
+            duration_ms: duration(self.duration_ms)?,
+            worker: worker(self.worker)?,
         })
     }
 }
 
+impl Looked {
+    /// The lookup as the guard takes it, its result read now.
+    pub fn read(self) -> Result<Lookup, Error> {
+        Ok(match self {
+            Looked::Found(raw) => Lookup::Found(raw_result(&raw)?),
+            Looked::NotFound => Lookup::NotFound,
+            Looked::Failed(error) => Lookup::Failed(format!("provider lookup failed: {error}")),
+        })
+    }
+}
+
+/// `GET /api/v1/guard/keys/{key}?after_token=N&wait=S&attempts_after=SEQ`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitQuery {
+    pub after_token: Option<i64>,
+    pub wait: Duration,
+    /// Ask for a page of the key's attempts after this `seq` (0: from the first).
+    pub attempts_after: Option<i64>,
+}
+
 impl WaitQuery {
-    /// `after_token=N&wait=S`, both optional; `wait` at most 60 seconds.
+    /// `after_token=N&wait=S&attempts_after=SEQ`, all optional; `wait` at most 60 seconds.
     pub fn parse(query: Option<&str>) -> Result<Self, Error> {
         let mut q = WaitQuery {
             after_token: None,
             wait: Duration::ZERO,
+            attempts_after: None,
+        };
+        let whole = |value: &str, field, what: &str| {
+            let n = value.parse::<i64>().ok().filter(|t| *t >= 0);
+            n.ok_or_else(|| bad(field, format!("expected a whole number ({what})")))
         };
         for pair in query
             .unwrap_or_default()
@@ -423,10 +506,10 @@ impl WaitQuery {
             let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
             match name {
                 "after_token" => {
-                    let t = value.parse::<i64>().ok().filter(|t| *t >= 0);
-                    q.after_token = Some(t.ok_or_else(|| {
-                        bad("after_token", "expected a whole number (a fencing token)")
-                    })?);
+                    q.after_token = Some(whole(value, "after_token", "a fencing token")?)
+                }
+                "attempts_after" => {
+                    q.attempts_after = Some(whole(value, "attempts_after", "an attempt's seq")?);
                 }
                 "wait" => {
                     let s = value.parse::<u64>().ok().filter(|s| *s <= MAX_WAIT_SECONDS);
@@ -441,7 +524,7 @@ impl WaitQuery {
                     return Err(bad(
                         "query",
                         format!(
-                            "unknown parameter {:?}; expected after_token, wait",
+                            "unknown parameter {:?}; expected after_token, wait, attempts_after",
                             name.chars().take(40).collect::<String>()
                         ),
                     ));
@@ -449,150 +532,5 @@ impl WaitQuery {
             }
         }
         Ok(q)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_nul_character_anywhere_is_refused_naming_the_member() {
-        let admit = |args: &str| {
-            AdmitBody::parse(
-                format!(
-                    r#"{{"intent":{{"tenant":"t","tool":"x","workflow_id":"w","step_id":"1","intent_id":"i"}},
-                        "args":{args}}}"#
-                )
-                .as_bytes(),
-            )
-        };
-        assert_eq!(field(admit(r#"{"a":["ok","b\u0000"]}"#)), "args");
-        assert_eq!(field(admit(r#"{"a\u0000":1}"#)), "args");
-        assert!(admit(r#"{"a":"ok"}"#).is_ok());
-        let intent = AdmitBody::parse(
-            br#"{"intent":{"tenant":"t\u0000","tool":"x","workflow_id":"w","step_id":"1","intent_id":"i"},"args":{}}"#,
-        );
-        assert_eq!(field(intent), "intent");
-    }
-
-    #[test]
-    fn a_whole_number_may_be_written_with_a_fraction_of_zero() {
-        use serde_json::json;
-        assert_eq!(whole_number(&json!(7)), Some(7));
-        assert_eq!(whole_number(&json!(7.0)), Some(7));
-        assert_eq!(
-            whole_number(&json!(569_269_784_325.0)),
-            Some(569_269_784_325)
-        );
-        assert_eq!(whole_number(&json!(7.5)), None);
-        assert_eq!(whole_number(&json!(1e19)), None);
-        assert_eq!(whole_number(&json!("7")), None);
-        let settle = SettleBody::parse(
-            br#"{"key":"0000000000000000000000000000000000000000000000000000000000000000",
-                 "fencing_token":2.0,"outcome":"done","result":1,"duration_ms":12.0}"#,
-        )
-        .unwrap();
-        assert_eq!((settle.fencing_token, settle.duration_ms), (2, Some(12)));
-    }
-
-    fn field<T: std::fmt::Debug>(r: Result<T, Error>) -> &'static str {
-        match r {
-            Err(Error::BadRequest { field, .. }) => field,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    const INTENT: &str = r#""intent":{"tenant":"acme","tool":"issue_refund","workflow_id":"w","step_id":"4","intent_id":"i"}"#;
-
-    #[test]
-    fn each_bad_admit_names_its_field() {
-        let admit = |rest: &str| AdmitBody::parse(format!("{{{INTENT}{rest}}}").as_bytes());
-        assert!(admit(r#","args":{"a":1}"#).is_ok());
-        assert_eq!(field(AdmitBody::parse(b"{")), "body");
-        assert_eq!(field(AdmitBody::parse(b"[]")), "body");
-        assert_eq!(field(AdmitBody::parse(br#"{"args":{}}"#)), "intent");
-        assert_eq!(field(admit(r#","args":[1]"#)), "args");
-        assert_eq!(field(admit("")), "args");
-        assert_eq!(field(admit(r#","args":{},"worker":7"#)), "worker");
-        assert_eq!(field(admit(r#","args":{},"worker":"a\nb""#)), "worker");
-        assert_eq!(
-            field(admit(r#","args":{},"business_ref":"""#)),
-            "business_ref"
-        );
-        assert_eq!(field(admit(r#","args":{},"extra":1"#)), "body");
-        let no_tool = br#"{"intent":{"tenant":"acme","workflow_id":"w","step_id":"4","intent_id":"i"},"args":{}}"#;
-        assert_eq!(field(AdmitBody::parse(no_tool)), "intent.tool");
-        let numeric_step = br#"{"intent":{"tenant":"acme","tool":"t","workflow_id":"w","step_id":4,"intent_id":"i"},"args":{}}"#;
-        assert_eq!(field(AdmitBody::parse(numeric_step)), "intent.step_id");
-    }
-
-    #[test]
-    fn each_bad_settle_names_its_field() {
-        let key = "a".repeat(64);
-        let settle = |rest: &str| {
-            SettleBody::parse(format!(r#"{{"key":"{key}","fencing_token":1{rest}}}"#).as_bytes())
-        };
-        assert!(settle(r#","outcome":"done","result":{"id":1}"#).is_ok());
-        assert!(settle(r#","outcome":"done","result":null"#).is_ok());
-        assert_eq!(field(settle(r#","outcome":"done""#)), "result");
-        assert_eq!(field(settle(r#","outcome":"failed""#)), "error");
-        assert_eq!(
-            field(settle(r#","outcome":"unknown","reason":"""#)),
-            "reason"
-        );
-        assert_eq!(field(settle(r#","outcome":"maybe""#)), "outcome");
-        assert_eq!(
-            field(settle(r#","outcome":"failed","error":"x","result":1"#)),
-            "result"
-        );
-        assert_eq!(
-            field(settle(r#","outcome":"done","result":9007199254740993"#)),
-            "result"
-        );
-        assert_eq!(
-            field(settle(r#","outcome":"done","result":1,"duration_ms":-1"#)),
-            "duration_ms"
-        );
-        let bad_token =
-            format!(r#"{{"key":"{key}","fencing_token":0,"outcome":"unknown","reason":"r"}}"#);
-        assert_eq!(
-            field(SettleBody::parse(bad_token.as_bytes())),
-            "fencing_token"
-        );
-        let bad_key = r#"{"key":"ABC","fencing_token":1,"outcome":"unknown","reason":"r"}"#;
-        assert_eq!(field(SettleBody::parse(bad_key.as_bytes())), "key");
-    }
-
-    #[test]
-    fn each_bad_reconcile_names_its_field() {
-        let key = "a".repeat(64);
-        let report = |rest: &str| {
-            ReconcileBody::parse(format!(r#"{{"key":"{key}","fencing_token":2{rest}}}"#).as_bytes())
-        };
-        assert_eq!(
-            report(r#","lookup":"not_found""#).unwrap().lookup,
-            Lookup::NotFound
-        );
-        assert_eq!(field(report(r#","lookup":"found""#)), "result");
-        assert_eq!(field(report(r#","lookup":"failed""#)), "error");
-        assert_eq!(field(report(r#","lookup":"nothing""#)), "lookup");
-        assert_eq!(
-            field(report(r#","lookup":"not_found","result":{}"#)),
-            "result"
-        );
-    }
-
-    #[test]
-    fn the_wait_is_bounded_and_named() {
-        let q = WaitQuery::parse(Some("after_token=3&wait=30")).unwrap();
-        assert_eq!((q.after_token, q.wait), (Some(3), Duration::from_secs(30)));
-        assert_eq!(WaitQuery::parse(None).unwrap().wait, Duration::ZERO);
-        assert_eq!(field(WaitQuery::parse(Some("wait=61"))), "wait");
-        assert_eq!(
-            field(WaitQuery::parse(Some("after_token=x"))),
-            "after_token"
-        );
-        assert_eq!(field(WaitQuery::parse(Some("wiat=3"))), "query");
     }
 }

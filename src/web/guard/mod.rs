@@ -7,26 +7,31 @@
 //! - `POST /api/v1/guard/reconcile`: what the lookup after a takeover found;
 //! - `GET /api/v1/guard/keys/{key}?after_token=N&wait=S`: a key's state, long-polled.
 //!
-//! Handlers are thin: parse (`body`), check the caller (`access`), one engine step,
-//! answer (`answer`). Refusals are `GuardError`s, mapped once by `Error::guard`.
+//! Handlers are thin: the request read once (`request`: the caller's bounds from
+//! `limits`, the body by its type in `body`), the caller checked (`access`) before any
+//! JSON it sent is grown into a tree, one engine step, the answer (`answer`). Refusals
+//! are `GuardError`s, mapped once by `Error::guard`.
 
 mod access;
 mod answer;
 mod body;
 mod status;
+mod limits;
+mod request;
 mod wait;
-mod wire;
+
+pub use body::MAX_VALUES;
+pub use limits::{GuardLimits, Limiter};
 
 use crate::auth::Principal;
 use crate::web::{AppState, Error};
-use access::{Caller, require_json};
+use access::Caller;
 use answer::Answer;
 use axum::Router;
-use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use body::{AdmitBody, ReconcileBody, SettleBody, WaitQuery};
+use request::GuardRequest;
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -39,19 +44,20 @@ pub fn router() -> Router<AppState> {
 
 async fn admit(
     State(state): State<AppState>,
-    principal: Principal,
-    headers: HeaderMap,
-    body: Bytes,
+    GuardRequest {
+        principal,
+        body: req,
+        ..
+    }: GuardRequest<AdmitBody>,
 ) -> Result<Answer, Error> {
-    require_json(&headers)?;
-    let req = AdmitBody::parse(&body)?;
     let caller = Caller::new(&principal, req.worker.as_deref());
+    // The token's limits and the tool's policy before the arguments are read as a tree.
     caller.may_call(&req.intent.tenant, &req.intent.tool)?;
     let policy = access::policy(&state, &req.intent.tool)?;
     let call = crate::guard::ToolCall {
+        args: req.args()?,
         intent: req.intent,
         business_ref: req.business_ref,
-        args: req.args,
         actor: caller.actor,
     };
     let now = || state.clock.now();
@@ -73,12 +79,12 @@ async fn admit(
 
 async fn settle(
     State(state): State<AppState>,
-    principal: Principal,
-    headers: HeaderMap,
-    body: Bytes,
+    GuardRequest {
+        principal,
+        body: req,
+        ..
+    }: GuardRequest<SettleBody>,
 ) -> Result<Answer, Error> {
-    require_json(&headers)?;
-    let req = SettleBody::parse(&body)?;
     let caller = Caller::new(&principal, req.worker.as_deref());
     caller.may_touch(&state, &req.key).await?;
     let record = state
@@ -86,7 +92,7 @@ async fn settle(
         .settle_call(
             &req.key,
             crate::guard::FencingToken(req.fencing_token),
-            req.outcome,
+            req.outcome.read()?,
             req.duration_ms,
             &caller.actor,
         )
@@ -97,13 +103,13 @@ async fn settle(
 
 async fn reconcile(
     State(state): State<AppState>,
-    principal: Principal,
-    headers: HeaderMap,
-    body: Bytes,
+    GuardRequest {
+        principal,
+        body: req,
+        ..
+    }: GuardRequest<ReconcileBody>,
 ) -> Result<Answer, Error> {
     use crate::guard::Reconciled;
-    require_json(&headers)?;
-    let req = ReconcileBody::parse(&body)?;
     let caller = Caller::new(&principal, req.worker.as_deref());
     caller.may_touch(&state, &req.key).await?;
     let reconciled = state
@@ -111,7 +117,7 @@ async fn reconcile(
         .report_lookup(
             &req.key,
             crate::guard::FencingToken(req.fencing_token),
-            req.lookup,
+            req.lookup.read()?,
             req.duration_ms,
             &caller.actor,
         )
@@ -141,9 +147,12 @@ async fn key_state(
     Path(key): Path<String>,
     RawQuery(query): RawQuery,
 ) -> Result<Answer, Error> {
+    // A slot for the reads; the long poll itself waits without one (it holds no body
+    // and reads one record a second), so parked runs do not crowd out the calls.
+    let slot = request::slot(&state, &principal)?;
     let key = body::parse_key(&key)?;
     let query = WaitQuery::parse(query.as_deref())?;
     let caller = Caller::new(&principal, None);
     caller.may_touch(&state, &key).await?;
-    wait::key_state(&state, &key, query).await
+    wait::key_state(&state, &key, query, slot).await
 }

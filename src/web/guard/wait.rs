@@ -5,10 +5,17 @@
 //! delivery waits for the first this way), or when the wait is over. A change made in this process wakes it at once
 //! (the guard's broadcast); one made by another replica is seen by re-reading the
 //! record every second.
+//!
+//! It reads one record and the key's newest attempt, whatever the key's history; with
+//! `attempts_after=SEQ` the answer also carries a page of at most [`ATTEMPT_PAGE`]
+//! attempts after that `seq` and the URL of the next page (`next`), as the key API
+//! pages do: a key retried thousands of times is never read whole.
 
-use super::answer::Answer;
+use super::answer::{Answer, AttemptPage};
 use super::body::WaitQuery;
+use super::limits::Permit;
 use crate::guard::{AttemptKind, IdempotencyKey, Record, Status};
+use crate::web::links::link;
 use crate::web::{AppState, Error};
 use std::time::Duration;
 use tokio::sync::broadcast;
@@ -17,16 +24,21 @@ use tokio::time::Instant;
 /// How often a waiter re-reads the record for changes made by other replicas.
 const POLL: Duration = Duration::from_secs(1);
 
+/// Attempts in one page of the answer.
+pub const ATTEMPT_PAGE: u32 = 100;
+
 pub async fn key_state(
     state: &AppState,
     key: &IdempotencyKey,
     query: WaitQuery,
+    slot: Permit,
 ) -> Result<Answer, Error> {
     // Subscribe before the first read: a change between the read and the wait is
     // not missed.
     let mut changes = state.guard.subscribe();
     let deadline = Instant::now() + query.wait;
     let mut first_status = None;
+    let mut slot = Some(slot);
     loop {
         let record = read(state, key).await?;
         let changed = query
@@ -35,8 +47,14 @@ pub async fn key_state(
         let settled = *first_status.get_or_insert(record.status) != record.status;
         if changed || settled || query.after_token.is_none() || Instant::now() >= deadline {
             let awaiting = awaiting_person(state, &record).await?;
-            return Ok(Answer::state(record, changed, awaiting));
+            let page = match query.attempts_after {
+                Some(after) => Some(page(state, key, after).await?),
+                None => None,
+            };
+            return Ok(Answer::state(record, changed, awaiting, page));
         }
+        // Waiting holds no slot.
+        drop(slot.take());
         let next_poll = (Instant::now() + POLL).min(deadline);
         tokio::select! {
             () = changed_here(&mut changes, key) => {}
@@ -61,12 +79,30 @@ async fn awaiting_person(state: &AppState, record: &Record) -> Result<bool, Erro
     if record.status != Status::Unknown || record.release_approved {
         return Ok(false);
     }
-    let attempts = state.store.attempts(&record.key).await?;
-    Ok(attempts
+    // A few newest rows: a stale worker's rejected writes (bounded, and counted on one
+    // row when repeated) may sit above the escalation.
+    let newest = state.store.attempts_newest(&record.key, 16).await?;
+    Ok(newest
         .iter()
         .rev()
         .find(|a| a.kind != AttemptKind::StaleWriteRejected)
         .is_some_and(|a| a.kind == AttemptKind::Escalated))
+}
+
+/// The attempts after `after`, at most a page, and the URL of the next page.
+async fn page(state: &AppState, key: &IdempotencyKey, after: i64) -> Result<AttemptPage, Error> {
+    let page = state.store.attempts_page(key, after, ATTEMPT_PAGE).await?;
+    let next = match page.attempts.last() {
+        Some(last) if page.more => Some(link(
+            &format!("/api/v1/guard/keys/{key}"),
+            &[("attempts_after", Some(&last.seq.to_string()))],
+        )),
+        _ => None,
+    };
+    Ok(AttemptPage {
+        attempts: page.attempts,
+        next,
+    })
 }
 
 /// Resolves when this process moves `key`'s token, or may have (the receiver lagged).

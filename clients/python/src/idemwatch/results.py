@@ -113,6 +113,15 @@ def for_model(
         return _already_requested(value, action)
     if isinstance(value, PayloadMismatch):
         fields = ", ".join(value.differing_fields) or "its arguments"
+        if value.problem.get("stored_status") == "UNKNOWN":
+            # The earlier call's outcome is unknown: it is not known to have run.
+            return {
+                "status": "payload_mismatch",
+                "differing_fields": list(value.differing_fields),
+                "next": f"an earlier attempt of {action} with other values ({fields}) may or may "
+                f"not have happened; it is being checked. Do not retry; tell the user a person "
+                f"is checking it.",
+            }
         return {
             "status": "payload_mismatch",
             "differing_fields": list(value.differing_fields),
