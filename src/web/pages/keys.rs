@@ -29,7 +29,8 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The filter parameters, in the order the form shows them. Public contract.
-pub const FILTERS: [(&str, &str); 13] = [
+pub const FILTERS: [(&str, &str); 14] = [
+    ("q", "Search"),
     ("business_ref", "Business ref"),
     ("key", "Key or prefix"),
     ("tool", "Tool"),
@@ -49,6 +50,7 @@ pub const FILTERS: [(&str, &str); 13] = [
 pub fn read_filter(p: &Params, now: DateTime<Utc>) -> Result<KeyFilter, Error> {
     let (attempt_kinds, resolved_as) = read_attempts(p)?;
     let filter = KeyFilter {
+        search: p.text("q")?,
         key_prefix: p
             .get("key")
             .map(|v| parse_key_prefix("key", v))
@@ -207,6 +209,7 @@ struct KeysPage {
 
 fn hint(name: &str) -> &'static str {
     match name {
+        "q" => "an order (A-28261 or 28261), a ticket (ticket-1934), a provider id (rf_002202)",
         "business_ref" => "order:A-88214, or just A-88214",
         "key" => "at least 4 hex characters",
         "attempt_kind" => "payload_mismatch, escalated, taken_over… (comma-separated)",
@@ -282,8 +285,9 @@ async fn keys(
         })
         .collect();
     let search = filter
-        .business_ref
+        .search
         .clone()
+        .or_else(|| filter.business_ref.clone())
         .or_else(|| filter.key_prefix.clone())
         .unwrap_or_default();
     let view = KeysPage {
@@ -339,7 +343,7 @@ fn describe_range(
 /// A search for `88214` may have meant a key prefix or an order id: offer the other.
 fn other_way(filter: &KeyFilter) -> Option<(String, String)> {
     let hexish = |v: &str| (4..=64).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_hexdigit());
-    if let Some(r) = &filter.business_ref
+    if let Some(r) = filter.search.as_ref().or(filter.business_ref.as_ref())
         && hexish(r)
     {
         let lower = r.to_ascii_lowercase();
@@ -350,8 +354,8 @@ fn other_way(filter: &KeyFilter) -> Option<(String, String)> {
     }
     if let Some(k) = &filter.key_prefix {
         return Some((
-            format!("business ref {k}"),
-            link("/keys", &[("business_ref", Some(k))]),
+            format!("an order or another id {k}"),
+            link("/keys", &[("q", Some(k))]),
         ));
     }
     None
