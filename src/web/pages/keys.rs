@@ -30,7 +30,7 @@ pub fn router() -> Router<AppState> {
 
 /// The filter parameters, in the order the form shows them. Public contract.
 pub const FILTERS: [(&str, &str); 14] = [
-    ("q", "Search"),
+    ("q", "Order, ticket or provider id"),
     ("business_ref", "Business ref"),
     ("key", "Key or prefix"),
     ("tool", "Tool"),
@@ -194,7 +194,11 @@ struct Chip {
 #[template(path = "keys.html")]
 struct KeysPage {
     layout: Layout,
+    /// The search box support staff use: first, open.
+    search: Field,
+    /// Every other filter, folded unless one is set.
     fields: Vec<Field>,
+    advanced_open: bool,
     /// (value, selected)
     statuses: Vec<(&'static str, bool)>,
     chips: Vec<Chip>,
@@ -209,7 +213,9 @@ struct KeysPage {
 
 fn hint(name: &str) -> &'static str {
     match name {
-        "q" => "an order (A-28261 or 28261), a ticket (ticket-1934), a provider id (rf_002202)",
+        "q" => {
+            "an order (A-28261 or just 28261), a ticket (ticket-1934), the provider's id (rf_002202)"
+        }
         "business_ref" => "order:A-88214, or just A-88214",
         "key" => "at least 4 hex characters",
         "attempt_kind" => "payload_mismatch, escalated, taken_over… (comma-separated)",
@@ -274,16 +280,19 @@ async fn keys(
     } else {
         None
     };
-    let fields = FILTERS
+    let field = |(name, label): &(&'static str, &'static str)| Field {
+        name,
+        label,
+        value: p.get(name).unwrap_or_default().to_string(),
+        hint: hint(name),
+    };
+    // The common search first; the engineer's filters (Grafana links fill them) folded.
+    let fields: Vec<Field> = FILTERS
         .iter()
-        .filter(|(name, _)| *name != "status")
-        .map(|(name, label)| Field {
-            name,
-            label,
-            value: p.get(name).unwrap_or_default().to_string(),
-            hint: hint(name),
-        })
+        .filter(|(name, _)| !matches!(*name, "status" | "q"))
+        .map(field)
         .collect();
+    let advanced_open = fields.iter().any(|f| !f.value.is_empty());
     let search = filter
         .search
         .clone()
@@ -292,7 +301,9 @@ async fn keys(
         .unwrap_or_default();
     let view = KeysPage {
         layout: Layout::new("Keys", "keys").with_query(search),
+        search: field(&FILTERS[0]),
         fields,
+        advanced_open,
         statuses: Status::ALL
             .iter()
             .map(|s| (s.as_str(), filter.status == Some(*s)))

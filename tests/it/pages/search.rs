@@ -72,6 +72,18 @@ both_backends!(
             );
             assert!(p.body.contains("2 keys"), "{q}: counted");
         }
+        // The Keys page opens on the search box; the engineer's filters are folded unless
+        // a link sets one.
+        let p = app.get("/keys").await;
+        let search_box = p.body.find("id=\"f-q\"").expect("the search box");
+        let folded = p
+            .body
+            .find("<details class=\"filters advanced\">")
+            .expect("folded filters");
+        assert!(search_box < folded);
+        let p = app.get("/keys?tool=issue_refund").await;
+        assert!(p.body.contains("<details class=\"filters advanced\" open>"));
+
         // Search and another filter: both apply.
         let p = app.get("/keys?q=88214&business_ref=A-1001").await;
         assert!(listed(&p.body).is_empty());
