@@ -151,6 +151,8 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
             .unwrap_or(chrono::TimeDelta::MAX);
         for policy in tools.tools.values_mut().chain(tools.default.iter_mut()) {
             policy.key_retention = retention;
+            // The duplicate window is the story's 24 h too (src/demo/provider.rs).
+            policy.duplicate_window = retention;
         }
     }
     if args.auth.auth_file.is_none() {
@@ -185,6 +187,20 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
     .shared();
 
     let tty = std::io::stdout().is_terminal();
+    // The server stops after the traffic has drained: a quarter of the calls settle
+    // through its guard API, so closing the listener first failed their settles.
+    let (drained, mut is_drained) = tokio::sync::watch::channel(false);
+    let server_stop = {
+        let stop = stop.clone();
+        async move {
+            stop.await;
+            let _ = is_drained.wait_for(|d| *d).await;
+        }
+    };
+    let traffic = async {
+        demo.run(stop.clone()).await;
+        drained.send_replace(true);
+    };
     let server = async {
         let routes = crate::demo::router(demo.clone());
         let served = run_server(
@@ -195,17 +211,13 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
             store.clone(),
             listener,
             routes,
-            stop.clone(),
+            server_stop,
         )
         .await;
         halt.send_replace(true);
         served
     };
-    let (served, (), ()) = tokio::join!(
-        server,
-        demo.run(stop.clone()),
-        print_status(&demo, stop.clone(), tty),
-    );
+    let (served, (), ()) = tokio::join!(server, traffic, print_status(&demo, stop.clone(), tty));
     let summary = demo.snapshot().await;
     store.close().await;
     if let Some(dir) = temp_dir {
@@ -271,6 +283,9 @@ fn print_banner(base: &str, url: &str, temporary: bool, args: &DemoArgs) {
     println!("  UI           {base}/");
     println!("  metrics      {base}/metrics");
     println!("  demo stats   {base}/demo/stats");
+    println!(
+        "  provider     {base}/demo/provider/KEY (its dashboard: the refunds tagged with a key)"
+    );
     println!("  database     {}{db_note}", redact_url(url));
     println!(
         "  traffic      {} tool calls/s, with transport retries, redeliveries, re-issued calls, worker crashes,",

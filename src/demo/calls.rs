@@ -2,7 +2,7 @@
 //! the original: another worker, a rephrasing model, a buggy client.
 
 use super::Shared;
-use super::scenario::{REPEAT_ORDER, SHOWCASE, Scenario};
+use super::scenario::{REPEAT_ORDER, Scenario};
 use crate::guard::{Intent, ToolCall};
 use rand::RngExt;
 use rand::seq::IndexedRandom;
@@ -34,13 +34,16 @@ pub(super) struct Plan {
     pub(super) amount_p: i64,
     pub(super) reason: &'static str,
     pub(super) workflow: u64,
+    /// One of the opening's showcase intents (the deterministic path of its scenario).
+    pub(super) showcase: bool,
 }
 
 impl Shared {
     pub(super) fn plan(&self, n: u64, scenario: Scenario) -> Plan {
         let mut rng = rand::rng();
         let voucher = scenario == Scenario::Plain && rng.random_bool(0.2);
-        let order = if scenario == Scenario::RepeatRefund && n < SHOWCASE.len() as u64 {
+        let showcase = super::traffic::showcase_index(n, &self.config).is_some();
+        let order = if scenario == Scenario::RepeatRefund && showcase {
             REPEAT_ORDER.to_string()
         } else {
             format!("A-{:05}", rng.random_range(10_000..100_000))
@@ -66,6 +69,7 @@ impl Shared {
             },
             reason: REASONS.choose(&mut rng).copied().unwrap_or(REASONS[0]),
             workflow: n,
+            showcase,
         }
     }
 

@@ -9,6 +9,8 @@ pub mod filters;
 mod guard;
 mod health;
 mod layout;
+/// The page layout, for pages outside `web` (the demo's provider lookup).
+pub use layout::Layout;
 mod links;
 mod login;
 mod metrics;
