@@ -12,6 +12,7 @@ mod auth_sessions;
 mod auth_site;
 mod browser;
 mod browser_resolve;
+mod browser_search;
 mod cli;
 mod db_faults;
 mod demo;
