@@ -165,6 +165,8 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
             if policy.provider_dedupes() {
                 policy.key_retention = retention;
             }
+            // The duplicate window is the story's 24 h too (src/demo/provider.rs).
+            policy.duplicate_window = retention;
         }
     }
     if args.auth.auth_file.is_none() {
@@ -199,6 +201,20 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
     .shared();
 
     let tty = std::io::stdout().is_terminal();
+    // The server stops after the traffic has drained: a quarter of the calls settle
+    // through its guard API, so closing the listener first failed their settles.
+    let (drained, mut is_drained) = tokio::sync::watch::channel(false);
+    let server_stop = {
+        let stop = stop.clone();
+        async move {
+            stop.await;
+            let _ = is_drained.wait_for(|d| *d).await;
+        }
+    };
+    let traffic = async {
+        demo.run(stop.clone()).await;
+        drained.send_replace(true);
+    };
     let server = async {
         let routes = crate::demo::router(demo.clone());
         let served = run_server(
@@ -209,17 +225,13 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
             store.clone(),
             listener,
             routes,
-            stop.clone(),
+            server_stop,
         )
         .await;
         halt.send_replace(true);
         served
     };
-    let (served, (), ()) = tokio::join!(
-        server,
-        demo.run(stop.clone()),
-        print_status(&demo, stop.clone(), tty),
-    );
+    let (served, (), ()) = tokio::join!(server, traffic, print_status(&demo, stop.clone(), tty));
     let summary = demo.snapshot().await;
     store.close().await;
     drop(evidence);
@@ -288,6 +300,9 @@ fn print_banner(base: &str, url: &str, temporary: bool, args: &DemoArgs) {
     println!("  demo stats   {base}/demo/stats");
     println!(
         "  evidence     {base}/api/v1/checkpoints/public-key (checkpoints signed every {DEMO_CHECKPOINT_INTERVAL} with a key made for this run)"
+    );
+    println!(
+        "  provider     {base}/demo/provider/KEY (its dashboard: the refunds tagged with a key)"
     );
     println!("  database     {}{db_note}", redact_url(url));
     println!(

@@ -2,7 +2,7 @@
 //! the original: another worker, a rephrasing model, a buggy client.
 
 use super::Shared;
-use super::scenario::{REPEAT_ORDER, SHOWCASE, Scenario};
+use super::scenario::{REPEAT_ORDER, Scenario};
 use crate::guard::{Intent, ToolCall};
 use rand::RngExt;
 use rand::seq::IndexedRandom;
@@ -34,6 +34,8 @@ pub(super) struct Plan {
     pub(super) amount_p: i64,
     pub(super) reason: &'static str,
     pub(super) workflow: u64,
+    /// One of the opening's showcase intents (the deterministic path of its scenario).
+    pub(super) showcase: bool,
 }
 
 impl Shared {
@@ -43,7 +45,8 @@ impl Shared {
         // Email receipts, whose provider does not deduplicate by key (tools file:
         // `provider_dedupes = false`): never resent after an ambiguous outcome.
         let receipt = !voucher && scenario == Scenario::Plain && rng.random_bool(0.1);
-        let order = if scenario == Scenario::RepeatRefund && n < SHOWCASE.len() as u64 {
+        let showcase = super::traffic::showcase_index(n, &self.config).is_some();
+        let order = if scenario == Scenario::RepeatRefund && showcase {
             REPEAT_ORDER.to_string()
         } else {
             format!("A-{:05}", rng.random_range(10_000..100_000))
@@ -71,6 +74,7 @@ impl Shared {
             },
             reason: REASONS.choose(&mut rng).copied().unwrap_or(REASONS[0]),
             workflow: n,
+            showcase,
         }
     }
 

@@ -23,6 +23,8 @@ pub struct Effect {
     pub resource_id: String,
     pub order: Option<String>,
     pub amount_p: Option<i64>,
+    /// When the provider performed it (wall-clock time, as the database's).
+    pub performed_at: chrono::DateTime<chrono::Utc>,
 }
 
 #[derive(Debug, Default)]
@@ -114,6 +116,19 @@ impl Provider {
         self.books().per_key.get(key).copied().unwrap_or(0)
     }
 
+    /// The effects tagged with `key`, as the provider's dashboard finds them: every one
+    /// it performed, also after it stopped deduplicating the key (its retention), which
+    /// is what a person checks before resolving an escalated key.
+    pub fn effects_tagged(&self, key: &str) -> Vec<Effect> {
+        let books = self.books();
+        books
+            .effects
+            .iter()
+            .filter(|e| e.key == key)
+            .cloned()
+            .collect()
+    }
+
     pub fn effects_for_order(&self, order: &str) -> Vec<Effect> {
         let books = self.books();
         books
@@ -159,6 +174,7 @@ impl Provider {
             resource_id: format!("{prefix}_{:06}", books.effects.len() + 1),
             order: args.get("order").and_then(Value::as_str).map(String::from),
             amount_p: args.get("amount_p").and_then(Value::as_i64),
+            performed_at: chrono::Utc::now(),
         };
         let body = response(&effect);
         books.effects.push(effect);
@@ -280,6 +296,12 @@ impl Operation for ProviderClient {
 
     fn call_timeout(&self) -> Duration {
         self.call_timeout
+    }
+
+    /// The story's 24 h, compressed as the provider's retention is: a genuine repeat
+    /// "weeks later" comes after it (docs/DEMO.md).
+    fn duplicate_window(&self) -> TimeDelta {
+        self.key_retention()
     }
 
     fn classify(&self, error: &ProviderError) -> ErrorClass {

@@ -36,9 +36,9 @@ const MIX: [(Scenario, u32); 10] = [
 /// (a 409 means "later", not "now").
 const MAX_TRIES: u32 = 8;
 
-pub fn pick_scenario(n: u64, showcase: bool) -> Scenario {
-    if showcase && let Some(s) = SHOWCASE.get(n as usize) {
-        return *s;
+pub fn pick_scenario(n: u64, config: &super::DemoConfig) -> Scenario {
+    if let Some(i) = showcase_index(n, config) {
+        return SHOWCASE[i];
     }
     let mut roll = rand::rng().random_range(0..10_000u32);
     for (scenario, weight) in MIX {
@@ -213,7 +213,10 @@ impl Shared {
             }
             Scenario::RepeatRefund => {
                 self.deliver(flow, call, Fault::None).await;
-                if self.wait(story(between(20.0, 30.0))).await {
+                // "Weeks later": past the provider's retention and the tool's duplicate
+                // window, both the story's 24 h compressed to `retention`, so the
+                // second refund is no suspected duplicate, as it would not be for real.
+                if self.wait(retention.mul_f64(between(1.2, 1.5))).await {
                     // The customer writes back about a second problem: a new run of
                     // the agent, a new ticket, the same order and amount.
                     let mut again = plan.clone();
@@ -331,9 +334,16 @@ impl Shared {
     }
 }
 
+/// Which showcase scenario intent `n` plays, if any: one every `showcase_every`.
+pub(super) fn showcase_index(n: u64, config: &super::DemoConfig) -> Option<usize> {
+    let every = config.showcase_every.max(1);
+    let i = usize::try_from(n / every).ok()?;
+    (config.showcase && n.is_multiple_of(every) && i < SHOWCASE.len()).then_some(i)
+}
+
 /// Showcase flows take the deterministic path of their scenario.
 fn n_is_showcase(plan: &Plan) -> bool {
-    plan.workflow < SHOWCASE.len() as u64
+    plan.showcase
 }
 
 #[cfg(test)]
@@ -342,11 +352,17 @@ mod tests {
 
     #[test]
     fn the_showcase_comes_first_then_mostly_plain_traffic() {
+        let mut config = crate::demo::DemoConfig::new(10.0, 10.0);
+        assert_eq!(config.showcase_every, 30);
+        for (i, s) in SHOWCASE.iter().enumerate() {
+            assert_eq!(pick_scenario(i as u64 * 30, &config), *s);
+        }
+        config.showcase_every = 1;
         for (n, s) in SHOWCASE.iter().enumerate() {
-            assert_eq!(pick_scenario(n as u64, true), *s);
+            assert_eq!(pick_scenario(n as u64, &config), *s);
         }
         let plain = (0..10_000)
-            .filter(|n| pick_scenario(100 + n, true) == Scenario::Plain)
+            .filter(|n| pick_scenario(100 + n, &config) == Scenario::Plain)
             .count();
         assert!(plain > 9_800, "{plain}");
         let total: u32 = MIX.iter().map(|(_, w)| w).sum();

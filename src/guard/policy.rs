@@ -107,6 +107,9 @@ fn seconds(ms: i64) -> Value {
 pub struct ToolPolicies {
     pub tools: BTreeMap<String, ToolPolicy>,
     pub default: Option<ToolPolicy>,
+    /// The money field of each tool that names one (`amount = {…}`), for the pages;
+    /// under `None`, the `[default]` table's.
+    pub amounts: BTreeMap<Option<String>, super::MoneyField>,
 }
 
 impl ToolPolicies {
@@ -114,6 +117,15 @@ impl ToolPolicies {
     /// default, so the call is refused.
     pub fn get(&self, tool: &str) -> Option<&ToolPolicy> {
         self.tools.get(tool).or(self.default.as_ref())
+    }
+
+    /// The money field of `tool`'s arguments, when the tools file names one.
+    pub fn amount(&self, tool: &str) -> Option<&super::MoneyField> {
+        if self.tools.contains_key(tool) {
+            self.amounts.get(&Some(tool.to_string()))
+        } else {
+            self.amounts.get(&None)
+        }
     }
 }
 

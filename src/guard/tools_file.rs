@@ -17,8 +17,10 @@
 //! [tools.send_email]
 //! provider_dedupes = false       # the provider ignores keys: never resend after an
 //! call_timeout = "10s"           # ambiguous outcome; look up by tag, or ask a person
+//! amount = { field = "amount_p", currency = "GBP", minor_unit = 2 }  # pages show £25.00
 //! ```
 
+use super::MoneyField;
 use super::policy::{DEFAULT_DUPLICATE_WINDOW, ToolPolicies, ToolPolicy};
 use crate::duration::HumanDuration;
 use serde::Deserialize;
@@ -52,6 +54,23 @@ struct Entry {
     duplicate_window: Option<String>,
     /// `false`: the provider does not deduplicate by key (docs/OPERATIONS.md).
     provider_dedupes: Option<bool>,
+    /// Presentation only: which argument is money (pages show `amount_p: 2500` as £25.00).
+    amount: Option<Amount>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Amount {
+    field: String,
+    currency: String,
+    minor_unit: u8,
+}
+
+impl Amount {
+    fn money(self, what: &str) -> Result<MoneyField, String> {
+        MoneyField::new(self.field, self.currency, self.minor_unit)
+            .map_err(|e| format!("{what}: {e}"))
+    }
 }
 
 impl ToolPolicies {
@@ -67,21 +86,34 @@ impl ToolPolicies {
             return Err("declares no tools: add a [tools.NAME] table or a [default]".into());
         }
         let mut tools = BTreeMap::new();
-        for (name, entry) in file.tools {
+        let mut amounts = BTreeMap::new();
+        for (name, mut entry) in file.tools {
             let what = format!("tool {name:?}");
             if name.trim().is_empty() || name.len() > MAX_NAME_BYTES {
                 return Err(format!(
                     "{what}: a tool name must be non-empty and at most {MAX_NAME_BYTES} bytes"
                 ));
             }
+            if let Some(amount) = entry.amount.take() {
+                amounts.insert(Some(name.clone()), amount.money(&what)?);
+            }
             let policy = entry.policy(&what)?;
             tools.insert(name, policy);
         }
-        let default = file
-            .default
-            .map(|entry| entry.policy("[default]"))
-            .transpose()?;
-        Ok(ToolPolicies { tools, default })
+        let default = match file.default {
+            Some(mut entry) => {
+                if let Some(amount) = entry.amount.take() {
+                    amounts.insert(None, amount.money("[default]")?);
+                }
+                Some(entry.policy("[default]")?)
+            }
+            None => None,
+        };
+        Ok(ToolPolicies {
+            tools,
+            default,
+            amounts,
+        })
     }
 }
 
@@ -227,6 +259,29 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_may_name_its_money_field_for_the_pages() {
+        let p = ToolPolicies::parse(
+            "[tools.issue_refund]\nkey_retention = \"24h\"\ncall_timeout = \"5s\"\n\
+             amount = { field = \"amount_p\", currency = \"GBP\", minor_unit = 2 }\n\
+             [tools.send_message]\nkey_retention = \"1h\"\ncall_timeout = \"5s\"\n\
+             [default]\nkey_retention = \"1h\"\ncall_timeout = \"5s\"\n\
+             amount = { field = \"cents\", currency = \"USD\", minor_unit = 2 }\n",
+        )
+        .unwrap();
+        let refund = p.amount("issue_refund").unwrap();
+        assert_eq!((refund.currency.as_str(), refund.minor_unit), ("GBP", 2));
+        assert_eq!(
+            refund.minor_units(&serde_json::json!({"amount_p": 2500})),
+            Some(2500)
+        );
+        assert!(
+            p.amount("send_message").is_none(),
+            "a named tool without one has none"
+        );
+        assert_eq!(p.amount("other").unwrap().field, "cents");
+    }
+
+    #[test]
     fn each_mistake_names_the_tool_and_the_field() {
         let cases = [
             (
@@ -268,6 +323,14 @@ mod tests {
             (
                 "[default]\nkey_retention = \"1h\"\ncall_timout = \"5s\"\n",
                 "unknown field `call_timout`",
+            ),
+            (
+                "[tools.a]\nkey_retention = \"1h\"\ncall_timeout = \"5s\"\namount = { field = \"p\", currency = \"£\", minor_unit = 2 }\n",
+                "tool \"a\": amount.currency \"£\" must be an ISO 4217 code",
+            ),
+            (
+                "[default]\nkey_retention = \"1h\"\ncall_timeout = \"5s\"\namount = { field = \"p\", currency = \"GBP\" }\n",
+                "missing field `minor_unit`",
             ),
             ("", "declares no tools"),
         ];

@@ -69,6 +69,28 @@ pub fn thousands_sep(n: i64) -> String {
     out
 }
 
+/// An amount in minor units as money, for the tools file's `amount` field: `2500` in
+/// GBP with 2 decimals is `£25.00`; a currency without a symbol here is `9.90 CHF`.
+pub fn money(m: &crate::guard::MoneyField, minor: i64) -> String {
+    let unit = 10_i64.pow(u32::from(m.minor_unit));
+    let (whole, part) = (minor / unit, (minor % unit).unsigned_abs());
+    // i64::MIN has no absolute value; an amount that size is never a real one.
+    let mut number = thousands_sep(whole.checked_abs().unwrap_or(i64::MAX));
+    if m.minor_unit > 0 {
+        let width = usize::from(m.minor_unit);
+        number = format!("{number}.{part:0width$}");
+    }
+    let sign = if minor < 0 { "-" } else { "" };
+    let symbol = match m.currency.as_str() {
+        "GBP" => "£",
+        "EUR" => "€",
+        "USD" => "$",
+        "JPY" => "¥",
+        other => return format!("{sign}{number} {other}"),
+    };
+    format!("{sign}{symbol}{number}")
+}
+
 /// A share as a percentage with one decimal: `0.4%`; `–` when there was nothing to share.
 pub fn percent(part: i64, whole: i64) -> String {
     if whole <= 0 {
@@ -132,6 +154,32 @@ mod tests {
 
     fn t(s: &str) -> DateTime<Utc> {
         DateTime::parse_from_rfc3339(s).unwrap().to_utc()
+    }
+
+    #[test]
+    fn minor_units_show_as_money() {
+        let m = |currency: &str, minor_unit| {
+            crate::guard::MoneyField::new("amount_p".into(), currency.into(), minor_unit).unwrap()
+        };
+        let cases = [
+            (m("GBP", 2), 2500, "£25.00"),
+            (m("GBP", 2), 5, "£0.05"),
+            (m("GBP", 2), -1250, "-£12.50"),
+            (m("GBP", 2), -5, "-£0.05"),
+            (m("EUR", 2), 123_456_789, "€1,234,567.89"),
+            (m("JPY", 0), 1500, "¥1,500"),
+            (m("CHF", 2), 990, "9.90 CHF"),
+            (m("KWD", 3), 1234, "1.234 KWD"),
+            (m("USD", 0), i64::MIN, "-$9,223,372,036,854,775,807"),
+        ];
+        for (money_field, minor, shown) in cases {
+            assert_eq!(
+                money(&money_field, minor),
+                shown,
+                "{minor} {}",
+                money_field.currency
+            );
+        }
     }
 
     #[test]

@@ -11,6 +11,8 @@ mod guard;
 mod health;
 mod layout;
 mod limits;
+/// The page layout, for pages outside `web` (the demo's provider lookup).
+pub use layout::Layout;
 mod links;
 mod login;
 mod metrics;

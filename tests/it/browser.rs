@@ -185,7 +185,7 @@ fn check_pages(b: &Browser, s: &Seeded) {
     assert_has(
         &dom,
         "key page",
-        "<span class=\"badge badge-replay\">Replay</span>",
+        "<span class=\"badge badge-replay\">Retry answered</span>",
     );
     assert_has(&dom, "key page", "2 issue_refund calls on order:A-88214");
     assert_has(&dom, "key page", "class=\"copy\"");

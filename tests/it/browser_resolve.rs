@@ -124,7 +124,8 @@ fn resolve_as_a_person(d: &Driver, base: &str, unknown: &str, escalated: &str, s
 
     d.click(".confirm-form button[type=submit]");
     let timeline = d.wait_for("data-kind=\"resolved\"");
-    assert!(timeline.contains("<span class=\"badge badge-resolution\">Resolved by a person</span> <span class=\"muted\">by</span> sam"));
+    assert!(timeline.contains("<span class=\"badge badge-resolution\">Decided by a person</span>"));
+    assert!(timeline.contains("<code>resolved</code> by sam"));
     assert!(timeline.contains("<dt>evidence</dt><dd>rf_8XM1</dd>"));
     assert!(d.url().ends_with("#timeline-h"), "{}", d.url());
     d.screenshot(&shots.join("key-resolved.png"));

@@ -218,6 +218,14 @@ both_backends!(
         assert!(page.body.contains(&format!("/keys/{k2}")), "{}", page.body);
         assert!(page.body.contains(&format!("/keys/{k1}")));
         assert!(page.body.contains("needs the resolver role"));
+        // The state's name, then what it means, without saying the name twice.
+        assert!(
+            page.body
+                .contains("<strong>open</strong>: same tenant, tool"),
+            "{}",
+            page.body
+        );
+        assert!(!page.body.contains("Open: "));
         for k in [&k1, &k2] {
             let key_page = app.get(&format!("/keys/{k}")).await;
             assert!(key_page.body.contains("Suspected duplicate"), "{k}");

@@ -59,7 +59,7 @@ both_backends!(
         )
         .await;
         assert_eq!(page.status, StatusCode::OK, "{}", page.body);
-        assert!(page.body.contains("1200 attempt rows"), "counted over all");
+        assert!(page.body.contains("1200 steps"), "counted over all");
         // The two ends: how it started and where it stands now, the middle on demand.
         assert!(page.body.contains("id=\"attempt-1\""));
         assert!(page.body.contains("id=\"attempt-250\""));

@@ -15,6 +15,7 @@ mod auth_site;
 mod auth_slow_bodies;
 mod browser;
 mod browser_resolve;
+mod browser_search;
 mod cli;
 mod db_faults;
 mod demo;

@@ -51,6 +51,11 @@ both_backends!(
         fill(&db.store, 20_000).await;
         let plans = db.store.explain_page_queries().await.unwrap();
         let expected = [
+            // Support's search box: one range of the terms' primary key (term, key).
+            (
+                "keys by search term",
+                &["idempotency_search_terms_pkey|idempotency_search_terms USING PRIMARY KEY"][..],
+            ),
             (
                 "keys by business ref",
                 &[
@@ -114,7 +119,7 @@ both_backends!(
                 &["idempotency_attempts_occurred_at_tool_kind|idempotency_attempts_occurred_at ("],
             ),
         ];
-        assert_eq!(plans.len(), 10 * 2 + 5);
+        assert_eq!(plans.len(), 11 * 2 + 5);
         for (name, plan) in &plans {
             let base = name.trim_end_matches(" (count)");
             let (_, indexes) = expected

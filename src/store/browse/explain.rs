@@ -15,6 +15,13 @@ fn sample_filters() -> Vec<(&'static str, KeyFilter)> {
     let f = KeyFilter::default;
     vec![
         (
+            "keys by search term",
+            KeyFilter {
+                search: Some("ticket-1934".into()),
+                ..f()
+            },
+        ),
+        (
             "keys by business ref",
             KeyFilter {
                 business_ref: Some("A-88214".into()),

@@ -3,8 +3,8 @@
 //! planner has to guess from a generic plan.
 
 use super::keys_sql::{
-    BY_ATTEMPTS, BY_BUSINESS_REF, BY_INTENT, BY_KEY, BY_TOOL, BY_UNDECIDED_STATUS, BY_UPDATED_AT,
-    BY_WORKFLOW, KeyStatements,
+    BY_ATTEMPTS, BY_BUSINESS_REF, BY_INTENT, BY_KEY, BY_SEARCH, BY_TOOL, BY_UNDECIDED_STATUS,
+    BY_UPDATED_AT, BY_WORKFLOW, KeyStatements,
 };
 use super::{far_future, far_past};
 use crate::guard::{AttemptKind, Resolution, Status};
@@ -14,6 +14,11 @@ use chrono::{DateTime, Utc};
 /// given: the web layer validates them (a key prefix is lowercase hex).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeyFilter {
+    /// Any id support staff may have, matched whole and in any case against the search
+    /// terms the database keeps for each key (migration 0009): the business ref or its
+    /// part after the colon, the number it ends with, a part of the intent id such as
+    /// `ticket-1934`, a string in the result such as the provider's `rf_002202`.
+    pub search: Option<String>,
     /// The beginning of a key, lowercase hex.
     pub key_prefix: Option<String>,
     /// The whole business ref (`order:A-88214`) or the part after its first colon.
@@ -49,6 +54,7 @@ pub struct ResolvedAs {
 /// The index that drives a listing: the most selective filter present wins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyIndex {
+    Search,
     BusinessRef,
     KeyPrefix,
     WorkflowId,
@@ -62,7 +68,9 @@ pub enum KeyIndex {
 impl KeyFilter {
     pub fn index(&self) -> KeyIndex {
         let undecided = matches!(self.status, Some(Status::Unknown | Status::InProgress));
-        if self.business_ref.is_some() {
+        if self.search.is_some() {
+            KeyIndex::Search
+        } else if self.business_ref.is_some() {
             KeyIndex::BusinessRef
         } else if self.key_prefix.is_some() {
             KeyIndex::KeyPrefix
@@ -93,6 +101,7 @@ impl KeyFilter {
 
     pub(super) fn statements(&self) -> &'static KeyStatements {
         match self.index() {
+            KeyIndex::Search => &BY_SEARCH,
             KeyIndex::BusinessRef => &BY_BUSINESS_REF,
             KeyIndex::KeyPrefix => &BY_KEY,
             KeyIndex::WorkflowId => &BY_WORKFLOW,
@@ -196,6 +205,8 @@ mod tests {
         assert_eq!(f.index(), KeyIndex::KeyPrefix);
         f.business_ref = Some("order:A-88214".into());
         assert_eq!(f.index(), KeyIndex::BusinessRef);
+        f.search = Some("rf_002202".into());
+        assert_eq!(f.index(), KeyIndex::Search);
         assert_eq!(KeyFilter::default().index(), KeyIndex::UpdatedAt);
     }
 

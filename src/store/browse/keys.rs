@@ -26,7 +26,7 @@ pub struct KeyPage {
 /// Sorts after every key (keys are lowercase hex) and before none.
 pub(super) const KEY_AFTER_ALL: &str = "g";
 
-/// Binds a listing's seventeen parameters in the order of `key_filters!`
+/// Binds a listing's eighteen parameters in the order of `key_filters!`
 /// ([`super::keys_sql`]). A macro, not a function: the query's type is the backend's.
 macro_rules! bind_listing {
     ($q:expr, $f:expr, $range:expr, $cursor:expr, $limit:expr) => {{
@@ -49,6 +49,7 @@ macro_rules! bind_listing {
             .bind(window.1)
             .bind($f.attempt_kinds_list())
             .bind($f.resolved_as_list())
+            .bind(&$f.search)
     }};
 }
 pub(super) use bind_listing;

@@ -12,7 +12,8 @@ use super::summary::summary_columns;
 /// $7 tool, $8 status, $9/$10 last-activity range (never NULL: sentinels when absent),
 /// $11/$12 the keyset position (a sentinel above every row on the first page).
 /// Then ($13 is the row limit) $14/$15 the attempt window, $16 the attempt kinds and
-/// $17 which `resolved` attempts count, for [`attempt_filter!`] and [`by_attempts!`].
+/// $17 which `resolved` attempts count, for [`attempt_filter!`] and [`by_attempts!`];
+/// $18 the search term (driver only, [`by_search!`]).
 /// `$u` is how the time column is written: `updated_at`, or on SQLite `+updated_at`
 /// where the time index must not be used (a no-op that SQLite's planner cannot index).
 macro_rules! key_filters {
@@ -140,7 +141,22 @@ macro_rules! count_sql {
 }
 
 /// The driving conditions. Each one is the condition of one index; the ones after
-/// business_ref also state `$3 IS NULL`: they serve listings without a business ref.
+/// search state `$18 IS NULL`, the ones after business_ref also `$3 IS NULL`: they serve
+/// listings without those filters.
+// The keys whose search terms (idempotency_search_terms, filled by the trigger of
+// migration 0009) include the term, lower-cased by the backend that lower-cased the
+// terms: one range of the primary key (term, key), then each record by its key. A
+// business ref given as well still applies.
+macro_rules! by_search {
+    ($by_business_ref:expr) => {
+        concat!(
+            "key IN (SELECT key FROM idempotency_search_terms WHERE term = lower(trim($18))) \
+             AND ($3 IS NULL OR ",
+            $by_business_ref,
+            ")"
+        )
+    };
+}
 macro_rules! by_business_ref_postgres {
     () => {
         "(business_ref = $3 OR substr(business_ref, strpos(business_ref, ':') + 1) = $3)"
@@ -149,6 +165,11 @@ macro_rules! by_business_ref_postgres {
 macro_rules! by_business_ref_sqlite {
     () => {
         "(business_ref = $3 OR substr(business_ref, instr(business_ref, ':') + 1) = $3)"
+    };
+}
+macro_rules! without_search {
+    ($driver:expr) => {
+        concat!("$18 IS NULL AND ", $driver)
     };
 }
 macro_rules! by_key {
@@ -247,18 +268,30 @@ macro_rules! ordered {
     };
 }
 
-pub(super) const BY_BUSINESS_REF: KeyStatements =
-    selective!(by_business_ref_postgres!(), by_business_ref_sqlite!());
-pub(super) const BY_KEY: KeyStatements = selective!(by_key!(), by_key!());
-pub(super) const BY_WORKFLOW: KeyStatements = selective!(by_workflow!(), by_workflow!());
-pub(super) const BY_INTENT: KeyStatements = selective!(by_intent!(), by_intent!());
-pub(super) const BY_UNDECIDED_STATUS: KeyStatements = ordered!(by_undecided_status!());
-pub(super) const BY_TOOL: KeyStatements = ordered!(by_tool!());
-pub(super) const BY_UPDATED_AT: KeyStatements = ordered!(by_updated_at!());
+pub(super) const BY_SEARCH: KeyStatements = selective!(
+    by_search!(by_business_ref_postgres!()),
+    by_search!(by_business_ref_sqlite!())
+);
+pub(super) const BY_BUSINESS_REF: KeyStatements = selective!(
+    without_search!(by_business_ref_postgres!()),
+    without_search!(by_business_ref_sqlite!())
+);
+pub(super) const BY_KEY: KeyStatements =
+    selective!(without_search!(by_key!()), without_search!(by_key!()));
+pub(super) const BY_WORKFLOW: KeyStatements = selective!(
+    without_search!(by_workflow!()),
+    without_search!(by_workflow!())
+);
+pub(super) const BY_INTENT: KeyStatements =
+    selective!(without_search!(by_intent!()), without_search!(by_intent!()));
+pub(super) const BY_UNDECIDED_STATUS: KeyStatements =
+    ordered!(without_search!(by_undecided_status!()));
+pub(super) const BY_TOOL: KeyStatements = ordered!(without_search!(by_tool!()));
+pub(super) const BY_UPDATED_AT: KeyStatements = ordered!(without_search!(by_updated_at!()));
 /// On SQLite the time column is hidden as for a selective index: the attempts drive.
 pub(super) const BY_ATTEMPTS: KeyStatements = key_statements!(
-    by_attempts!(kinds_postgres!()), "";
-    by_attempts!(kinds_sqlite!()), "+updated_at", ""
+    without_search!(by_attempts!(kinds_postgres!())), "";
+    without_search!(by_attempts!(kinds_sqlite!())), "+updated_at", ""
 );
 
 #[cfg(test)]
@@ -268,6 +301,7 @@ mod tests {
     #[test]
     fn each_statement_filters_the_same_way() {
         for s in [
+            &BY_SEARCH,
             &BY_BUSINESS_REF,
             &BY_KEY,
             &BY_WORKFLOW,
@@ -292,8 +326,10 @@ mod tests {
                 assert!(!sql.contains("OFFSET"), "{sql}");
             }
         }
-        // Every statement applies the attempt filter, once: as its filter or its driver.
+        // Every statement applies the attempt filter, once: as its filter or its driver,
+        // and names the search term (as its driver, or as absent).
         for s in [
+            &BY_SEARCH,
             &BY_BUSINESS_REF,
             &BY_KEY,
             &BY_WORKFLOW,
@@ -308,6 +344,14 @@ mod tests {
             }
             for sql in [s.list.sqlite, s.count.sqlite] {
                 assert_eq!(sql.matches(kinds_sqlite!()).count(), 1, "{sql}");
+            }
+            for sql in [
+                s.list.postgres,
+                s.list.sqlite,
+                s.count.postgres,
+                s.count.sqlite,
+            ] {
+                assert_eq!(sql.matches("$18").count(), 1, "{sql}");
             }
         }
     }

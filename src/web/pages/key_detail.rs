@@ -4,8 +4,11 @@
 use super::diff::{Change, diff};
 use super::params::parse_key_prefix;
 use super::{Badge, KeyRow, Layout, Retention, lease_note, status_badge};
+use crate::guard::MoneyField;
 use crate::guard::{Attempt, AttemptKind, IdempotencyKey, Record, Status};
-use crate::web::filters::{When, duration, duration_ms, pretty, short_key, when};
+use crate::web::filters::{
+    When, duration, duration_ms, money as money_text, pretty, short_key, when,
+};
 use crate::web::links::link;
 use crate::web::{AppState, Error};
 use askama::Template;
@@ -24,85 +27,115 @@ pub fn router() -> Router<AppState> {
 /// How many other keys with the same business ref the page lists.
 const SIBLINGS: u32 = 20;
 
-/// How the timeline shows one kind of attempt: a text badge, a style, one sentence.
-pub fn presentation(kind: AttemptKind) -> (&'static str, &'static str, &'static str) {
+/// How the timeline shows one kind of attempt: a text badge, a style, what happened in
+/// plain words (for support staff), and the same in the engineer's terms (leases,
+/// fencing tokens, status codes), which the page folds one click away.
+pub struct Presentation {
+    pub label: &'static str,
+    pub class: &'static str,
+    pub plain: &'static str,
+    pub engineering: &'static str,
+}
+
+pub fn presentation(kind: AttemptKind) -> Presentation {
     use AttemptKind::*;
-    match kind {
+    let (label, class, plain, engineering) = match kind {
         Claimed => (
-            "Claimed",
+            "Started",
             "neutral",
-            "Took the key under a lease; the provider call starts.",
+            "The agent asked for this; the call to the provider began.",
+            "Claimed the key under a lease; the provider call starts.",
         ),
         Replayed => (
-            "Replay",
+            "Retry answered",
             "replay",
+            "The agent's retry was answered from the first call's result: nothing was sent twice.",
             "A retry got the stored result; the provider was not called again.",
         ),
         ReplayedFailure => (
-            "Replay of failure",
+            "Retry answered",
             "replay",
+            "The agent's retry got the first call's refusal again: nothing was sent twice.",
             "A retry got the stored error; the provider was not called again.",
         ),
         InFlightRejected => (
-            "In flight: told to retry",
+            "Retry asked to wait",
             "neutral",
+            "A retry came while the first call was still running; it was asked to try again shortly.",
             "A retry arrived while the call held its lease and was told to retry later (409).",
         ),
         PayloadMismatch => (
-            "Payload mismatch",
+            "Changed retry refused",
             "mismatch",
+            "A retry of the same request came with different details; it was refused and nothing was sent.",
             "Same key, different business arguments: refused (422), nothing was sent.",
         ),
         Completed => (
-            "Completed",
+            "Done",
             "ok",
+            "The provider confirmed it; retries get this answer.",
             "The provider answered; the result is stored.",
         ),
         Failed => (
-            "Failed",
+            "Refused",
             "fail",
+            "The provider refused it; retries get the same answer.",
             "The provider refused definitively; retries get this error.",
         ),
         MarkedUnknown => (
-            "Outcome unknown",
+            "No clear answer",
             "unknown",
+            "The provider did not answer clearly (it timed out or erred): it may or may not have happened.",
             "No clear answer (timeout, reset, 5xx): the effect may or may not have happened.",
         ),
         TakenOver => (
-            "Takeover",
+            "Checking the provider",
             "takeover",
+            "A later try picked up the unfinished call to ask the provider what happened before doing anything.",
             "A retry took the undecided key over with a new fencing token, to check the provider.",
         ),
         ReconciledFound => (
-            "Found at provider",
+            "Found at the provider",
             "ok",
+            "The provider had done it: recorded as done, nothing sent again.",
             "The provider has the effect: stored as done without sending again.",
         ),
         Resent => (
-            "Resent",
+            "Sent again safely",
             "takeover",
+            "The provider had no trace of it and still recognises the request, so it was sent again; it cannot happen twice.",
             "Not found while the provider still remembers the key: sent again with the same key.",
         ),
         Escalated => (
-            "Escalated to a person",
+            "Needs a person",
             "escalation",
+            "The provider shows nothing but may have forgotten the request: sending again could do it twice, so a person checks.",
             "The provider shows no effect and a resend is no longer safe: it could pay twice.",
         ),
         Resolved => (
-            "Resolved by a person",
+            "Decided by a person",
             "resolution",
             "A person recorded what happened.",
+            "A person recorded what happened (resolve).",
         ),
         StaleWriteRejected => (
-            "Stale write refused",
+            "Late answer ignored",
             "fail",
+            "A worker that had been replaced tried to record an answer; it was ignored and nothing changed.",
             "A worker holding an old fencing token tried to write; nothing changed.",
         ),
         DuplicateReviewed => (
             "Duplicate reviewed",
             "resolution",
+            "A person reviewed this as a possible repeat of another request.",
             "A person reviewed this key as a suspected duplicate of another key.",
         ),
+    };
+    Presentation {
+        label,
+        class,
+        plain,
+        engineering,
     }
 }
 
@@ -114,6 +147,9 @@ struct Step {
     label: &'static str,
     class: &'static str,
     blurb: &'static str,
+    engineering: &'static str,
+    /// A person's words (a resolution, a review): shown open, not folded.
+    by_person: bool,
     actor: String,
     token: i64,
     /// `1 → 2` on a takeover.
@@ -126,8 +162,13 @@ struct Step {
     changes: Vec<Change>,
 }
 
-fn step(a: &Attempt, record: &Record, now: DateTime<Utc>) -> Step {
-    let (label, class, blurb) = presentation(a.kind);
+fn step(a: &Attempt, record: &Record, money: Option<&MoneyField>, now: DateTime<Utc>) -> Step {
+    let Presentation {
+        label,
+        class,
+        plain,
+        engineering,
+    } = presentation(a.kind);
     let object = a.detail.as_object();
     let notes = [
         "reason",
@@ -153,10 +194,19 @@ fn step(a: &Attempt, record: &Record, now: DateTime<Utc>) -> Step {
         .and_then(|o| o.get("previous_token"))
         .and_then(Value::as_i64)
         .map(|prev| format!("{prev} → {}", a.fencing_token));
-    let changes = match (a.kind, object.and_then(|o| o.get("business_args"))) {
+    let mut changes = match (a.kind, object.and_then(|o| o.get("business_args"))) {
         (AttemptKind::PayloadMismatch, Some(retry)) => diff(&record.business_args, retry),
         _ => Vec::new(),
     };
+    if let Some(m) = money {
+        for c in changes.iter_mut().filter(|c| c.field == m.field) {
+            for side in [&mut c.stored, &mut c.retry] {
+                if let Ok(minor) = side.parse::<i64>() {
+                    *side = money_text(m, minor);
+                }
+            }
+        }
+    }
     let empty = object.is_some_and(|o| o.is_empty()) || a.detail.is_null();
     Step {
         seq: a.seq,
@@ -164,7 +214,12 @@ fn step(a: &Attempt, record: &Record, now: DateTime<Utc>) -> Step {
         kind: a.kind.as_str(),
         label,
         class,
-        blurb,
+        blurb: plain,
+        engineering,
+        by_person: matches!(
+            a.kind,
+            AttemptKind::Resolved | AttemptKind::DuplicateReviewed
+        ),
         actor: a.actor.clone(),
         token: a.fencing_token.0,
         token_change,
@@ -252,6 +307,8 @@ struct KeyPage {
     lease_note: &'static str,
     retention: When,
     retention_note: String,
+    /// The amount of the tools file's money field (`£45.00`), when it names one.
+    amount: Option<String>,
     created: When,
     updated: When,
     args: String,
@@ -381,10 +438,14 @@ fn siblings(
     let summary = match per_tool.len() {
         1 => {
             let tool = per_tool.keys().next().copied().unwrap_or_default();
+            let which = match (others, more) {
+                (0, false) => "this key only".to_string(),
+                (1, false) => "this key and 1 other".to_string(),
+                _ => format!("this key and {others}{plus} others"),
+            };
             format!(
-                "{n}{plus} {tool} {} on {business_ref}: this key and {others}{plus} other{}.",
+                "{n}{plus} {tool} {} on {business_ref}: {which}.",
                 if n == 1 { "call" } else { "calls" },
-                if others == 1 { "" } else { "s" }
             )
         }
         _ => {
@@ -496,6 +557,7 @@ async fn key_page(
         .iter()
         .map(|p| super::pairs::PairView::new(p, Some(key.as_str()), now))
         .collect();
+    let money = state.tools.amount(&record.intent.tool);
     let retention = Retention::new(
         record.resend_safe_until,
         record.provider_retention_until,
@@ -520,12 +582,24 @@ async fn key_page(
         lease: when(record.lease_until, now),
         lease_note: lease_note(record.lease_state(now)),
         retention: when(record.provider_retention_until, now),
-        retention_note: retention.long,
+        // Once the outcome is recorded, the provider forgetting the key is no news.
+        retention_note: if record.is_undecided(now) {
+            retention.long
+        } else {
+            "no longer matters: the outcome is recorded".to_string()
+        },
+        amount: money.and_then(|m| {
+            m.minor_units(&record.business_args)
+                .map(|n| money_text(m, n))
+        }),
         created: when(record.created_at, now),
         updated: when(record.updated_at, now),
         args: pretty(&record.business_args),
         result: record.result.as_ref().map(pretty),
-        steps: attempts.iter().map(|a| step(a, &record, now)).collect(),
+        steps: attempts
+            .iter()
+            .map(|a| step(a, &record, money, now))
+            .collect(),
         tally,
         total,
         after,
@@ -567,11 +641,20 @@ mod tests {
             (Resolved, "resolution"),
         ];
         for (kind, class) in notable {
-            assert_eq!(presentation(kind).1, class, "{kind}");
+            assert_eq!(presentation(kind).class, class, "{kind}");
         }
         for kind in AttemptKind::ALL {
-            let (label, _, blurb) = presentation(*kind);
-            assert!(!label.is_empty() && blurb.ends_with('.'), "{kind}");
+            let p = presentation(*kind);
+            assert!(!p.label.is_empty() && p.plain.ends_with('.'), "{kind}");
+            assert!(p.engineering.ends_with('.'), "{kind}");
+            // Support staff's words: the engineering terms stay in the folded detail.
+            for jargon in ["lease", "fencing", "token", "409", "422", "takeover", "key"] {
+                assert!(
+                    !p.plain.contains(jargon),
+                    "{kind}: {jargon} in {:?}",
+                    p.plain
+                );
+            }
         }
     }
 }

@@ -29,7 +29,8 @@ pub fn router() -> Router<AppState> {
 }
 
 /// The filter parameters, in the order the form shows them. Public contract.
-pub const FILTERS: [(&str, &str); 13] = [
+pub const FILTERS: [(&str, &str); 14] = [
+    ("q", "Order, ticket or provider id"),
     ("business_ref", "Business ref"),
     ("key", "Key or prefix"),
     ("tool", "Tool"),
@@ -49,6 +50,7 @@ pub const FILTERS: [(&str, &str); 13] = [
 pub fn read_filter(p: &Params, now: DateTime<Utc>) -> Result<KeyFilter, Error> {
     let (attempt_kinds, resolved_as) = read_attempts(p)?;
     let filter = KeyFilter {
+        search: p.text("q")?,
         key_prefix: p
             .get("key")
             .map(|v| parse_key_prefix("key", v))
@@ -192,7 +194,11 @@ struct Chip {
 #[template(path = "keys.html")]
 struct KeysPage {
     layout: Layout,
+    /// The search box support staff use: first, open.
+    search: Field,
+    /// Every other filter, folded unless one is set.
     fields: Vec<Field>,
+    advanced_open: bool,
     /// (value, selected)
     statuses: Vec<(&'static str, bool)>,
     chips: Vec<Chip>,
@@ -207,6 +213,9 @@ struct KeysPage {
 
 fn hint(name: &str) -> &'static str {
     match name {
+        "q" => {
+            "an order (A-28261 or just 28261), a ticket (ticket-1934), the provider's id (rf_002202)"
+        }
         "business_ref" => "order:A-88214, or just A-88214",
         "key" => "at least 4 hex characters",
         "attempt_kind" => "payload_mismatch, escalated, taken_over… (comma-separated)",
@@ -271,24 +280,30 @@ async fn keys(
     } else {
         None
     };
-    let fields = FILTERS
+    let field = |(name, label): &(&'static str, &'static str)| Field {
+        name,
+        label,
+        value: p.get(name).unwrap_or_default().to_string(),
+        hint: hint(name),
+    };
+    // The common search first; the engineer's filters (Grafana links fill them) folded.
+    let fields: Vec<Field> = FILTERS
         .iter()
-        .filter(|(name, _)| *name != "status")
-        .map(|(name, label)| Field {
-            name,
-            label,
-            value: p.get(name).unwrap_or_default().to_string(),
-            hint: hint(name),
-        })
+        .filter(|(name, _)| !matches!(*name, "status" | "q"))
+        .map(field)
         .collect();
+    let advanced_open = fields.iter().any(|f| !f.value.is_empty());
     let search = filter
-        .business_ref
+        .search
         .clone()
+        .or_else(|| filter.business_ref.clone())
         .or_else(|| filter.key_prefix.clone())
         .unwrap_or_default();
     let view = KeysPage {
         layout: Layout::new("Keys", "keys").with_query(search),
+        search: field(&FILTERS[0]),
         fields,
+        advanced_open,
         statuses: Status::ALL
             .iter()
             .map(|s| (s.as_str(), filter.status == Some(*s)))
@@ -339,7 +354,7 @@ fn describe_range(
 /// A search for `88214` may have meant a key prefix or an order id: offer the other.
 fn other_way(filter: &KeyFilter) -> Option<(String, String)> {
     let hexish = |v: &str| (4..=64).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_hexdigit());
-    if let Some(r) = &filter.business_ref
+    if let Some(r) = filter.search.as_ref().or(filter.business_ref.as_ref())
         && hexish(r)
     {
         let lower = r.to_ascii_lowercase();
@@ -350,8 +365,8 @@ fn other_way(filter: &KeyFilter) -> Option<(String, String)> {
     }
     if let Some(k) = &filter.key_prefix {
         return Some((
-            format!("business ref {k}"),
-            link("/keys", &[("business_ref", Some(k))]),
+            format!("an order or another id {k}"),
+            link("/keys", &[("q", Some(k))]),
         ));
     }
     None

@@ -35,11 +35,10 @@ pub struct PairView {
 impl PairView {
     pub fn new(p: &SuspectedPair, this: Option<&str>, now: DateTime<Utc>) -> Self {
         let meaning = match p.state.as_str() {
-            "intended" => {
-                "Reviewed as intended: a genuine repeat, both effects wanted.".to_string()
-            }
-            "confirmed" => format!("Confirmed duplicate. {CONFIRMED_ADVICE}"),
-            _ => "Open: same tenant, tool, business ref and arguments as an earlier key within \
+            // Shown after the state's name (`open: …`): the words do not repeat it.
+            "intended" => "reviewed: a genuine repeat, both effects wanted.".to_string(),
+            "confirmed" => format!("a real duplicate. {CONFIRMED_ADVICE}"),
+            _ => "same tenant, tool, business ref and arguments as an earlier key within \
                   the tool's duplicate window. A second intent may have done the same action \
                   twice; a resolver decides on /duplicates."
                 .to_string(),

@@ -36,5 +36,7 @@ pub(super) async fn kinds(store: &Store) -> BTreeMap<AttemptKind, i64> {
 pub(super) fn fast(rate: f64) -> DemoConfig {
     let mut config = DemoConfig::new(rate, 20.0);
     config.provider_retention = Duration::from_secs(2);
+    // Every showcase scenario at once, so that a short run sees them all.
+    config.showcase_every = 1;
     config
 }

@@ -87,8 +87,39 @@ both_backends!(
                 ("DONE", Some(business_ref.as_str()))
             );
             intents.insert(intent.clone());
+            // "Weeks later": past the (compressed) duplicate window, no suspected pair.
+            let pairs = db.store.suspected_pairs_of(&as_key(&e.key)).await.unwrap();
+            assert!(pairs.is_empty(), "{pairs:?}");
         }
         assert_eq!(intents.len(), 2);
+        let (first, second) = (&repeat[0], &repeat[1]);
+        assert!(
+            second.performed_at - first.performed_at
+                >= chrono::TimeDelta::from_std(fast(20.0).provider_retention).unwrap(),
+            "the second refund comes after the provider's retention: {repeat:?}"
+        );
+
+        // The provider's lookup page: what a person checks before resolving a key.
+        let app = idemwatch::web::app_with(
+            idemwatch::web::AppState::new(db.store.clone()),
+            idemwatch::demo::router(demo.clone()),
+        );
+        let page = crate::support::app::get(&app, &format!("/demo/provider/{}", first.key)).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        assert!(page.body.contains(&first.resource_id), "{}", page.body);
+        assert!(
+            page.body.contains("1 effect tagged with this key"),
+            "{}",
+            page.body
+        );
+        assert!(page.body.contains(&format!("/keys/{}", first.key)));
+        let page =
+            crate::support::app::get(&app, &format!("/demo/provider/{}", "0".repeat(64))).await;
+        assert!(
+            page.body.contains("No effect is tagged with this key"),
+            "{}",
+            page.body
+        );
 
         // Each key's log is contiguous and its hash chain verifies.
         for (key, _, _, _) in &records {

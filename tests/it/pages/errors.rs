@@ -85,3 +85,55 @@ both_backends!(
         assert_eq!(v["code"], "unavailable");
     }
 );
+
+/// The first JSON object in `doc` after `marker`: a documented example.
+fn documented(doc: &str, marker: &str) -> serde_json::Value {
+    let at = doc
+        .find(marker)
+        .unwrap_or_else(|| panic!("{marker} in the docs"));
+    let start = at + doc[at..].find('{').unwrap();
+    let end = start + doc[start..].find('}').unwrap() + 1;
+    let text = doc[start..end].replace('\n', " ");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text}: {e}"))
+}
+
+/// The members of a problem the docs show, against one the server sent: the same
+/// names, and the same values except the occurrence's own `detail`.
+fn assert_documented(doc: &serde_json::Value, sent: &serde_json::Value) {
+    let names = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(names(doc), names(sent), "{sent}");
+    for (name, value) in doc.as_object().unwrap() {
+        if name != "detail" {
+            assert_eq!(&sent[name], value, "{name}: {sent}");
+        }
+    }
+}
+
+both_backends!(
+    async fn the_error_documents_in_the_docs_are_what_the_server_sends(db: TestDb) {
+        let (app, _) = TestApp::open(&db).await;
+        let ui = documented(
+            include_str!("../../../docs/UI.md"),
+            "Errors under `/api/` are RFC 9457",
+        );
+        let p = app.get(&format!("/api/v1/keys/{}", "0".repeat(64))).await;
+        assert_eq!(p.headers[header::CONTENT_TYPE], "application/problem+json");
+        assert_documented(&ui, &serde_json::from_str(&p.body).unwrap());
+
+        let export = documented(
+            include_str!("../../../docs/EXPORT.md"),
+            "RFC 9457 problem document",
+        );
+        let p = app.get("/export/attempts.csv?since=yesterday-ish").await;
+        assert_eq!(p.headers[header::CONTENT_TYPE], "application/problem+json");
+        let sent: serde_json::Value = serde_json::from_str(&p.body).unwrap();
+        assert_documented(&export, &sent);
+        assert!(
+            sent["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("invalid since: "),
+            "{sent}"
+        );
+    }
+);

@@ -12,7 +12,19 @@ both_backends!(
         assert!(p.body.contains("data-kind=\"replayed\""), "{}", p.body);
         assert!(
             p.body
-                .contains("<span class=\"badge badge-replay\">Replay</span>")
+                .contains("<span class=\"badge badge-replay\">Retry answered</span>")
+        );
+        // Plain words first; the engineer's terms one click away.
+        assert!(p.body.contains(
+            "The agent&#39;s retry was answered from the first call&#39;s result: nothing was sent twice."
+        ), "{}", p.body);
+        assert!(
+            p.body
+                .contains("<details class=\"engineering\"><summary>Engineering detail</summary>")
+        );
+        assert!(
+            p.body
+                .contains("A retry got the stored result; the provider was not called again.")
         );
         assert!(p.body.contains(
             "Done: the effect happened once. One retry was answered from the stored result"
@@ -36,19 +48,19 @@ both_backends!(
         let p = app.get(&format!("/keys/{}", s.mismatch)).await;
         assert!(
             p.body
-                .contains("<span class=\"badge badge-mismatch\">Payload mismatch</span>")
+                .contains("<span class=\"badge badge-mismatch\">Changed retry refused</span>")
         );
         assert!(p.body.contains("<tr class=\"change-changed\"><th scope=\"row\"><code>amount_p</code></th><td><code>4500</code></td><td><code>4000</code></td><td>changed</td></tr>"), "{}", p.body);
 
         let p = app.get(&format!("/keys/{}", s.escalated)).await;
         assert!(
             p.body
-                .contains("<span class=\"badge badge-takeover\">Takeover</span>")
+                .contains("<span class=\"badge badge-takeover\">Checking the provider</span>")
         );
         assert!(p.body.contains("fencing token 1 → 2"), "{}", p.body);
         assert!(
             p.body
-                .contains("<span class=\"badge badge-escalation\">Escalated to a person</span>")
+                .contains("<span class=\"badge badge-escalation\">Needs a person</span>")
         );
         assert!(p.body.contains("Needs a person"));
         assert!(
@@ -59,6 +71,17 @@ both_backends!(
             p.body
                 .contains("the provider forgot this key 1 h 30 min ago")
         );
+
+        // A DONE key the provider has since forgotten: no news, no alarm.
+        let p = app.get(&format!("/keys/{}", s.message)).await;
+        assert!(
+            p.body
+                .contains("no longer matters: the outcome is recorded"),
+            "{}",
+            p.body
+        );
+        assert!(!p.body.contains("class=\"alert\""), "{}", p.body);
+        assert!(!p.body.contains("the provider forgot this key"));
 
         let p = app.get(&format!("/keys/{}", s.unknown)).await;
         assert!(p.body.contains("Not decided yet") && p.body.contains("id=\"resolve\""));
@@ -103,5 +126,34 @@ both_backends!(
             .map(|a| a["kind"].as_str().unwrap())
             .collect();
         assert_eq!(kinds, ["claimed", "completed", "replayed"]);
+    }
+);
+
+both_backends!(
+    async fn money_shows_as_money_where_the_tools_file_names_it(db: TestDb) {
+        let tools = "[tools.issue_refund]\nkey_retention = \"24h\"\ncall_timeout = \"10s\"\n\
+                     amount = { field = \"amount_p\", currency = \"GBP\", minor_unit = 2 }\n";
+        let (app, s) = TestApp::open_with_tools(&db, tools).await;
+        let p = app.get(&format!("/keys/{}", s.mismatch)).await;
+        assert!(
+            p.body
+                .contains("issue_refund</a> of <strong class=\"amount\">£45.00</strong>"),
+            "{}",
+            p.body
+        );
+        assert!(
+            p.body
+                .contains("<dt>Amount</dt><dd class=\"amount\">£45.00</dd>")
+        );
+        // The refused retry's change, in money too.
+        assert!(
+            p.body
+                .contains("<td><code>£45.00</code></td><td><code>£40.00</code></td>"),
+            "{}",
+            p.body
+        );
+        // A tool the file gives no money field keeps its raw arguments only.
+        let p = app.get(&format!("/keys/{}", s.message)).await;
+        assert!(!p.body.contains("<dt>Amount</dt>"));
     }
 );

@@ -5,6 +5,7 @@ mod errors;
 mod key_list;
 mod key_page;
 mod overview;
+mod search;
 mod static_files;
 
 use crate::support::app::Page;

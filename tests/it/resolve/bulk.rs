@@ -158,3 +158,17 @@ both_backends!(
         assert!(a.body.contains("tick at least one key"));
     }
 );
+
+both_backends!(
+    async fn the_bulk_form_counts_one_key_in_the_singular(db: TestDb) {
+        let (app, _) = TestApp::builtin(&db).await;
+        let page = app.get("/backlog?tool=send_message").await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.body);
+        assert!(
+            page.body.contains("The 1 key matching this filter"),
+            "{}",
+            page.body
+        );
+        assert!(!page.body.contains("All 1 keys"));
+    }
+);

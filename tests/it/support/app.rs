@@ -116,6 +116,16 @@ impl TestApp {
         (Self::new(web::app(state), &seeded.clock), seeded)
     }
 
+    /// As [`TestApp::open`], serving with a tools file's `tools` (its money fields).
+    pub async fn open_with_tools(db: &TestDb, tools: &str) -> (TestApp, Seeded) {
+        let seeded = seed(&db.store, Utc::now(), 0).await;
+        let tools = idemwatch::guard::ToolPolicies::parse(tools).expect("a valid tools file");
+        let state = AppState::new(db.store.clone())
+            .with_clock(Arc::new(seeded.clock.clone()))
+            .with_guard(tools, Default::default());
+        (Self::new(web::app(state), &seeded.clock), seeded)
+    }
+
     /// The seeded app with the built-in auth file of `support::auth` (every user signed
     /// in), asked by the resolver `sam` unless [`TestApp::as_`] says otherwise.
     pub async fn builtin(db: &TestDb) -> (TestApp, Seeded) {
