@@ -17,8 +17,11 @@ const MIB: u64 = 1024 * 1024;
 /// `[0]` (every 4 bytes a value and a vector: what grows most read as a tree) padded
 /// with strings to the size.
 fn admit_body(bytes: usize, cells: usize, n: usize) -> String {
-    let pad = (bytes / cells.max(1)).saturating_sub(4).max(1);
-    let cell = format!("[\"{}\"]", "x".repeat(pad));
+    // Each cell and its comma: `[0],` (4 bytes), or `["xx…"],` padded to the size.
+    let cell = match (bytes / cells.max(1)).saturating_sub(6) {
+        0 => "[0]".to_string(),
+        pad => format!("[\"{}\"]", "x".repeat(pad + 1)),
+    };
     let list = vec![cell.as_str(); cells].join(",");
     format!(
         r#"{{"intent":{{"tenant":"acme","tool":"issue_refund","workflow_id":"w","step_id":"1","intent_id":"mem-{n}"}},"args":{{"order":"M-{n}","cells":[{list}]}}}}"#
@@ -89,7 +92,7 @@ async fn a_worker_token_flooding_large_admits_keeps_serve_under_300_mib() {
 
     let big = std::sync::Arc::new(
         (0..32)
-            .map(|n| admit_body(1_900_000, 475_000, n))
+            .map(|n| admit_body(1_900_000, 1_900_000 / 4 - 100, n))
             .collect::<Vec<_>>(),
     );
     for _round in 0..3 {
@@ -126,6 +129,11 @@ async fn a_worker_token_flooding_large_admits_keeps_serve_under_300_mib() {
     }
     assert!(admitted > 0, "some bodies under the limit were read");
 
+    assert!(
+        (1_800_000..2_000_000).contains(&big[0].len()),
+        "the review's body size: {}",
+        big[0].len()
+    );
     let peak = peak_rss(pid);
     eprintln!(
         "serve peak RSS: {} MiB before the attack, {} MiB after ({admitted} large admits taken)",
