@@ -18,6 +18,8 @@ pub mod problem;
 mod refusal;
 pub mod server;
 mod site;
+/// The Host and Origin rules of every route, for another HTTP edge (the MCP proxy).
+pub use site::check as site_check;
 
 pub use error::Error;
 pub use site::{check as check_site, same_site_only};
