@@ -111,3 +111,13 @@ async def test_with_an_auth_file_only_a_worker_token_gets_in(env):
             result = await h.call_tool("issue_refund", REFUND)
     assert not result.is_error
     assert env.effects() == 1
+
+
+def test_a_non_loopback_address_without_an_auth_file_is_refused_at_start(env):
+    started = subprocess.run(
+        [BIN, "mcp-proxy", "--tools-file", str(env.tools), "--database-url", f"sqlite://{env.guard_db}?mode=rwc",
+         "--listen", "0.0.0.0:0", "--", sys.executable, str(HERE / "refund_server.py")],
+        capture_output=True, text=True, timeout=60, env={"REFUND_DB": str(env.refunds), "PATH": "/usr/bin:/bin"},
+    )
+    assert started.returncode != 0
+    assert "without authentication" in started.stderr, started.stderr
