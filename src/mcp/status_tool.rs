@@ -192,7 +192,7 @@ fn describe(found: Found, pages: &KeyPages, now: chrono::DateTime<chrono::Utc>) 
             "A person decides about this key: the server no longer remembers it and shows no effect, so a resend could act twice. Do not call {tool} again; tell the user."
         ),
         _ if found.has_lookup => format!(
-            "The outcome is UNKNOWN: the effect may have happened. Calling {tool} again with the same arguments is safe: idemwatch looks the effect up at the server first and resends only if it finds none while the server still remembers the key."
+            "The outcome is UNKNOWN: the effect may have happened. Call {tool} again only as the same action (the same arguments in this session or under the same natural key, or the same idempotencyKey): idemwatch then looks the effect up at the server first and resends only if it finds none while the server still remembers the key. A call that differs is a new action."
         ),
         _ => format!(
             "The outcome is UNKNOWN: the effect may have happened and {tool} has no lookup, so a person checks the server and decides. Do not call {tool} again; tell the user."
