@@ -8,6 +8,7 @@ pub mod duration;
 pub mod evidence;
 pub mod export;
 pub mod guard;
+pub mod mcp;
 pub mod metrics;
 pub mod retention;
 pub mod runtime;

@@ -28,6 +28,7 @@ async fn main() -> ExitCode {
         Command::EndSessions(args) => cli::end_sessions_command(args)
             .await
             .map(|out| println!("{out}")),
+        Command::McpProxy(args) => cli::mcp_proxy_command(args).await,
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,6 +5,7 @@ mod checkpoint;
 mod demo;
 mod export;
 mod inspect;
+mod mcp_proxy;
 mod metrics;
 mod retention;
 mod serve;
@@ -24,6 +25,7 @@ pub use checkpoint::{
 pub use demo::{DemoArgs, demo_command};
 pub use export::{ExportArgs, VerifyArgs, export_command, verify_command};
 pub use inspect::{fingerprint_command, key_command};
+pub use mcp_proxy::{McpProxyArgs, mcp_proxy_command};
 pub use metrics::{MetricsArgs, parse_duration};
 pub use retention::{PruneArgs, RetentionArgs, prune_command};
 pub use serve::{migrate_command, run_server, serve_command};
@@ -74,6 +76,8 @@ pub enum Command {
     Tokens(TokensArgs),
     /// End every sign-in session of a built-in user now, on every replica.
     EndSessions(EndSessionsArgs),
+    /// An MCP server in front of another that guards its side-effecting tools (docs/MCP.md).
+    McpProxy(McpProxyArgs),
 }
 
 #[derive(Clone, Args)]

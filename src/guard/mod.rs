@@ -48,3 +48,4 @@ pub use status::{
     AdmissionOutcome, AttemptKind, DuplicateVerdict, Resolution, Status, UnknownName,
 };
 pub use steps::{Admitted, CallOutcome, Reconciled};
+pub use tools_file::{LookupEntry, McpToolEntry, McpToolsFile, ToolKind};

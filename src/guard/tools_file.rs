@@ -19,6 +19,11 @@
 //! call_timeout = "10s"           # ambiguous outcome; look up by tag, or ask a person
 //! amount = { field = "amount_p", currency = "GBP", minor_unit = 2 }  # pages show £25.00
 //! ```
+//!
+//! The MCP proxy (`idemwatch mcp-proxy`, docs/MCP.md) reads the same file and three more
+//! keys per tool: `kind` (`"read_only"` tools need no policy and pass through unguarded),
+//! `key_argument` and `lookup`, and an `[mcp]` table (`tenant`, `trust_annotations`).
+//! `serve` checks them and ignores them.
 
 use super::MoneyField;
 use super::policy::{DEFAULT_DUPLICATE_WINDOW, ToolPolicies, ToolPolicy};
@@ -40,6 +45,17 @@ struct File {
     default: Option<Entry>,
     #[serde(default)]
     tools: BTreeMap<String, Entry>,
+    #[serde(default)]
+    mcp: Option<McpSection>,
+}
+
+/// The `[mcp]` table: what only the MCP proxy reads.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct McpSection {
+    tenant: Option<String>,
+    #[serde(default)]
+    trust_annotations: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -56,6 +72,9 @@ struct Entry {
     provider_dedupes: Option<bool>,
     /// Presentation only: which argument is money (pages show `amount_p: 2500` as £25.00).
     amount: Option<Amount>,
+    kind: Option<ToolKind>,
+    key_argument: Option<String>,
+    lookup: Option<LookupEntry>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -73,6 +92,57 @@ impl Amount {
     }
 }
 
+/// What a tool does to the world (seed 003's checklist: read-only, convergent,
+/// non-idempotent). A tool without a `kind` is non-idempotent: guarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolKind {
+    ReadOnly,
+    Convergent,
+    NonIdempotent,
+}
+
+impl ToolKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolKind::ReadOnly => "read_only",
+            ToolKind::Convergent => "convergent",
+            ToolKind::NonIdempotent => "non_idempotent",
+        }
+    }
+}
+
+/// A tool's reconciliation query on the same MCP server: `tool` called with
+/// `arguments` (each string `"{key}"` replaced by the key); `found` is a JSON pointer
+/// into its answer (the structured content, or its text read as JSON) whose value is
+/// the effect: absent, `null`, `false` or empty means not found.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LookupEntry {
+    pub tool: String,
+    #[serde(default)]
+    pub arguments: serde_json::Map<String, serde_json::Value>,
+    #[serde(default)]
+    pub found: String,
+}
+
+/// A tool's entry as the MCP proxy reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpToolEntry {
+    pub kind: ToolKind,
+    pub key_argument: Option<String>,
+    pub lookup: Option<LookupEntry>,
+}
+
+/// What the MCP proxy reads from the tools file besides the policies.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct McpToolsFile {
+    pub tenant: Option<String>,
+    pub trust_annotations: bool,
+    /// Every tool the file names, read-only ones included.
+    pub tools: BTreeMap<String, McpToolEntry>,
+}
+
 impl ToolPolicies {
     pub fn load(path: &Path) -> Result<ToolPolicies, String> {
         let text = std::fs::read_to_string(path)
@@ -81,12 +151,27 @@ impl ToolPolicies {
     }
 
     pub fn parse(text: &str) -> Result<ToolPolicies, String> {
+        Self::parse_with_mcp(text).map(|(policies, _)| policies)
+    }
+
+    /// [`ToolPolicies::load`] with the keys only the MCP proxy reads.
+    pub fn load_with_mcp(path: &Path) -> Result<(ToolPolicies, McpToolsFile), String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read tools file {}: {e}", path.display()))?;
+        ToolPolicies::parse_with_mcp(&text)
+            .map_err(|e| format!("tools file {}: {e}", path.display()))
+    }
+
+    /// The policies and the MCP keys, checked whole. A `read_only` tool gets no policy:
+    /// it is not guarded.
+    pub fn parse_with_mcp(text: &str) -> Result<(ToolPolicies, McpToolsFile), String> {
         let file: File = toml::from_str(text).map_err(|e| e.to_string())?;
         if file.tools.is_empty() && file.default.is_none() {
             return Err("declares no tools: add a [tools.NAME] table or a [default]".into());
         }
         let mut tools = BTreeMap::new();
         let mut amounts = BTreeMap::new();
+        let mut mcp_tools = BTreeMap::new();
         for (name, mut entry) in file.tools {
             let what = format!("tool {name:?}");
             if name.trim().is_empty() || name.len() > MAX_NAME_BYTES {
@@ -97,11 +182,20 @@ impl ToolPolicies {
             if let Some(amount) = entry.amount.take() {
                 amounts.insert(Some(name.clone()), amount.money(&what)?);
             }
-            let policy = entry.policy(&what)?;
-            tools.insert(name, policy);
+            let mcp = entry.mcp(&what)?;
+            if mcp.kind != ToolKind::ReadOnly {
+                tools.insert(name.clone(), entry.policy(&what)?);
+            }
+            mcp_tools.insert(name, mcp);
         }
         let default = match file.default {
             Some(mut entry) => {
+                if entry.kind.is_some() || entry.key_argument.is_some() || entry.lookup.is_some() {
+                    return Err(
+                        "[default]: kind, key_argument and lookup belong to a [tools.NAME] entry"
+                            .to_string(),
+                    );
+                }
                 if let Some(amount) = entry.amount.take() {
                     amounts.insert(None, amount.money("[default]")?);
                 }
@@ -109,15 +203,72 @@ impl ToolPolicies {
             }
             None => None,
         };
-        Ok(ToolPolicies {
-            tools,
-            default,
-            amounts,
-        })
+        let mcp = file.mcp.unwrap_or_default();
+        if let Some(tenant) = &mcp.tenant
+            && (tenant.trim().is_empty() || tenant.len() > MAX_NAME_BYTES)
+        {
+            return Err(format!(
+                "[mcp]: tenant must be non-empty and at most {MAX_NAME_BYTES} bytes"
+            ));
+        }
+        let mcp = McpToolsFile {
+            tenant: mcp.tenant,
+            trust_annotations: mcp.trust_annotations,
+            tools: mcp_tools,
+        };
+        Ok((
+            ToolPolicies {
+                tools,
+                default,
+                amounts,
+            },
+            mcp,
+        ))
     }
 }
 
 impl Entry {
+    /// The MCP keys, taken out of the entry. A read-only tool is never guarded, so it
+    /// may not name a key argument or a lookup.
+    fn mcp(&mut self, what: &str) -> Result<McpToolEntry, String> {
+        let kind = self.kind.unwrap_or(ToolKind::NonIdempotent);
+        let key_argument = self.key_argument.take();
+        let lookup = self.lookup.take();
+        if kind == ToolKind::ReadOnly && (key_argument.is_some() || lookup.is_some()) {
+            return Err(format!(
+                "{what}: a read_only tool is not guarded: key_argument and lookup do not apply"
+            ));
+        }
+        if let Some(arg) = &key_argument {
+            field_names(what, "key_argument", std::slice::from_ref(arg))?;
+        }
+        if let Some(lookup) = &lookup {
+            if lookup.tool.trim().is_empty() || lookup.tool.len() > MAX_NAME_BYTES {
+                return Err(format!("{what}: lookup.tool must be a tool name"));
+            }
+            if !(lookup.found.is_empty() || lookup.found.starts_with('/')) {
+                return Err(format!(
+                    "{what}: lookup.found {:?} must be a JSON pointer (\"/refund\") or empty",
+                    lookup.found
+                ));
+            }
+            let names_key = lookup
+                .arguments
+                .values()
+                .any(|v| v.as_str().is_some_and(|s| s.contains("{key}")));
+            if !names_key {
+                return Err(format!(
+                    "{what}: lookup.arguments must pass the key somewhere (a value \"{{key}}\")"
+                ));
+            }
+        }
+        Ok(McpToolEntry {
+            kind,
+            key_argument,
+            lookup,
+        })
+    }
+
     fn policy(self, what: &str) -> Result<ToolPolicy, String> {
         let duration = |field: &str, value: Option<String>| -> Result<HumanDuration, String> {
             let text = value.ok_or_else(|| format!("{what}: {field} is missing (e.g. \"24h\")"))?;
@@ -336,6 +487,69 @@ mod tests {
         ];
         for (text, want) in cases {
             let err = ToolPolicies::parse(text).unwrap_err();
+            assert!(err.contains(want), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_mcp_keys_are_read_and_a_read_only_tool_needs_no_policy() {
+        let (p, mcp) = ToolPolicies::parse_with_mcp(
+            "[mcp]\ntenant = \"acme\"\ntrust_annotations = true\n\
+             [tools.get_order]\nkind = \"read_only\"\n\
+             [tools.issue_refund]\nkey_retention = \"24h\"\ncall_timeout = \"5s\"\n\
+             key_argument = \"idempotency_key\"\n\
+             lookup = { tool = \"find_refund\", arguments = { idempotency_key = \"{key}\" }, found = \"/refund\" }\n",
+        )
+        .unwrap();
+        assert!(
+            p.get("get_order").is_none(),
+            "a read-only tool is not guarded"
+        );
+        assert!(p.get("issue_refund").is_some());
+        assert_eq!(mcp.tenant.as_deref(), Some("acme"));
+        assert!(mcp.trust_annotations);
+        assert_eq!(mcp.tools["get_order"].kind, ToolKind::ReadOnly);
+        let refund = &mcp.tools["issue_refund"];
+        assert_eq!(refund.kind, ToolKind::NonIdempotent);
+        assert_eq!(refund.key_argument.as_deref(), Some("idempotency_key"));
+        let lookup = refund.lookup.as_ref().unwrap();
+        assert_eq!(
+            (lookup.tool.as_str(), lookup.found.as_str()),
+            ("find_refund", "/refund")
+        );
+    }
+
+    #[test]
+    fn each_mcp_mistake_names_the_tool_and_the_key() {
+        let cases = [
+            (
+                "[tools.a]\nkind = \"sometimes\"\n",
+                "unknown variant `sometimes`",
+            ),
+            (
+                "[tools.a]\nkind = \"read_only\"\nkey_argument = \"k\"\n",
+                "tool \"a\": a read_only tool is not guarded",
+            ),
+            (
+                "[tools.a]\nkey_retention = \"1h\"\ncall_timeout = \"5s\"\nlookup = { tool = \"f\", arguments = { id = \"x\" } }\n",
+                "tool \"a\": lookup.arguments must pass the key",
+            ),
+            (
+                "[tools.a]\nkey_retention = \"1h\"\ncall_timeout = \"5s\"\nlookup = { tool = \"f\", arguments = { id = \"{key}\" }, found = \"refund\" }\n",
+                "tool \"a\": lookup.found \"refund\" must be a JSON pointer",
+            ),
+            (
+                "[default]\nkey_retention = \"1h\"\ncall_timeout = \"5s\"\nkind = \"convergent\"\n",
+                "[default]: kind, key_argument and lookup belong to a [tools.NAME] entry",
+            ),
+            (
+                "[mcp]\ntenant = \"\"\n[tools.a]\nkind = \"read_only\"\n",
+                "[mcp]: tenant must be non-empty",
+            ),
+            ("[mcp]\ntenent = \"a\"\n", "unknown field `tenent`"),
+        ];
+        for (text, want) in cases {
+            let err = ToolPolicies::parse_with_mcp(text).unwrap_err();
             assert!(err.contains(want), "{text:?}: {err}");
         }
     }

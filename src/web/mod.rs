@@ -23,6 +23,8 @@ mod refusal;
 pub mod server;
 mod site;
 mod slow_bodies;
+/// The Host and Origin rules of every route, for another HTTP edge (the MCP proxy).
+pub use site::check as site_check;
 
 pub use error::Error;
 pub use guard::{GuardLimits, MAX_VALUES as GUARD_MAX_VALUES};

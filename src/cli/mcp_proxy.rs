@@ -1,0 +1,86 @@
+//! `idemwatch mcp-proxy` (docs/MCP.md).
+
+use super::{AuthArgs, DatabaseArgs, parse_duration};
+use crate::guard::{GuardSettings, SystemClock};
+use crate::mcp::{KeyPages, Settings, Started, UpstreamSpec};
+use anyhow::Context;
+use clap::Args;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Args)]
+pub struct McpProxyArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    /// The tools file (the same file as `serve --tools-file`): which upstream tools are
+    /// guarded, under which policy, and their `kind`, `key_argument` and `lookup`.
+    #[arg(long, env = "IDEMWATCH_TOOLS_FILE")]
+    pub tools_file: std::path::PathBuf,
+    /// The tenant of every key (else the tools file's `[mcp] tenant`).
+    #[arg(long, env = "IDEMWATCH_TENANT")]
+    pub tenant: Option<String>,
+    /// The base URL of a `serve` on the same database: answers that need a person
+    /// name the key's page (`<URL>/keys/<key>`).
+    #[arg(long, env = "IDEMWATCH_PUBLIC_URL")]
+    pub public_url: Option<url::Url>,
+    /// Added to a tool's call timeout to make its lease (as `serve --lease-margin`).
+    #[arg(long, env = "IDEMWATCH_LEASE_MARGIN", default_value = "30s")]
+    pub lease_margin: crate::duration::HumanDuration,
+    /// The deadline of a call of a read-only tool, which passes through unguarded.
+    #[arg(long, env = "IDEMWATCH_MCP_PASSTHROUGH_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub passthrough_timeout: std::time::Duration,
+    /// Serve hosts over Streamable HTTP at `http://ADDR/mcp` instead of stdio. A
+    /// non-loopback address needs --auth-file: hosts then send a bearer token with the
+    /// worker role (docs/MCP.md).
+    #[arg(long, env = "IDEMWATCH_MCP_LISTEN")]
+    pub listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+    /// The upstream MCP server: a command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "UPSTREAM COMMAND")]
+    pub upstream: Vec<String>,
+}
+
+pub async fn mcp_proxy_command(args: McpProxyArgs) -> anyhow::Result<()> {
+    let store = super::serve::open_store(&args.database).await?;
+    let (program, rest) = args
+        .upstream
+        .split_first()
+        .ok_or_else(|| anyhow::anyhow!("name the upstream MCP server's command after `--`"))?;
+    let upstream = UpstreamSpec::Command {
+        program: program.clone(),
+        args: rest.to_vec(),
+    };
+    let settings = Settings {
+        tools_file: args.tools_file.clone(),
+        tenant: args.tenant.clone(),
+        pages: KeyPages {
+            public_url: args.public_url.as_ref().map(|u| u.to_string()),
+        },
+        guard: GuardSettings {
+            lease_margin: args.lease_margin.0,
+        },
+        passthrough_timeout: args.passthrough_timeout,
+    };
+    // Checked before the upstream starts: a refusal costs nothing.
+    let listening = match args.listen {
+        Some(addr) => {
+            let auth = args.auth.authenticator(addr)?;
+            let listener = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?;
+            Some((listener, auth))
+        }
+        None => None,
+    };
+    let started = Started::start(store, Arc::new(SystemClock), upstream, settings).await?;
+    match listening {
+        None => started.serve_stdio().await,
+        Some((listener, auth)) => {
+            tracing::info!(address = %listener.local_addr()?, "mcp-proxy: Streamable HTTP at /mcp");
+            let shutdown = async {
+                let _ = tokio::signal::ctrl_c().await;
+            };
+            started.serve_http(listener, auth, shutdown).await
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! One guarded `tools/call`: admit through the guard (the same steps as
+//! `/api/v1/guard/*`), call the upstream under the claimed key, settle what happened,
+//! and reconcile an UNKNOWN key through the tool's lookup before any resend.
+
+use super::answer::{self, KeyPages};
+use super::classify::Guarded;
+use super::context_store::WithCallContext;
+use super::intent::Caller;
+use super::lookup;
+use super::upstream::{Upstream, UpstreamError};
+use crate::guard::{
+    Admission, BusinessArgs, CallOutcome, Clock, FencingToken, Guard, GuardError, GuardSettings,
+    IdempotencyKey, Lookup, NaturalKey, Reconciled, Status, ToolCall,
+};
+use crate::store::Store;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What every guarded call shares.
+#[derive(Clone)]
+pub struct Calls {
+    pub store: Store,
+    pub clock: Arc<dyn Clock>,
+    pub settings: GuardSettings,
+    pub upstream: Arc<Upstream>,
+    pub pages: KeyPages,
+}
+
+/// One call as the client sent it.
+pub struct Request<'a> {
+    pub caller: &'a Caller,
+    pub tool: &'a str,
+    pub arguments: JsonObject,
+    /// SEP-3182's `idempotencyKey`, if the client sent one.
+    pub client_key: Option<String>,
+    /// The JSON-RPC request id, for the attempt log.
+    pub request_id: String,
+}
+
+/// What the guard holds while the upstream is called, and the call it holds it for.
+struct Held<'a> {
+    guard: &'a Guard<WithCallContext<Store>>,
+    key: IdempotencyKey,
+    token: FencingToken,
+    actor: String,
+    name: &'a str,
+    /// The arguments as the model sent them (free text included), without the key
+    /// argument.
+    arguments: &'a JsonObject,
+    tool: &'a Guarded,
+}
+
+impl Calls {
+    pub async fn call(&self, req: Request<'_>, tool: &Guarded) -> CallToolResult {
+        let name = req.tool;
+        // The key argument is the proxy's to fill: a value the model put there is
+        // neither fingerprinted nor sent.
+        let mut arguments = req.arguments.clone();
+        if let Some(arg) = &tool.key_argument {
+            arguments.remove(arg);
+        }
+        let args = Value::Object(arguments.clone());
+        let business = match BusinessArgs::new(&args, &tool.policy.free_text_fields) {
+            Ok(b) => b,
+            Err(e) => return answer::guard_error(name, &GuardError::InvalidCall(e)),
+        };
+        let business_ref = match NaturalKey::of(&business, &tool.policy.natural_key) {
+            Ok(natural) => natural.and_then(|n| business_ref(name, &n.fields)),
+            Err(e) => return answer::guard_error(name, &e),
+        };
+        let context = json!({
+            "session_id": req.caller.session,
+            "request_id": req.request_id,
+            "client": req.caller.client,
+        });
+        let guard = Guard::new(
+            WithCallContext::new(self.store.clone(), context),
+            self.clock.clone(),
+            self.settings.clone(),
+        );
+        let call = ToolCall {
+            intent: req
+                .caller
+                .intent(name, req.client_key.as_deref(), &business.fingerprint),
+            business_ref,
+            args,
+            actor: req.caller.actor(),
+        };
+        // A call in flight elsewhere is waited for up to this tool's call timeout.
+        let deadline = Instant::now() + tool.policy.call_timeout;
+        loop {
+            let admitted = match guard.admit_call(&call, &tool.policy).await {
+                Ok(a) => a,
+                Err(e) => return answer::guard_error(name, &e),
+            };
+            let key = admitted.key;
+            let held = |token| Held {
+                guard: &guard,
+                key: key.clone(),
+                token,
+                actor: call.actor.clone(),
+                name,
+                arguments: &arguments,
+                tool,
+            };
+            return match admitted.admission {
+                Admission::New { token, .. } => self.execute(&held(token)).await,
+                Admission::TakeOver { token, .. } => self.reconcile(&held(token)).await,
+                Admission::Replay { result } => answer::replayed(key.as_str(), &result),
+                Admission::ReplayFailure { error } => {
+                    answer::failed_before(name, key.as_str(), &error)
+                }
+                Admission::Mismatch {
+                    differing_fields, ..
+                } => answer::mismatch(
+                    name,
+                    key.as_str(),
+                    &differing_fields,
+                    admitted.intent_key.is_some(),
+                ),
+                Admission::InFlight { lease_until } => {
+                    if Instant::now() < deadline && self.wait_settled(&key, deadline).await {
+                        continue;
+                    }
+                    answer::in_flight(name, key.as_str(), lease_until)
+                }
+            };
+        }
+    }
+
+    /// Waits, reading the record, until the key is no longer in flight under a live
+    /// lease or `deadline` passes; true if it changed. Reads only: another admission
+    /// would log an `in_flight_rejected` row per poll.
+    async fn wait_settled(&self, key: &IdempotencyKey, deadline: Instant) -> bool {
+        let mut pause = Duration::from_millis(20);
+        while Instant::now() < deadline {
+            tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+            match self.store.record(key).await {
+                Ok(Some(rec)) => {
+                    if rec.status != Status::InProgress || rec.lease_until <= self.clock.now() {
+                        return true;
+                    }
+                }
+                // Pruned, or the database is away: let the admission say which.
+                Ok(None) | Err(_) => return true,
+            }
+        }
+        false
+    }
+
+    /// Calls the upstream under the held key and settles the outcome.
+    async fn execute(&self, held: &Held<'_>) -> CallToolResult {
+        let Held { name, tool, .. } = *held;
+        let mut sent = held.arguments.clone();
+        if let Some(arg) = &tool.key_argument {
+            sent.insert(arg.clone(), json!(held.key.as_str()));
+        }
+        let params = CallToolRequestParams::new(name.to_string()).with_arguments(sent);
+        let started = Instant::now();
+        let answer = self.upstream.call(params, tool.policy.call_timeout).await;
+        let duration_ms = i64::try_from(started.elapsed().as_millis()).ok();
+        let key = held.key.as_str();
+        let (outcome, reply) = match answer {
+            Ok(result) if result.is_error != Some(true) => {
+                let stored = serde_json::to_value(&result).unwrap_or(Value::Null);
+                (CallOutcome::Done { result: stored }, result)
+            }
+            // The tool ran and said it failed: the server's own definitive answer.
+            Ok(result) => (
+                CallOutcome::Failed {
+                    error: lookup::text_of(&result),
+                },
+                result,
+            ),
+            Err(UpstreamError::Refused(why)) => (
+                CallOutcome::Failed { error: why.clone() },
+                answer::refused(&format!("the upstream server refused {name}: {why}")),
+            ),
+            Err(e) => {
+                let reason = format!("the upstream server: {e}");
+                let reply = answer::unknown(name, key, &reason, &self.pages, tool.lookup.is_some());
+                (CallOutcome::Unknown { reason }, reply)
+            }
+        };
+        match held
+            .guard
+            .settle_call(&held.key, held.token, outcome, duration_ms, &held.actor)
+            .await
+        {
+            Ok(_) => reply,
+            Err(e) => answer::guard_error(name, &e),
+        }
+    }
+
+    /// After a takeover: the lookup first; then what the guard decides on it (a
+    /// replay of the effect found, a resend with the same key while the server still
+    /// remembers it, UNKNOWN again, or a person).
+    async fn reconcile(&self, held: &Held<'_>) -> CallToolResult {
+        let Held { name, tool, .. } = *held;
+        let key = held.key.as_str();
+        let started = Instant::now();
+        let found = match &tool.lookup {
+            None => Lookup::Failed(format!(
+                "no lookup is configured for {name}: a person must check the server"
+            )),
+            Some(spec) => {
+                let params = CallToolRequestParams::new(spec.tool.clone())
+                    .with_arguments(lookup::arguments(spec, &held.key));
+                match self.upstream.call(params, tool.policy.call_timeout).await {
+                    Ok(answer) => match lookup::read(spec, &answer) {
+                        Ok(Some(effect)) => Lookup::Found(found_result(&spec.tool, effect)),
+                        Ok(None) => Lookup::NotFound,
+                        Err(why) => Lookup::Failed(why),
+                    },
+                    Err(e) => Lookup::Failed(format!("the lookup tool {}: {e}", spec.tool)),
+                }
+            }
+        };
+        let duration_ms = i64::try_from(started.elapsed().as_millis()).ok();
+        match held
+            .guard
+            .report_lookup(&held.key, held.token, found, duration_ms, &held.actor)
+            .await
+        {
+            Ok(Reconciled::Found { result }) => answer::replayed(key, &result),
+            Ok(Reconciled::Resend { .. }) => self.execute(held).await,
+            Ok(Reconciled::Unknown { reason }) => {
+                answer::unknown(name, key, &reason, &self.pages, tool.lookup.is_some())
+            }
+            Err(GuardError::NeedsHumanReview { .. }) => {
+                answer::needs_person(name, key, &self.pages)
+            }
+            Err(e) => answer::guard_error(name, &e),
+        }
+    }
+}
+
+/// What a lookup found, stored as the key's result in the shape of a tool result.
+fn found_result(lookup_tool: &str, effect: Value) -> Value {
+    let text = format!("found by {lookup_tool}: {effect}");
+    let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+    r.structured_content = Some(effect);
+    serde_json::to_value(&r).unwrap_or(Value::Null)
+}
+
+/// The business ref support searches by: the tool and its natural key's values
+/// (`issue_refund order=A-88214`), when short enough to be one.
+pub(super) fn business_ref(tool: &str, natural: &Value) -> Option<String> {
+    let fields = natural.as_object()?;
+    let parts: Vec<String> = fields
+        .iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => format!("{k}={s}"),
+            other => format!("{k}={other}"),
+        })
+        .collect();
+    let text = format!("{tool} {}", parts.join(","));
+    (text.len() <= 512).then_some(text)
+}

@@ -1,0 +1,91 @@
+//! The Streamable HTTP downstream (`mcp-proxy --listen`): rmcp's service at `/mcp`,
+//! behind the same rules as `serve` (docs/AUTH.md): the Host and Origin checks of
+//! `web/site.rs`, and, with an auth file, a bearer token whose principal may call the
+//! guard (the `worker` role, or `admin`), limited to its tenants and tools. Without an
+//! auth file only a loopback address is accepted (`AuthArgs::authenticator`).
+
+use super::server::{Proxy, Shared};
+use crate::auth::{Authenticator, Permission, Principal};
+use axum::Router;
+use axum::extract::{ConnectInfo, Request};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+/// The router: `/mcp` for every MCP session.
+pub fn router(shared: Arc<Shared>, auth: Arc<Authenticator>) -> Router {
+    // The Host check is ours (the site rules every `serve` route follows), so
+    // rmcp's own loopback-only default is off.
+    let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
+    let service = StreamableHttpService::new(
+        move || Ok(Proxy::new(shared.clone(), super::new_session_id("http"))),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn(move |req, next| {
+            gate(auth.clone(), req, next)
+        }))
+}
+
+/// The site check, then who is calling; the principal rides in the request's
+/// extensions to the tool calls (rmcp hands them the request's parts).
+async fn gate(auth: Arc<Authenticator>, mut req: Request, next: Next) -> Response {
+    let refused = |status: StatusCode, text: String| (status, text).into_response();
+    if let Err(e) = crate::web::site_check(
+        auth.allowed_hosts(),
+        !auth.is_configured(),
+        req.method(),
+        req.uri(),
+        req.headers(),
+    ) {
+        return e.into_response();
+    }
+    let peer = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip());
+    let now = chrono::Utc::now().timestamp();
+    let principal = match auth.authenticate(req.headers(), peer, now) {
+        Ok(Some(p)) => p,
+        Ok(None) => {
+            return refused(
+                StatusCode::UNAUTHORIZED,
+                "a bearer token with the worker role is required (Authorization: Bearer …; docs/AUTH.md)".into(),
+            );
+        }
+        Err(e) => return refused(StatusCode::UNAUTHORIZED, e.to_string()),
+    };
+    if !principal.can(Permission::Guard) {
+        return refused(
+            StatusCode::FORBIDDEN,
+            format!(
+                "{:?} may not call the guard: the MCP proxy needs a token with the worker role (docs/AUTH.md)",
+                principal.name
+            ),
+        );
+    }
+    req.extensions_mut().insert(principal);
+    next.run(req).await
+}
+
+/// The principal of an HTTP session's request, if the request came over HTTP.
+pub fn principal(ctx: &rmcp::service::RequestContext<rmcp::RoleServer>) -> Option<Principal> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Principal>().cloned())
+}
+
+/// The `Mcp-Session-Id` of an HTTP session's request.
+pub fn session_id(ctx: &rmcp::service::RequestContext<rmcp::RoleServer>) -> Option<String> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.headers.get("mcp-session-id"))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}

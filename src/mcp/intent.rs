@@ -1,0 +1,85 @@
+//! The intent of a `tools/call`, from which the guard derives the key. Minted by the
+//! proxy, never by the model (seed 000), from, in order:
+//!
+//! 1. the client's `idempotencyKey` (SEP-3182), scoped to the tenant, the tool and
+//!    the client: the host decided what one action is;
+//! 2. otherwise the arguments within the MCP session: a retry or re-issue in the same
+//!    session collapses, and the tool's natural key (applied by the guard exactly as
+//!    `serve` applies it, whatever the intent) collapses a re-issue across sessions and
+//!    restarts of the host.
+//!
+//! A genuine second action with the same arguments needs either its own
+//! `idempotencyKey` from the host or, under a natural key, other natural-key values.
+
+use crate::guard::{Fingerprint, Intent};
+
+/// Who is calling and in which session.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub tenant: String,
+    /// The client's name from `initialize` (`clientInfo.name`).
+    pub client: String,
+    /// The MCP session: the `Mcp-Session-Id` over HTTP, one per connection over stdio.
+    pub session: String,
+}
+
+impl Caller {
+    /// `mcp:<client name>`: the attempt log's actor.
+    pub fn actor(&self) -> String {
+        format!("mcp:{}", self.client)
+    }
+
+    pub fn intent(&self, tool: &str, client_key: Option<&str>, args: &Fingerprint) -> Intent {
+        let (workflow_id, step_id, intent_id) = match client_key {
+            Some(key) => (
+                format!("mcp-client:{}", self.client),
+                "idempotencyKey".to_string(),
+                key.to_string(),
+            ),
+            None => (
+                format!("mcp-session:{}", self.session),
+                "arguments".to_string(),
+                format!("fingerprint:{}", args.0),
+            ),
+        };
+        Intent {
+            tenant: self.tenant.clone(),
+            tool: tool.to_string(),
+            workflow_id,
+            step_id,
+            intent_id,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(session: &str) -> Caller {
+        Caller {
+            tenant: "acme".into(),
+            client: "claude".into(),
+            session: session.into(),
+        }
+    }
+
+    #[test]
+    fn the_same_arguments_share_a_key_within_a_session_only() {
+        let fp = Fingerprint("ab".into());
+        let a = caller("s1").intent("refund", None, &fp).key().unwrap();
+        assert_eq!(a, caller("s1").intent("refund", None, &fp).key().unwrap());
+        assert_ne!(a, caller("s2").intent("refund", None, &fp).key().unwrap());
+    }
+
+    #[test]
+    fn a_client_key_holds_across_sessions_but_not_across_clients_or_tools() {
+        let fp = Fingerprint("ab".into());
+        let k = |c: Caller, tool| c.intent(tool, Some("k-1"), &fp).key().unwrap();
+        assert_eq!(k(caller("s1"), "refund"), k(caller("s2"), "refund"));
+        assert_ne!(k(caller("s1"), "refund"), k(caller("s1"), "charge"));
+        let mut other = caller("s1");
+        other.client = "cursor".into();
+        assert_ne!(k(caller("s1"), "refund"), k(other, "refund"));
+    }
+}
