@@ -5,7 +5,8 @@
 //! detail before the store seals it into the chain.
 
 use crate::guard::{
-    AttemptDraft, Claim, ClaimChecks, IdempotencyKey, PairReview, Record, Storage, StoreError,
+    Attempt, AttemptDraft, Claim, ClaimChecks, IdempotencyKey, PairReview, Record, Storage,
+    StoreError,
 };
 use serde_json::Value;
 use std::sync::Arc;
@@ -76,5 +77,9 @@ impl<S: Storage> Storage for WithCallContext<S> {
 
     async fn record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         self.inner.record(key).await
+    }
+
+    async fn newest_attempt(&self, key: &IdempotencyKey) -> Result<Option<Attempt>, StoreError> {
+        self.inner.newest_attempt(key).await
     }
 }

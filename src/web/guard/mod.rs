@@ -15,9 +15,9 @@
 mod access;
 mod answer;
 mod body;
-mod status;
 mod limits;
 mod request;
+mod status;
 mod wait;
 
 pub use body::MAX_VALUES;
