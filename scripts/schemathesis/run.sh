@@ -76,12 +76,15 @@ run_backend() {
   # server enforces (byte lengths where JSON Schema counts characters, a blank reason,
   # evidence required for `done`), so some schema-valid requests get a 400 naming the field.
   # One worker: Hypothesis draws from several threads trip a CPython 3.11 AST bug.
+  # --max-response-time: `GET /api/v1/guard/keys/{key}?after_token=N&wait=S` is a long poll
+  # that holds the request up to S ≤ 60 s by contract when the token is still N; Schemathesis's
+  # default limit (10 s) failed it whenever a draw matched the key's token.
   (cd "$WORK" && "$VENV/bin/st" run "$ROOT/docs/openapi.json" \
     --url "http://127.0.0.1:$port" \
     --header "Authorization: Bearer $TOKEN" \
     --checks all --exclude-checks positive_data_acceptance \
     --max-time "${SCHEMATHESIS_MAX_TIME:-60}" --workers 1 \
-    --request-timeout 70 --no-color)
+    --request-timeout 70 --max-response-time 65 --no-color)
   local status=$?
   if grep -q 'panicked' "$log"; then
     echo "schemathesis: idemwatch serve ($backend) panicked:" >&2
