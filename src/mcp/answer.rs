@@ -101,6 +101,37 @@ pub fn mismatch(tool: &str, key: &str, fields: &[String], natural: bool) -> Call
     )
 }
 
+/// Other arguments on an UNKNOWN key, and the lookup found the first call's effect:
+/// the key is DONE with it; this call was not run.
+pub fn earlier_found(tool: &str, key: &str, fields: &[String]) -> CallToolResult {
+    error(
+        format!(
+            "{tool} was not run: key {key} was first used with other arguments (differing: {}), and that earlier call did happen: the server shows its effect, now the key's result. This call was not run, so the action has exactly one effect. Ask a person which values are right; do not call it again.",
+            fields.join(", ")
+        ),
+        json!({"key": key, "decision": "payload_mismatch", "differing_fields": fields.join(", "), "stored_status": "DONE"}),
+    )
+}
+
+/// Other arguments on an UNKNOWN key, and nothing settles it: neither version is sent
+/// under the key; a person decides.
+pub fn earlier_unknown(
+    tool: &str,
+    key: &str,
+    fields: &[String],
+    pages: &KeyPages,
+) -> CallToolResult {
+    error(
+        format!(
+            "{tool} was not run: key {key} was first used with other arguments (differing: {}), and the outcome of that earlier call is UNKNOWN: it may or may not have happened. Neither version is sent under this key: a person decides. Do not call it again; tell the user a person must check.{}",
+            fields.join(", "),
+            pages.sentence(key)
+        ),
+        json!({"key": key, "decision": "payload_mismatch", "differing_fields": fields.join(", "),
+               "stored_status": "UNKNOWN", "awaiting_person": true, "page": pages.of(key)}),
+    )
+}
+
 pub fn unknown(
     tool: &str,
     key: &str,

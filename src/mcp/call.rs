@@ -112,6 +112,14 @@ impl Calls {
                 Admission::ReplayFailure { error } => {
                     answer::failed_before(name, key.as_str(), &error)
                 }
+                // Other arguments on a key whose outcome is unknown (issue 51): the
+                // guard offers a lookup by key (harmless whatever the arguments),
+                // never a resend; a person decides the rest.
+                Admission::Mismatch {
+                    differing_fields,
+                    lookup_token: Some(token),
+                    ..
+                } => self.check_earlier(&held(token), &differing_fields).await,
                 Admission::Mismatch {
                     differing_fields, ..
                 } => answer::mismatch(
@@ -201,6 +209,50 @@ impl Calls {
     async fn reconcile(&self, held: &Held<'_>) -> CallToolResult {
         let Held { name, tool, .. } = *held;
         let key = held.key.as_str();
+        let (found, duration_ms) = self.look_up(held).await;
+        match held
+            .guard
+            .report_lookup(&held.key, held.token, found, duration_ms, &held.actor)
+            .await
+        {
+            Ok(Reconciled::Found { result }) => answer::replayed(key, &result),
+            Ok(Reconciled::Resend { .. }) => self.execute(held).await,
+            Ok(Reconciled::Unknown { reason }) => {
+                answer::unknown(name, key, &reason, &self.pages, tool.lookup.is_some())
+            }
+            Err(GuardError::NeedsHumanReview { .. }) => {
+                answer::needs_person(name, key, &self.pages)
+            }
+            Err(e) => answer::guard_error(name, &e),
+        }
+    }
+
+    /// A call with other arguments than the UNKNOWN key's first call: the earlier
+    /// call's effect is looked up by key under the token the guard offered (the guard
+    /// never resends on it), and the model is told this call was not run.
+    async fn check_earlier(&self, held: &Held<'_>, differing: &[String]) -> CallToolResult {
+        let Held { name, tool, .. } = *held;
+        let key = held.key.as_str();
+        if tool.lookup.is_none() {
+            return answer::earlier_unknown(name, key, differing, &self.pages);
+        }
+        let (found, duration_ms) = self.look_up(held).await;
+        match held
+            .guard
+            .report_lookup(&held.key, held.token, found, duration_ms, &held.actor)
+            .await
+        {
+            Ok(Reconciled::Found { .. }) => answer::earlier_found(name, key, differing),
+            Ok(_) | Err(GuardError::NeedsHumanReview { .. }) => {
+                answer::earlier_unknown(name, key, differing, &self.pages)
+            }
+            Err(e) => answer::guard_error(name, &e),
+        }
+    }
+
+    /// The tool's lookup by key at the upstream, and how long it took.
+    async fn look_up(&self, held: &Held<'_>) -> (Lookup, Option<i64>) {
+        let Held { name, tool, .. } = *held;
         let started = Instant::now();
         let found = match &tool.lookup {
             None => Lookup::Failed(format!(
@@ -219,22 +271,7 @@ impl Calls {
                 }
             }
         };
-        let duration_ms = i64::try_from(started.elapsed().as_millis()).ok();
-        match held
-            .guard
-            .report_lookup(&held.key, held.token, found, duration_ms, &held.actor)
-            .await
-        {
-            Ok(Reconciled::Found { result }) => answer::replayed(key, &result),
-            Ok(Reconciled::Resend { .. }) => self.execute(held).await,
-            Ok(Reconciled::Unknown { reason }) => {
-                answer::unknown(name, key, &reason, &self.pages, tool.lookup.is_some())
-            }
-            Err(GuardError::NeedsHumanReview { .. }) => {
-                answer::needs_person(name, key, &self.pages)
-            }
-            Err(e) => answer::guard_error(name, &e),
-        }
+        (found, i64::try_from(started.elapsed().as_millis()).ok())
     }
 }
 
