@@ -311,6 +311,9 @@ fn print_banner(base: &str, url: &str, temporary: bool, args: &DemoArgs) {
     );
     println!("               a payload-mismatch bug, lost keys and genuine repeat refunds");
     println!(
+        "  mcp          a scripted MCP host through mcp-proxy's code to a simulated MCP refund server: /keys?q=M- (actor mcp:demo-assistant)"
+    );
+    println!(
         "  time         {speed}x: the {}s client deadline is {}, the guard's {}s provider timeout is {};",
         CLIENT_DEADLINE.as_secs(),
         secs(deadline),

@@ -8,6 +8,7 @@
 
 mod calls;
 mod latency;
+mod mcp;
 mod over_http;
 mod provider;
 mod scenario;
@@ -19,6 +20,7 @@ pub use latency::{
     CLIENT_DEADLINE, IncidentSchedule, LEASE_MARGIN, LatencyModel, PROVIDER_RETENTION,
     PROVIDER_TIMEOUT,
 };
+pub use mcp::MCP_CLIENT;
 pub use provider::{Effect, Fault, Provider, ProviderClient, ProviderError};
 pub use scenario::{REPEAT_ORDER, SHOWCASE, Scenario};
 pub use stats::{Admissions, CallResult, Snapshot, StatusLine, clock};
@@ -138,6 +140,7 @@ impl Demo {
         let shared = &self.shared;
         let mut tasks = JoinSet::new();
         tasks.spawn(schedule_incidents(Arc::clone(shared)));
+        tasks.spawn(mcp::run(Arc::clone(shared)));
         tokio::pin!(stop);
         let mut n: u64 = 0;
         let mut next = tokio::time::Instant::now();

@@ -28,6 +28,7 @@ mod upstream;
 
 pub use answer::KeyPages;
 pub use classify::{Disagreement, Treatment};
+pub use upstream::InProcessServer;
 pub use upstream::UpstreamSpec;
 
 use crate::guard::{Clock, GuardSettings, ToolPolicies};
@@ -118,6 +119,21 @@ impl Started {
 
     pub fn disagreements(&self) -> &[Disagreement] {
         &self.shared.classification.disagreements
+    }
+
+    /// Serves one host over an in-memory pipe until it disconnects (the demo's scripted
+    /// host, the benchmark): a session of its own, as a host over stdio gets.
+    pub async fn serve_in_process(&self, io: tokio::io::DuplexStream) -> anyhow::Result<()> {
+        let proxy = Proxy::new(self.shared.clone(), new_session_id("local"));
+        let running = proxy
+            .serve(io)
+            .await
+            .context("the host did not complete initialize")?;
+        running
+            .waiting()
+            .await
+            .context("the MCP session ended abnormally")?;
+        Ok(())
     }
 
     /// Serves one host over this process's stdin and stdout until it disconnects.

@@ -17,6 +17,23 @@ use tokio::sync::Mutex;
 pub enum UpstreamSpec {
     /// A program and its arguments, spoken to over its stdin and stdout.
     Command { program: String, args: Vec<String> },
+    /// An MCP server in this process (the demo's simulated server, the benchmark's),
+    /// spoken to over an in-memory pipe.
+    InProcess(InProcessServer),
+}
+
+/// Serves one fresh instance of an in-process MCP server on the given end of a pipe
+/// (each connect, and each reconnect after it ended, makes a new pipe).
+#[derive(Clone)]
+pub struct InProcessServer {
+    pub name: String,
+    pub serve: Arc<dyn Fn(tokio::io::DuplexStream) + Send + Sync>,
+}
+
+impl std::fmt::Debug for InProcessServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InProcessServer({})", self.name)
+    }
 }
 
 impl std::fmt::Display for UpstreamSpec {
@@ -29,6 +46,7 @@ impl std::fmt::Display for UpstreamSpec {
                 }
                 write!(f, "`")
             }
+            UpstreamSpec::InProcess(server) => write!(f, "{} (in process)", server.name),
         }
     }
 }
@@ -101,7 +119,10 @@ impl Upstream {
 }
 
 async fn connect(spec: &UpstreamSpec) -> Result<Client, String> {
-    let UpstreamSpec::Command { program, args } = spec;
+    let (program, args) = match spec {
+        UpstreamSpec::Command { program, args } => (program, args),
+        UpstreamSpec::InProcess(server) => return connect_in_process(server).await,
+    };
     let mut command = tokio::process::Command::new(program);
     command.args(args);
     let transport = TokioChildProcess::new(command)
@@ -112,6 +133,21 @@ async fn connect(spec: &UpstreamSpec) -> Result<Client, String> {
     );
     info.serve(transport).await.map_err(|e| {
         format!("the upstream MCP server {spec} did not complete initialize (not an MCP server, or another protocol version?): {e}")
+    })
+}
+
+async fn connect_in_process(server: &InProcessServer) -> Result<Client, String> {
+    let (ours, theirs) = tokio::io::duplex(64 * 1024);
+    (server.serve)(theirs);
+    let info = ClientConfig::new(
+        ClientCapabilities::default(),
+        Implementation::new("idemwatch-mcp-proxy", env!("CARGO_PKG_VERSION")),
+    );
+    info.serve(ours).await.map_err(|e| {
+        format!(
+            "the in-process MCP server {} did not complete initialize: {e}",
+            server.name
+        )
     })
 }
 

@@ -4,6 +4,7 @@
 
 mod binary;
 mod documented_examples;
+mod mcp;
 mod traffic;
 
 use idemwatch::demo::DemoConfig;
