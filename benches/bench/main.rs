@@ -1,7 +1,7 @@
 //! `cargo bench --bench bench [-- AREA…]`: idemwatch's benchmarks, each compared with a
 //! baseline measured in the same run. Method and results: docs/PERFORMANCE.md.
 //!
-//! Areas: guard, guard-http, chain, probe, tailer, pages, export, footprint, exporter, checkpoint
+//! Areas: guard, guard-http, mcp-proxy, chain, probe, tailer, pages, export, footprint, exporter, checkpoint
 //! (all when none is named), `soak` (only when named: it runs for `BENCH_SOAK_SECS`,
 //! see soak.rs) and `checkpoint-writer` (only when named: what a checkpoint costs the guard on SQLite,
 //! see checkpoint_writer.rs).
@@ -23,6 +23,7 @@ mod exporter;
 mod guard;
 mod guard_http;
 mod http;
+mod mcp_proxy;
 mod pages;
 #[path = "../../tests/it/support/pg.rs"]
 #[allow(
@@ -151,6 +152,17 @@ async fn main() {
         let dir = tempfile::tempdir().unwrap();
         let lite = fresh_sqlite(dir.path()).await;
         guard_http::run(&lite, "SQLite", plan, &mut figures).await;
+    }
+    if wants("mcp-proxy") {
+        if on("postgres") {
+            let (pg, _) = fresh_postgres("mcp_proxy").await;
+            mcp_proxy::run(&pg, "PostgreSQL", plan, true, &mut figures).await;
+        }
+        if on("sqlite") {
+            let dir = tempfile::tempdir().unwrap();
+            let lite = fresh_sqlite(dir.path()).await;
+            mcp_proxy::run(&lite, "SQLite", plan, !on("postgres"), &mut figures).await;
+        }
     }
     if wants("tailer") {
         let (pg, url) = fresh_postgres("tailer").await;
