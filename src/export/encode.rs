@@ -6,8 +6,8 @@ use super::manifest::{CsvCells, Format, HASH_CHAIN, MANIFEST_VERSION, Manifest, 
 use super::rfc4180::Record;
 use super::row::{COLUMNS, ExportRow, write_canonical_cell};
 use super::spool::{Fields, Spool};
+use crate::base::time::rfc3339;
 use crate::evidence::ExportEvidence;
-use crate::guard::rfc3339;
 use crate::store::{ExportCells, ExportFilter, JsonText, RawExportRow, StoreError};
 use chrono::{DateTime, Utc};
 use serde::Serialize;

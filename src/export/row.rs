@@ -2,8 +2,8 @@
 //! column order ([`COLUMNS`], the CSV header and the NDJSON member order) are the
 //! store's, which yields it; NDJSON is its serde form.
 
-use crate::guard::canonical::canonical_json;
-use crate::guard::canonical_text::write_canonical_text;
+use crate::base::canonical::canonical_json;
+use crate::base::canonical_text::write_canonical_text;
 use crate::guard::{Intent, rfc3339};
 pub use crate::store::{COLUMNS, ExportRow};
 use crate::store::{JsonText, StoreError};

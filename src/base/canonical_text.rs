@@ -294,7 +294,7 @@ fn hex4(digits: &[u8]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::guard::canonical::canonical_json;
+    use crate::base::canonical::canonical_json;
 
     /// What the text way must equal: the `Value` way.
     fn via_value(text: &str) -> Option<String> {
