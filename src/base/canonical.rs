@@ -5,8 +5,16 @@
 //! their UTF-16 code units, no insignificant whitespace, strings escaped exactly as
 //! ECMAScript's `JSON.stringify` does, and numbers printed as ECMAScript doubles
 //! (`4500.0` becomes `4500`, `1e21` becomes `1e+21`, `-0` becomes `0`).
+//!
+//! One writer for both inputs: a `serde_json::Value` (the guard's) and JSON text (a
+//! stored column that export and verify read for every row). The writer is a serde
+//! visitor ([`Jcs`]), so text is written in one pass without building a `Value`, and a
+//! `Value` and its text are written by the same code to the same bytes.
 
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
+use std::borrow::Cow;
+use std::fmt;
 
 /// Integers above 2^53 cannot be represented exactly as IEEE 754 doubles. JCS would
 /// silently round them, so two different amounts could share a fingerprint; for a
@@ -43,64 +51,209 @@ pub fn canonical_json(value: &Value) -> Result<String, CanonicalError> {
 
 /// Appends the JCS form of `value` to `out` (partly written on an error).
 pub(crate) fn write_canonical(out: &mut String, value: &Value) -> Result<(), CanonicalError> {
-    write_value(out, value).map_err(|e| e.under("$"))
+    let mut failure = None;
+    let written = value.deserialize_any(Jcs {
+        out,
+        failure: &mut failure,
+    });
+    match (written, failure) {
+        (Ok(()), _) => Ok(()),
+        (Err(_), Some(e)) => Err(e.under("$")),
+        // A `Value` raises nothing of its own: every error is the writer's.
+        (Err(e), None) => unreachable!("a Value deserialises without error: {e}"),
+    }
 }
 
-fn write_value(out: &mut String, value: &Value) -> Result<(), CanonicalError> {
-    match value {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => write_number(out, n)?,
-        Value::String(s) => write_string(out, s),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
+/// Appends the JCS form of the JSON `text` to `out`; `None` (with `out` as it was)
+/// when the text is not JSON or holds what JCS refuses (then its `Value`, if any,
+/// is refused too). The same bytes as [`write_canonical`] of the text's `Value`.
+pub(crate) fn write_canonical_text(out: &mut String, text: &str) -> Option<()> {
+    let start = out.len();
+    let mut failure = None;
+    let mut de = serde_json::Deserializer::from_str(text);
+    let written = de
+        .deserialize_any(Jcs {
+            out: &mut *out,
+            failure: &mut failure,
+        })
+        .and_then(|()| de.end());
+    if written.is_err() {
+        out.truncate(start);
+    }
+    written.ok()
+}
+
+/// Writes the value it visits in JCS form after what `out` holds. A value JCS refuses
+/// leaves its reason in `failure` (the path added on the way out) and answers an error.
+struct Jcs<'o> {
+    out: &'o mut String,
+    failure: &'o mut Option<CanonicalError>,
+}
+
+impl Jcs<'_> {
+    /// The same writer for a member or an element, writing into the same `out`.
+    fn nested(&mut self) -> Jcs<'_> {
+        Jcs {
+            out: &mut *self.out,
+            failure: &mut *self.failure,
+        }
+    }
+
+    fn refuse<E: serde::de::Error>(self, why: CanonicalError) -> Result<(), E> {
+        *self.failure = Some(why);
+        Err(E::custom("not canonicalisable"))
+    }
+
+    /// An error from inside `segment` (`.name`, `[3]`), with the segment on its path.
+    fn within<E>(&mut self, segment: impl FnOnce() -> String, e: E) -> E {
+        if let Some(failure) = self.failure.take() {
+            *self.failure = Some(failure.under(&segment()));
+        }
+        e
+    }
+
+    fn integer<E: serde::de::Error>(self, magnitude: u64, number: String) -> Result<(), E> {
+        if magnitude > MAX_SAFE_INTEGER {
+            return self.refuse(CanonicalError::UnsafeInteger {
+                path: String::new(),
+                number,
+            });
+        }
+        // Exactly a double: printed as ECMAScript prints that double.
+        let f = magnitude as f64;
+        self.number(if number.starts_with('-') { -f } else { f })
+    }
+
+    fn number<E: serde::de::Error>(self, f: f64) -> Result<(), E> {
+        if !f.is_finite() {
+            return self.refuse(CanonicalError::NonFinite {
+                path: String::new(),
+            });
+        }
+        if f == 0.0 {
+            // ECMAScript prints -0 as "0".
+            self.out.push('0');
+        } else {
+            let mut buf = ryu_js::Buffer::new();
+            self.out.push_str(buf.format_finite(f));
+        }
+        Ok(())
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Jcs<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Jcs<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
+        self.out.push_str("null");
+        Ok(())
+    }
+    fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<(), E> {
+        self.out.push_str(if b { "true" } else { "false" });
+        Ok(())
+    }
+    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<(), E> {
+        self.integer(n, n.to_string())
+    }
+    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<(), E> {
+        self.integer(n.unsigned_abs(), n.to_string())
+    }
+    fn visit_f64<E: serde::de::Error>(self, f: f64) -> Result<(), E> {
+        self.number(f)
+    }
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
+        write_string(self.out, s);
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut items: A) -> Result<(), A::Error> {
+        self.out.push('[');
+        let mut i = 0;
+        loop {
+            let comma = self.out.len();
+            if i > 0 {
+                self.out.push(',');
+            }
+            match items.next_element_seed(self.nested()) {
+                Ok(Some(())) => i += 1,
+                Ok(None) => {
+                    self.out.truncate(comma);
+                    break;
                 }
-                write_value(out, item).map_err(|e| e.under(&format!("[{i}]")))?;
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            // serde_json's map iterates in the byte order of its names (a BTreeMap),
-            // which is JCS order for ASCII names: then the members are written as they
-            // come, without a Vec and a sort per object (the guard canonicalises several
-            // objects per call). Checked, not assumed: a map that iterates otherwise (a
-            // name above U+FFFF, or serde_json's `preserve_order`) is sorted.
-            let names = map.keys();
-            if names
-                .clone()
-                .zip(names.skip(1))
-                .all(|(a, b)| jcs_order(a, b).is_lt())
-            {
-                write_members(out, map.iter())?;
-            } else {
-                let mut members: Vec<(&String, &Value)> = map.iter().collect();
-                members.sort_by(|(a, _), (b, _)| jcs_order(a, b));
-                write_members(out, members.into_iter())?;
+                Err(e) => return Err(self.within(|| format!("[{i}]"), e)),
             }
         }
+        self.out.push(']');
+        Ok(())
     }
-    Ok(())
+
+    /// Each member's value is written after what `out` holds, in the order given; then
+    /// the object is written from those pieces with its members in JCS order (a name
+    /// given twice keeps its last value, as a `Value` does), and the pieces are dropped.
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        let pieces_from = self.out.len();
+        let mut members: Vec<(Cow<'de, str>, std::ops::Range<usize>)> = Vec::new();
+        while let Some(name) = map.next_key_seed(Name)? {
+            let start = self.out.len();
+            if let Err(e) = map.next_value_seed(self.nested()) {
+                return Err(self.within(|| format!(".{name}"), e));
+            }
+            members.push((name, start..self.out.len()));
+        }
+        // Stable: of equal names, the last given comes last, and is the one kept.
+        members.sort_by(|(a, _), (b, _)| jcs_order(a, b));
+        let object_from = self.out.len();
+        self.out.push('{');
+        let mut first = true;
+        for (i, (name, piece)) in members.iter().enumerate() {
+            if members.get(i + 1).is_some_and(|(next, _)| next == name) {
+                continue;
+            }
+            if !first {
+                self.out.push(',');
+            }
+            first = false;
+            write_string(self.out, name);
+            self.out.push(':');
+            self.out.extend_from_within(piece.clone());
+        }
+        self.out.push('}');
+        self.out.drain(pieces_from..object_from);
+        Ok(())
+    }
 }
 
-/// An object's members, already in JCS order, as `{"name":value,…}`.
-fn write_members<'a>(
-    out: &mut String,
-    members: impl Iterator<Item = (&'a String, &'a Value)>,
-) -> Result<(), CanonicalError> {
-    out.push('{');
-    for (i, (name, member)) in members.enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        write_string(out, name);
-        out.push(':');
-        write_value(out, member).map_err(|e| e.under(&format!(".{name}")))?;
+/// A member's name, borrowed from the input when it holds no escape.
+struct Name;
+
+impl<'de> DeserializeSeed<'de> for Name {
+    type Value = Cow<'de, str>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
     }
-    out.push('}');
-    Ok(())
+}
+
+impl<'de> Visitor<'de> for Name {
+    type Value = Cow<'de, str>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a member name")
+    }
+    fn visit_borrowed_str<E: serde::de::Error>(self, s: &'de str) -> Result<Self::Value, E> {
+        Ok(Cow::Borrowed(s))
+    }
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+        Ok(Cow::Owned(s.to_string()))
+    }
 }
 
 /// JCS orders member names by their UTF-16 code units, which differs from Rust's
@@ -112,38 +265,6 @@ pub(crate) fn jcs_order(a: &str, b: &str) -> std::cmp::Ordering {
     } else {
         a.encode_utf16().cmp(b.encode_utf16())
     }
-}
-
-fn write_number(out: &mut String, n: &serde_json::Number) -> Result<(), CanonicalError> {
-    let unsafe_int = || CanonicalError::UnsafeInteger {
-        path: String::new(),
-        number: n.to_string(),
-    };
-    if let Some(i) = n.as_i64() {
-        if i.unsigned_abs() > MAX_SAFE_INTEGER {
-            return Err(unsafe_int());
-        }
-    } else if let Some(u) = n.as_u64()
-        && u > MAX_SAFE_INTEGER
-    {
-        return Err(unsafe_int());
-    }
-    let f = n.as_f64().ok_or_else(|| CanonicalError::NonFinite {
-        path: String::new(),
-    })?;
-    if !f.is_finite() {
-        return Err(CanonicalError::NonFinite {
-            path: String::new(),
-        });
-    }
-    if f == 0.0 {
-        // ECMAScript prints -0 as "0".
-        out.push('0');
-    } else {
-        let mut buf = ryu_js::Buffer::new();
-        out.push_str(buf.format_finite(f));
-    }
-    Ok(())
 }
 
 /// serde_json escapes exactly the characters `JSON.stringify` escapes (`"`, `\`,
@@ -244,5 +365,65 @@ mod tests {
             canon(r#"{"z":{"y":[{"b":2.0,"a":null}],"x":true},"a":"A"}"#),
             r#"{"a":"A","z":{"x":true,"y":[{"a":null,"b":2}]}}"#
         );
+    }
+
+    /// What the text way must equal: the `Value` way, for every text either takes.
+    fn same(text: &str) -> bool {
+        let via_value = serde_json::from_str(text)
+            .ok()
+            .and_then(|v: Value| canonical_json(&v).ok());
+        let mut out = String::from("prefix");
+        let via_text =
+            write_canonical_text(&mut out, text).map(|()| out["prefix".len()..].to_string());
+        if via_text.is_none() {
+            assert_eq!(out, "prefix", "a refusal leaves the buffer as it was");
+        }
+        assert_eq!(via_text, via_value, "input {text:?}");
+        via_text.is_some()
+    }
+
+    #[test]
+    fn text_is_written_as_its_value_is_written() {
+        let taken = [
+            r#"{"state": {"status": "DONE", "fingerprint": "aaf5", "error_sha256": null, "result_sha256": "eb74", "business_ref_sha256": null, "business_args_sha256": "aaf5"}, "lease_until": "2026-11-01T00:00:30.001000Z"}"#,
+            r#"{"reason": "provider said \"no\"\n", "lookup": {"found": false, "attempts": [1, 2, 3]}}"#,
+            r#""a\"b\\c\/d""#,
+            r#""\u0001\b\f\n\r\t\u001f\u007f""#,
+            r#""caf\u00e9 € \u20AC \ud83d\ude00 😀""#,
+            r#"{"\uFF21": 1, "😀": 2, "a": 3, "\u00e9": 4, "\ue000": 5, "": 6}"#,
+            r#"{"b": {"d": [], "c": {}}, "a": [[], [{}], [[1]]]}"#,
+            r#"[true, false, null, "x", 0, -0, -0.0, 7, -7, 1.5, 4500.0, 1e21, 45E2]"#,
+            r#"[9007199254740991, -9007199254740991, 1e-7, 333333333.33333329]"#,
+            "  {\n\t\"z\" : [ 1 , 2 ] ,\r\"y\":\"\"}  ",
+            r#"{"a": 1, "b": 0, "a": 2}"#,
+            "{}",
+            "[]",
+        ];
+        for text in taken {
+            assert!(same(text), "not taken: {text}");
+        }
+        let deepest = format!("{}1{}", "[".repeat(127), "]".repeat(127));
+        assert!(same(&deepest), "the deepest a value holds is taken");
+    }
+
+    #[test]
+    fn text_jcs_or_json_refuses_is_refused_whole() {
+        let deep = format!("{}{}", "[".repeat(128), "]".repeat(128));
+        let refused = [
+            "9007199254740992",
+            r#"{"a": [1, -9007199254740993]}"#,
+            r#""\ud800""#,
+            r#"{"a": 1,}"#,
+            "[1 2]",
+            "01",
+            "{} x",
+            deep.as_str(),
+            "",
+            "tru",
+            r#""unterminated"#,
+        ];
+        for text in refused {
+            assert!(!same(text), "taken: {text}");
+        }
     }
 }

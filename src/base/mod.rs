@@ -3,7 +3,6 @@
 //! time format, the clock, and running CPU-bound work off the async runtime.
 
 pub mod canonical;
-pub(crate) mod canonical_text;
 pub mod clock;
 pub mod hash;
 pub mod runtime;

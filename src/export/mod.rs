@@ -16,7 +16,6 @@ mod pipeline;
 mod problem;
 mod ranges;
 mod read;
-mod rfc4180;
 mod row;
 mod spool;
 mod verify;

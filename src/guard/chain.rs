@@ -4,8 +4,9 @@
 
 use super::binding::bind_state;
 use super::record::{Attempt, AttemptDraft, Record};
-use crate::base::canonical::{MAX_SAFE_INTEGER, canonical_json, write_canonical, write_string};
-use crate::base::canonical_text::write_canonical_text;
+use crate::base::canonical::{
+    MAX_SAFE_INTEGER, canonical_json, write_canonical, write_canonical_text, write_string,
+};
 use crate::base::time::rfc3339;
 use chrono::{DateTime, Datelike, Timelike, Utc};
 use serde_json::{Value, json};
@@ -103,13 +104,7 @@ fn write_chain_content(out: &mut String, f: &ChainFields<'_>) -> Option<()> {
     out.push_str(",\"detail\":");
     match f.detail {
         Detail::Value(value) => write_canonical(out, value).ok()?,
-        Detail::Json(text) => {
-            if write_canonical_text(out, text).is_none() {
-                // What the text way leaves to a value (a fraction, an odd escape).
-                let value: Value = serde_json::from_str(text).ok()?;
-                write_canonical(out, &value).ok()?;
-            }
-        }
+        Detail::Json(text) => write_canonical_text(out, text)?,
     }
     out.push_str(",\"duration_ms\":");
     match f.duration_ms {
