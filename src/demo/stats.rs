@@ -137,7 +137,7 @@ impl Admissions {
 
 /// `GET /demo/stats`.
 #[derive(Debug, Clone, Serialize)]
-pub struct Snapshot {
+pub struct DemoStats {
     /// Real effects the provider performed in this run.
     pub effects: u64,
     /// Effects beyond one per intent (per idempotency key). Must be 0.

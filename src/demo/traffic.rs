@@ -11,7 +11,7 @@ use super::latency::{CLIENT_DEADLINE, LEASE_MARGIN, PROVIDER_TIMEOUT};
 use super::provider::{Fault, ProviderClient};
 use super::scenario::{SHOWCASE, Scenario, showcase_index};
 use super::stats::{CallResult, Counters};
-use super::{DemoConfig, Shared};
+use super::{DemoConfig, TrafficContext};
 use crate::guard::{GuardError, Outcome, ToolCall};
 use rand::RngExt;
 use std::sync::Arc;
@@ -111,7 +111,7 @@ impl DemoConfig {
     }
 }
 
-pub async fn run_intent(shared: Arc<Shared>, n: u64, scenario: Scenario) {
+pub async fn run_intent(shared: Arc<TrafficContext>, n: u64, scenario: Scenario) {
     Counters::bump(&shared.counters.intents);
     let plan = shared.plan(n, scenario);
     let call = shared.call(&plan);
@@ -120,7 +120,7 @@ pub async fn run_intent(shared: Arc<Shared>, n: u64, scenario: Scenario) {
     flow.finish().await;
 }
 
-impl Shared {
+impl TrafficContext {
     async fn play(
         self: &Arc<Self>,
         flow: &mut Flow,

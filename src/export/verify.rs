@@ -70,7 +70,7 @@ struct ChainHead {
     pub hash: String,
 }
 
-struct KeyState {
+struct KeyProgress {
     key: String,
     last_seq: i64,
     last_hash: String,
@@ -89,7 +89,7 @@ struct KeyState {
     unsigned: u64,
 }
 
-impl KeyState {
+impl KeyProgress {
     /// Counts the row at `seq` if no signed checkpoint covers it: a checkpoint covers
     /// its key's chain up to the row its leaf records (the rows before it are bound by
     /// their hashes), and nothing of a key whose newest leaf is a tombstone.
@@ -107,7 +107,7 @@ impl KeyState {
 /// Feed rows with [`ChainCheck::push`], then [`ChainCheck::finish`].
 #[derive(Default)]
 pub struct ChainCheck {
-    current: Option<KeyState>,
+    current: Option<KeyProgress>,
     report: Report,
     ordinal: u64,
     /// A chain starting after seq 1: a break unless the export was filtered by
@@ -196,7 +196,7 @@ impl ChainCheck {
         self.report.rows += 1;
         if new_key {
             self.report.keys += 1;
-            let mut state = KeyState {
+            let mut state = KeyProgress {
                 key: row.key.clone(),
                 last_seq: row.seq,
                 last_hash: row.hash.clone(),
@@ -370,7 +370,7 @@ impl ChainCheck {
         self.report
     }
 
-    fn end_key(&mut self, state: &KeyState) {
+    fn end_key(&mut self, state: &KeyProgress) {
         if state.unsigned > 0 {
             self.report.unsigned_rows += state.unsigned;
             self.report.unsigned_keys += 1;
@@ -409,7 +409,7 @@ impl ChainCheck {
     }
 
     /// A break found when a key's rows ended, placed at its last row.
-    fn fail_at_end(&mut self, state: &KeyState, problem: Problem) {
+    fn fail_at_end(&mut self, state: &KeyProgress, problem: Problem) {
         self.ordinal += 1;
         self.report.broken_keys += 1;
         let b = Break {
@@ -426,7 +426,7 @@ impl ChainCheck {
     /// The row's own checks: its hash, and its key against its intent.
     fn check_hash(
         &mut self,
-        state: &mut KeyState,
+        state: &mut KeyProgress,
         row: &ExportRow,
         detail: Detail<'_>,
         line: Option<u64>,
@@ -467,7 +467,7 @@ impl ChainCheck {
     }
 
     /// The row at the checkpointed seq must have the checkpointed hash.
-    fn check_anchor(&mut self, state: &mut KeyState, row: &ExportRow, line: Option<u64>) {
+    fn check_anchor(&mut self, state: &mut KeyProgress, row: &ExportRow, line: Option<u64>) {
         let Some(anchor) = &state.anchor else { return };
         if state.broken || anchor.pruned || row.seq != anchor.seq || row.hash == anchor.hash {
             return;
@@ -484,7 +484,7 @@ impl ChainCheck {
     /// the fingerprint the hash of the stored arguments.
     fn check_state(
         &mut self,
-        state: &mut KeyState,
+        state: &mut KeyProgress,
         row: &ExportRow,
         detail: Detail<'_>,
         line: Option<u64>,
@@ -538,7 +538,13 @@ impl ChainCheck {
     }
 
     /// Records a break and stops checking the rest of this key (one finding per key).
-    fn fail(&mut self, state: &mut KeyState, row: &ExportRow, line: Option<u64>, problem: Problem) {
+    fn fail(
+        &mut self,
+        state: &mut KeyProgress,
+        row: &ExportRow,
+        line: Option<u64>,
+        problem: Problem,
+    ) {
         state.broken = true;
         self.report.broken_keys += 1;
         let b = self.at(row, line, problem);

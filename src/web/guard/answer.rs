@@ -31,7 +31,7 @@ enum Decision {
     Failed(Failed),
     Settled(Settled),
     Unknown(Unknown),
-    State(KeyState),
+    State(KeyAnswer),
 }
 
 /// `execute`: call the provider now with `key` and `args`, then settle. Also the start
@@ -93,7 +93,7 @@ pub struct AttemptPage {
 }
 
 #[derive(Serialize)]
-struct KeyState {
+struct KeyAnswer {
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     attempts: Option<AttemptPage>,
     awaiting_person: bool,
@@ -238,7 +238,7 @@ impl Answer {
         attempts: Option<AttemptPage>,
     ) -> Self {
         let key = record.key.to_string();
-        let body = KeyState {
+        let body = KeyAnswer {
             attempts,
             awaiting_person,
             changed,
