@@ -20,7 +20,7 @@ pub struct CheckSlot(
 );
 
 #[derive(Debug)]
-pub struct PasswordChecks {
+pub(crate) struct PasswordChecks {
     slots: Arc<Semaphore>,
     size: usize,
     /// Started on the first check (most states in tests never check a password).
@@ -38,7 +38,7 @@ impl PasswordChecks {
     }
 
     /// A free slot, or `None` when every slot is busy (never waits).
-    pub fn try_slot(&self) -> Option<CheckSlot> {
+    pub(crate) fn try_slot(&self) -> Option<CheckSlot> {
         self.slots.clone().try_acquire_owned().ok().map(CheckSlot)
     }
 

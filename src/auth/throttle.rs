@@ -29,19 +29,19 @@ use std::net::IpAddr;
 use std::sync::{Mutex, PoisonError};
 
 /// Failures are forgotten this long after the last one (and its refusal) ended.
-pub const WINDOW_SECONDS: i64 = 15 * 60;
+pub(crate) const WINDOW_SECONDS: i64 = 15 * 60;
 /// The first refusal lasts this long, doubling with every further failure.
-pub const FIRST_BACKOFF_SECONDS: i64 = 30;
+pub(crate) const FIRST_BACKOFF_SECONDS: i64 = 30;
 /// The longest refusal.
-pub const MAX_BACKOFF_SECONDS: i64 = 15 * 60;
+pub(crate) const MAX_BACKOFF_SECONDS: i64 = 15 * 60;
 /// Names (and addresses) tracked at most; each entry is well under 200 bytes.
-pub const MAX_TRACKED: usize = 10_000;
+pub(crate) const MAX_TRACKED: usize = 10_000;
 /// Longest user name kept as a key (longer ones are cut: no user has such a name).
 const MAX_NAME_BYTES: usize = 64;
 
 /// Concurrent password checks: half the machine's cores (the rest serve the guard and
 /// the pages), at least 2 and at most 3, so argon2 holds at most 3 × 19 MiB.
-pub fn hashing_permits() -> usize {
+pub(crate) fn hashing_permits() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get().div_ceil(2).clamp(2, 3))
 }
 
@@ -164,11 +164,6 @@ impl LoginLimiter {
         lock(&self.users).fail(user_key(user), now, self.thresholds.per_user);
         lock(&self.pairs).fail(pair, now, self.thresholds.per_address_and_user);
     }
-
-    /// Names and (address, name) pairs tracked now (for tests of the cap).
-    pub fn tracked(&self) -> (usize, usize) {
-        (lock(&self.users).len(), lock(&self.pairs).len())
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -232,10 +227,6 @@ impl<K: std::hash::Hash + Eq + Clone> Failures<K> {
             entries: HashMap::new(),
             cap,
         }
-    }
-
-    fn len(&self) -> usize {
-        self.entries.len()
     }
 
     /// Seconds left of the refusal of `key`, if it is refused now.
@@ -407,14 +398,14 @@ mod tests {
         for (i, name) in ["a", "b", "c", "d"].into_iter().enumerate() {
             f.fail(name.to_string(), i as i64, 1);
         }
-        assert_eq!(f.len(), 3);
+        assert_eq!(f.entries.len(), 3);
         assert!(
             f.refused_for(&"a".to_string(), 3).is_none(),
             "the oldest went"
         );
         assert!(f.refused_for(&"d".to_string(), 3).is_some());
         f.fail("e".to_string(), 10 * WINDOW_SECONDS, 1);
-        assert_eq!(f.len(), 1, "stale entries go first");
+        assert_eq!(f.entries.len(), 1, "stale entries go first");
     }
 
     #[test]

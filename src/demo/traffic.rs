@@ -36,7 +36,7 @@ const MIX: [(Scenario, u32); 10] = [
 /// (a 409 means "later", not "now").
 const MAX_TRIES: u32 = 8;
 
-pub fn pick_scenario(n: u64, config: &super::DemoConfig) -> Scenario {
+pub(crate) fn pick_scenario(n: u64, config: &super::DemoConfig) -> Scenario {
     if let Some(i) = showcase_index(n, config) {
         return SHOWCASE[i];
     }
@@ -103,7 +103,7 @@ impl DemoConfig {
     pub fn client_deadline(&self) -> Duration {
         self.story(CLIENT_DEADLINE)
     }
-    pub fn provider_timeout(&self) -> Duration {
+    pub(crate) fn provider_timeout(&self) -> Duration {
         self.story(PROVIDER_TIMEOUT)
     }
     pub fn lease_margin(&self) -> Duration {
@@ -111,7 +111,7 @@ impl DemoConfig {
     }
 }
 
-pub async fn run_intent(shared: Arc<TrafficContext>, n: u64, scenario: Scenario) {
+pub(crate) async fn run_intent(shared: Arc<TrafficContext>, n: u64, scenario: Scenario) {
     Counters::bump(&shared.counters.intents);
     let plan = shared.plan(n, scenario);
     let call = shared.call(&plan);

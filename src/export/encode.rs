@@ -69,7 +69,7 @@ pub struct Encoder {
 impl Encoder {
     /// Keeps each exported key and its last seq, for the evidence the manifest will
     /// carry ([`Encoder::exported`], then [`Encoder::finish`]).
-    pub fn proving(mut self, proving: bool) -> Self {
+    pub(crate) fn proving(mut self, proving: bool) -> Self {
         self.proving = proving;
         self
     }
@@ -253,7 +253,7 @@ impl Encoder {
 }
 
 /// An NDJSON file's last line: `{"type":"manifest", …the manifest…}` and a newline.
-pub fn write_ndjson_manifest(
+pub(crate) fn write_ndjson_manifest(
     manifest: &Manifest,
     mut out: impl std::io::Write,
 ) -> std::io::Result<()> {
@@ -266,7 +266,7 @@ pub fn write_ndjson_manifest(
 }
 
 /// An exported key and its last seq as a [`Spool`] record.
-pub fn exported_key(key: &str, last_seq: i64) -> Vec<u8> {
+pub(crate) fn exported_key(key: &str, last_seq: i64) -> Vec<u8> {
     let mut record = Vec::with_capacity(8 + key.len());
     record.extend_from_slice(&last_seq.to_le_bytes());
     record.extend_from_slice(key.as_bytes());
@@ -285,7 +285,7 @@ pub fn spool_exported(keys: &[(String, i64)]) -> std::io::Result<Spool> {
 }
 
 /// Reads an [`exported_key`] record back.
-pub fn read_exported_key(record: &[u8]) -> std::io::Result<(String, i64)> {
+pub(crate) fn read_exported_key(record: &[u8]) -> std::io::Result<(String, i64)> {
     let mut fields = Fields(record);
     let seq = fields.i64()?;
     Ok((fields.text(None)?.to_owned(), seq))

@@ -50,7 +50,7 @@ pub struct Report {
     pub breaks: Vec<Break>,
 }
 
-pub const MAX_BREAKS: usize = 20;
+pub(crate) const MAX_BREAKS: usize = 20;
 
 impl Report {
     pub fn is_intact(&self) -> bool {
@@ -129,7 +129,7 @@ impl ChainCheck {
     }
 
     /// Checks each key's chain against where a signed checkpoint last saw it.
-    pub fn with_anchors(anchors: HashMap<String, Anchor>) -> Self {
+    pub(crate) fn with_anchors(anchors: HashMap<String, Anchor>) -> Self {
         ChainCheck {
             anchors,
             ..Self::default()
@@ -138,20 +138,20 @@ impl ChainCheck {
 
     /// Checks each key's last row against its record's head (`log_seq`, `log_hash`),
     /// so a deleted or added last row is found: for rows read from the database.
-    pub fn against_heads(mut self) -> Self {
+    pub(crate) fn against_heads(mut self) -> Self {
         self.heads = true;
         self
     }
 
     /// The anchored keys that never appeared in the stream (gone, or not exported).
-    pub fn take_unseen_anchors(&mut self) -> Vec<(String, Anchor)> {
+    pub(crate) fn take_unseen_anchors(&mut self) -> Vec<(String, Anchor)> {
         let mut left: Vec<_> = self.anchors.drain().collect();
         left.sort_by(|a, b| a.0.cmp(&b.0));
         left
     }
 
     /// A finding about one key outside the row stream (e.g. a key gone).
-    pub fn key_problem(&mut self, key: &str, seq: Option<i64>, problem: Problem) {
+    pub(crate) fn key_problem(&mut self, key: &str, seq: Option<i64>, problem: Problem) {
         self.ordinal += 1;
         self.report.broken_keys += 1;
         let b = Break {
@@ -183,7 +183,7 @@ impl ChainCheck {
 
     /// [`ChainCheck::push`] with the row's detail given apart (`row.detail` is not
     /// read): the database's rows bring it as JSON text, parsed only on a head row.
-    pub fn push_detail(&mut self, row: &ExportRow, detail: Detail<'_>, line: Option<u64>) {
+    pub(crate) fn push_detail(&mut self, row: &ExportRow, detail: Detail<'_>, line: Option<u64>) {
         let new_key = self.current.as_ref().is_none_or(|c| c.key != row.key);
         // The key before ends first, so its findings number before this row's: the
         // order of the findings depends only on the rows, which lets
@@ -288,7 +288,7 @@ impl ChainCheck {
     /// Appends `part`, the check of rows that come after all of this check's rows
     /// (the next key range): the report is what one check over both would give, in
     /// the same order. `part` must have been made the same way as `self`.
-    pub fn absorb(&mut self, mut part: ChainCheck) {
+    pub(crate) fn absorb(&mut self, mut part: ChainCheck) {
         if part.report.rows > 0
             && let Some(last) = self.current.take()
         {
@@ -323,7 +323,7 @@ impl ChainCheck {
     }
 
     /// A record whose attempts are all gone (database only).
-    pub fn record_without_attempts(&mut self, key: &str) {
+    pub(crate) fn record_without_attempts(&mut self, key: &str) {
         self.anchors.remove(key);
         self.ordinal += 1;
         self.report.keys += 1;
@@ -340,7 +340,7 @@ impl ChainCheck {
     }
 
     /// A finding about the file rather than a row (unreadable line, manifest).
-    pub fn file_problem(&mut self, line: Option<u64>, problem: Problem) {
+    pub(crate) fn file_problem(&mut self, line: Option<u64>, problem: Problem) {
         self.ordinal += 1;
         let b = Break {
             key: None,

@@ -52,7 +52,8 @@ pub(crate) const ROWS_SQLITE: &str = concat!(
 );
 
 /// Attempts first: they reference the record.
-pub(crate) const DELETE_ATTEMPTS_POSTGRES: &str = "DELETE FROM idempotency_attempts WHERE key = ANY($1)";
+pub(crate) const DELETE_ATTEMPTS_POSTGRES: &str =
+    "DELETE FROM idempotency_attempts WHERE key = ANY($1)";
 pub(crate) const DELETE_ATTEMPTS_SQLITE: &str =
     "DELETE FROM idempotency_attempts WHERE key IN (SELECT value FROM json_each($1))";
 pub(crate) const DELETE_RECORDS_POSTGRES: &str = "DELETE FROM idempotency_records \

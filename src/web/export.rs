@@ -40,7 +40,7 @@ pub fn router() -> Router<AppState> {
 
 /// The query string; empty values mean "no filter".
 #[derive(Debug, Default)]
-pub struct ExportQuery {
+pub(crate) struct ExportQuery {
     since: Option<String>,
     until: Option<String>,
     tenant: Option<String>,
@@ -151,7 +151,7 @@ impl ExportQuery {
 
 /// What an export request can answer besides the file.
 #[derive(Debug, thiserror::Error)]
-pub enum DownloadError {
+pub(crate) enum DownloadError {
     /// A filter that cannot be used. 400, naming the parameter.
     #[error(transparent)]
     BadRequest(#[from] FilterError),
@@ -413,7 +413,7 @@ pub fn file_name(filter: &ExportFilter, format: Format, now: DateTime<Utc>) -> S
 }
 
 /// The manifest URL of a download, with its filters (and the pinned `until`).
-pub fn manifest_url(filter: &ExportFilter, format: Format) -> String {
+pub(crate) fn manifest_url(filter: &ExportFilter, format: Format) -> String {
     let mut url = format!("/export/attempts.manifest?format={}", format.as_str());
     let times = [("since", filter.since), ("until", filter.until)];
     for (name, t) in times {

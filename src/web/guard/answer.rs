@@ -87,7 +87,7 @@ struct Unknown {
 
 /// A page of a key's attempts, with the URL of the next one (null at the end).
 #[derive(Serialize)]
-pub struct AttemptPage {
+pub(crate) struct AttemptPage {
     pub attempts: Vec<crate::guard::Attempt>,
     pub next: Option<String>,
 }
