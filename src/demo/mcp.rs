@@ -9,7 +9,7 @@
 //! a replay, and the provider's books show one effect.
 
 use super::provider::{Fault, ProviderClient};
-use super::{Provider, Shared};
+use super::{Provider, TrafficContext};
 use crate::guard::{ErrorClass, GuardSettings, IdempotencyKey, Operation, SystemClock};
 use crate::mcp::{InProcessServer, KeyPages, Settings, Started, UpstreamSpec};
 use anyhow::Context;
@@ -175,7 +175,7 @@ kind = "read_only"
 }
 
 /// Starts the proxy in front of the simulated server, on the demo's database.
-async fn start_proxy(shared: &Shared, dir: &tempfile::TempDir) -> anyhow::Result<Started> {
+async fn start_proxy(shared: &TrafficContext, dir: &tempfile::TempDir) -> anyhow::Result<Started> {
     let config = &shared.config;
     let call_timeout = config.story(super::PROVIDER_TIMEOUT);
     let path = dir.path().join("mcp-tools.toml");
@@ -238,7 +238,11 @@ async fn call(host: &Host, tool: &str, args: Value) -> anyhow::Result<CallToolRe
 
 /// One conversation: look the order up, refund it; on a later turn, in a new session,
 /// the model re-issues the refund (a replay: no second effect).
-async fn conversation(shared: Arc<Shared>, proxy: Arc<Started>, n: u64) -> anyhow::Result<()> {
+async fn conversation(
+    shared: Arc<TrafficContext>,
+    proxy: Arc<Started>,
+    n: u64,
+) -> anyhow::Result<()> {
     let order = format!("M-{}{n:03}", shared.run_id);
     let amount_p = 500 + (n % 40) as i64 * 125;
     let host = connect(&proxy).await?;
@@ -264,7 +268,7 @@ async fn conversation(shared: Arc<Shared>, proxy: Arc<Started>, n: u64) -> anyho
 }
 
 /// Runs conversations until the demo stops.
-pub(super) async fn run(shared: Arc<Shared>) {
+pub(super) async fn run(shared: Arc<TrafficContext>) {
     let dir = match tempfile::tempdir() {
         Ok(dir) => dir,
         Err(e) => return tracing::warn!(error = %e, "demo: no MCP scenario"),
