@@ -2,12 +2,13 @@
 
 use super::{AuthArgs, DatabaseArgs, parse_duration};
 use crate::guard::{GuardSettings, SystemClock};
-use crate::mcp::{KeyPages, Settings, Started, UpstreamSpec};
+use crate::mcp::{KeyPages, Settings, Started, UpstreamHeader, UpstreamSpec};
 use anyhow::Context;
-use clap::Args;
+use clap::{ArgGroup, Args};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Args)]
+#[command(group(ArgGroup::new("upstream_server").required(true).args(["upstream_url", "upstream"])))]
 pub struct McpProxyArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
@@ -35,21 +36,29 @@ pub struct McpProxyArgs {
     pub listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub auth: AuthArgs,
-    /// The upstream MCP server: a command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "UPSTREAM COMMAND")]
+    /// The upstream MCP server's Streamable HTTP endpoint (`http://HOST:PORT/mcp`),
+    /// instead of a command after `--`.
+    #[arg(long, env = "IDEMWATCH_MCP_UPSTREAM_URL")]
+    pub upstream_url: Option<url::Url>,
+    /// A header sent to the `--upstream-url` server with every request, `Name: value`
+    /// (repeatable; in the environment one per line), e.g. `Authorization: Bearer …`.
+    #[arg(
+        long = "upstream-header",
+        env = "IDEMWATCH_MCP_UPSTREAM_HEADERS",
+        value_delimiter = '\n',
+        hide_env_values = true,
+        value_name = "NAME: VALUE"
+    )]
+    pub upstream_headers: Vec<UpstreamHeader>,
+    /// The upstream MCP server: a command and its arguments, after `--` (or
+    /// `--upstream-url`).
+    #[arg(last = true, value_name = "UPSTREAM COMMAND")]
     pub upstream: Vec<String>,
 }
 
 pub async fn mcp_proxy_command(args: McpProxyArgs) -> anyhow::Result<()> {
+    let upstream = upstream_spec(&args)?;
     let store = super::serve::open_store(&args.database).await?;
-    let (program, rest) = args
-        .upstream
-        .split_first()
-        .ok_or_else(|| anyhow::anyhow!("name the upstream MCP server's command after `--`"))?;
-    let upstream = UpstreamSpec::Command {
-        program: program.clone(),
-        args: rest.to_vec(),
-    };
     let settings = Settings {
         tools_file: args.tools_file.clone(),
         tenant: args.tenant.clone(),
@@ -83,4 +92,35 @@ pub async fn mcp_proxy_command(args: McpProxyArgs) -> anyhow::Result<()> {
             started.serve_http(listener, auth, shutdown).await
         }
     }
+}
+
+/// The upstream server: exactly one of `--upstream-url` and a command after `--`
+/// (clap's group enforces "one"; this says what a URL must look like).
+fn upstream_spec(args: &McpProxyArgs) -> anyhow::Result<UpstreamSpec> {
+    if let Some(url) = &args.upstream_url {
+        // This build carries no TLS stack (one HTTP client, no OpenSSL or rustls):
+        // an https server is reached through a local TLS proxy (docs/MCP.md).
+        if url.scheme() != "http" {
+            anyhow::bail!(
+                "--upstream-url {url}: only http:// is supported (this build has no TLS); reach an https MCP server through a local TLS-terminating proxy"
+            );
+        }
+        return Ok(UpstreamSpec::Url {
+            url: url.clone(),
+            headers: args.upstream_headers.clone(),
+        });
+    }
+    if !args.upstream_headers.is_empty() {
+        anyhow::bail!(
+            "--upstream-header is sent to an --upstream-url server; an upstream command gets none"
+        );
+    }
+    let (program, rest) = args
+        .upstream
+        .split_first()
+        .context("name the upstream MCP server: a command after `--`, or --upstream-url")?;
+    Ok(UpstreamSpec::Command {
+        program: program.clone(),
+        args: rest.to_vec(),
+    })
 }

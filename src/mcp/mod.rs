@@ -28,7 +28,7 @@ mod upstream;
 
 pub use answer::KeyPages;
 pub use classify::{Disagreement, Treatment};
-pub use upstream::UpstreamSpec;
+pub use upstream::{UpstreamHeader, UpstreamSpec};
 
 use crate::guard::{Clock, GuardSettings, ToolPolicies};
 use crate::store::Store;
