@@ -2,7 +2,10 @@
 
 use super::{AuthArgs, DatabaseArgs, parse_duration};
 use crate::guard::{GuardSettings, SystemClock};
-use crate::mcp::{KeyPages, Settings, Started, UpstreamHeader, UpstreamSpec};
+use crate::mcp::{
+    GuardPort, GuardToken, KeyPages, LocalGuard, RemoteGuard, Settings, Started, UpstreamHeader,
+    UpstreamSpec,
+};
 use anyhow::Context;
 use clap::{ArgGroup, Args};
 use std::sync::Arc;
@@ -12,6 +15,24 @@ use std::sync::Arc;
 pub struct McpProxyArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
+    /// Guard through a running `idemwatch serve` (its base URL, `http://HOST:PORT`)
+    /// instead of opening the database: several proxies, one guard. Needs a token
+    /// with the worker role when serve has an auth file.
+    #[arg(long, env = "IDEMWATCH_GUARD_URL", conflicts_with = "database_url")]
+    pub guard_url: Option<url::Url>,
+    /// The bearer token for --guard-url (`iw_…`, the worker role).
+    #[arg(
+        long,
+        env = "IDEMWATCH_GUARD_TOKEN",
+        hide_env_values = true,
+        requires = "guard_url",
+        conflicts_with = "guard_token_file"
+    )]
+    pub guard_token: Option<GuardToken>,
+    /// A file holding the bearer token for --guard-url (its first line), so the token
+    /// is in no process list.
+    #[arg(long, env = "IDEMWATCH_GUARD_TOKEN_FILE", requires = "guard_url")]
+    pub guard_token_file: Option<std::path::PathBuf>,
     /// The tools file (the same file as `serve --tools-file`): which upstream tools are
     /// guarded, under which policy, and their `kind`, `key_argument` and `lookup`.
     #[arg(long, env = "IDEMWATCH_TOOLS_FILE")]
@@ -58,15 +79,12 @@ pub struct McpProxyArgs {
 
 pub async fn mcp_proxy_command(args: McpProxyArgs) -> anyhow::Result<()> {
     let upstream = upstream_spec(&args)?;
-    let store = super::serve::open_store(&args.database).await?;
+    let guard = guard_port(&args).await?;
     let settings = Settings {
         tools_file: args.tools_file.clone(),
         tenant: args.tenant.clone(),
         pages: KeyPages {
             public_url: args.public_url.as_ref().map(|u| u.to_string()),
-        },
-        guard: GuardSettings {
-            lease_margin: args.lease_margin.0,
         },
         passthrough_timeout: args.passthrough_timeout,
     };
@@ -81,7 +99,7 @@ pub async fn mcp_proxy_command(args: McpProxyArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let started = Started::start(store, Arc::new(SystemClock), upstream, settings).await?;
+    let started = Started::start(guard, Arc::new(SystemClock), upstream, settings).await?;
     match listening {
         None => started.serve_stdio().await,
         Some((listener, auth)) => {
@@ -123,4 +141,34 @@ fn upstream_spec(args: &McpProxyArgs) -> anyhow::Result<UpstreamSpec> {
         program: program.clone(),
         args: rest.to_vec(),
     })
+}
+
+/// The guard the proxy goes through: a remote `serve` (--guard-url), else the
+/// database (--database-url), opened and migrated here.
+async fn guard_port(args: &McpProxyArgs) -> anyhow::Result<Arc<dyn GuardPort>> {
+    let Some(url) = &args.guard_url else {
+        let store = super::serve::open_store(&args.database).await?;
+        return Ok(Arc::new(LocalGuard {
+            store,
+            clock: Arc::new(SystemClock),
+            settings: GuardSettings {
+                lease_margin: args.lease_margin.0,
+            },
+        }));
+    };
+    let token = match (&args.guard_token, &args.guard_token_file) {
+        (Some(token), _) => Some(token.clone()),
+        (None, Some(file)) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read --guard-token-file {}", file.display()))?;
+            let first = text.lines().next().unwrap_or_default();
+            Some(
+                first
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("--guard-token-file {}: {e}", file.display()))?,
+            )
+        }
+        (None, None) => None,
+    };
+    Ok(Arc::new(RemoteGuard::new(url, token)?))
 }

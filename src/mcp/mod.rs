@@ -7,7 +7,8 @@
 //! - `classify`: which tools are guarded, passed through or refused (tools file vs
 //!   annotations);
 //! - `intent`: the key's intent (client key, else the session's arguments);
-//! - `call`: one guarded call (admit, execute, settle, reconcile);
+//! - `call`: one guarded call (admit, execute, settle, reconcile), through `port`:
+//!   the guard's engine on the database, or a remote `serve`'s guard API;
 //! - `answer`: what the model reads; `status_tool`: `idemwatch_status`;
 //! - `lookup`: the reconciliation query; `context_store`: the MCP call in the log;
 //! - `upstream`: the server behind; `server`: the server in front, over stdio or
@@ -21,6 +22,7 @@ mod context_store;
 mod http;
 mod intent;
 mod lookup;
+mod port;
 mod sep3182;
 mod server;
 mod status_tool;
@@ -28,10 +30,12 @@ mod upstream;
 
 pub use answer::KeyPages;
 pub use classify::{Disagreement, Treatment};
+pub use port::GuardPort;
+pub use port::local::LocalGuard;
+pub use port::remote::{GuardToken, RemoteGuard};
 pub use upstream::{UpstreamHeader, UpstreamSpec};
 
-use crate::guard::{Clock, GuardSettings, ToolPolicies};
-use crate::store::Store;
+use crate::guard::{Clock, ToolPolicies};
 use anyhow::Context;
 use rmcp::ServiceExt;
 use server::{Proxy, Shared};
@@ -46,7 +50,6 @@ pub struct Settings {
     /// The tenant of every key; else the tools file's `[mcp] tenant`.
     pub tenant: Option<String>,
     pub pages: KeyPages,
-    pub guard: GuardSettings,
     pub passthrough_timeout: Duration,
 }
 
@@ -56,10 +59,11 @@ pub struct Started {
 }
 
 impl Started {
-    /// Starts the upstream, lists its tools and classifies them against the tools file.
-    /// Every reason not to start is an error a person can act on.
+    /// Checks the guard, starts the upstream, lists its tools and classifies them
+    /// against the tools file. Every reason not to start is an error a person can act
+    /// on.
     pub async fn start(
-        store: Store,
+        guard: Arc<dyn GuardPort>,
         clock: Arc<dyn Clock>,
         upstream: UpstreamSpec,
         settings: Settings,
@@ -74,6 +78,7 @@ impl Started {
             .with_context(|| {
                 format!("no tenant: pass --tenant or set `tenant` in the [mcp] table of {shown}")
             })?;
+        guard.check(&tenant).await?;
         let upstream = Arc::new(upstream::Upstream::start(upstream).await?);
         let tools = upstream
             .list_tools()
@@ -99,9 +104,8 @@ impl Started {
             tracing::info!(tool = %name, treatment = how, "mcp-proxy tool");
         }
         let calls = call::Calls {
-            store,
+            guard,
             clock,
-            settings: settings.guard.clone(),
             upstream,
             pages: settings.pages.clone(),
         };

@@ -6,10 +6,8 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sqlite3
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -103,21 +101,3 @@ def env(tmp_path):
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for_port(process, port, what, seconds=60):
-    """Waits until `process` accepts connections on 127.0.0.1:`port`; fails if it exits first."""
-    deadline = time.monotonic() + seconds
-    while process.poll() is None and time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    pytest.fail(f"{what} did not listen on port {port} (exit code {process.poll()})")

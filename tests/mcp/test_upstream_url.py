@@ -8,14 +8,14 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 
 import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.types import Implementation
 
-from conftest import BIN, HERE, free_port, wait_for_port
+from conftest import BIN
+from processes import http_upstream
 
 pytestmark = pytest.mark.anyio
 
@@ -27,24 +27,6 @@ def body(result):
     if result.structured_content is not None:
         return result.structured_content
     return json.loads(result.content[0].text)
-
-
-@contextlib.contextmanager
-def http_upstream(env, token=None):
-    """The refund server over Streamable HTTP; yields its /mcp URL."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, str(HERE / "refund_server_http.py")],
-        env={"REFUND_DB": str(env.refunds), "REFUND_CONTROL": str(env.control_file), "REFUND_PORT": str(port),
-             "PATH": os.environ.get("PATH", ""), **({"REFUND_TOKEN": token} if token else {})},
-        cwd=HERE,
-    )
-    try:
-        wait_for_port(process, port, "the HTTP refund server")
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        process.terminate()
-        process.wait(10)
 
 
 def proxy_args(env, *extra):
@@ -63,7 +45,8 @@ async def host(env, *extra, name="url-host"):
 
 
 async def test_a_streamable_http_upstream_is_guarded_like_a_command(env):
-    with http_upstream(env) as url:
+    with http_upstream(env) as base:
+        url = f"{base}/mcp"
         async with host(env, "--upstream-url", url) as h:
             tools = {t.name for t in (await h.list_tools()).tools}
             first = await h.call_tool("issue_refund", REFUND)
@@ -86,7 +69,8 @@ async def test_a_streamable_http_upstream_is_guarded_like_a_command(env):
 
 
 async def test_upstream_headers_carry_the_bearer_token_a_remote_server_needs(env):
-    with http_upstream(env, token=UPSTREAM_TOKEN) as url:
+    with http_upstream(env, token=UPSTREAM_TOKEN) as base:
+        url = f"{base}/mcp"
         async with host(env, "--upstream-url", url, "--upstream-header", f"Authorization: Bearer {UPSTREAM_TOKEN}") as h:
             result = await h.call_tool("issue_refund", REFUND)
         assert not result.is_error, result
