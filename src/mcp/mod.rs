@@ -138,14 +138,20 @@ impl Started {
         Ok(())
     }
 
-    /// Serves hosts over Streamable HTTP at `http://<listen>/mcp` until `shutdown`.
+    /// Serves hosts over Streamable HTTP at `http://<listen>/mcp`, and the proxy's
+    /// metrics at `/metrics`, until `shutdown`.
     pub async fn serve_http(
         self,
         listener: tokio::net::TcpListener,
         auth: crate::auth::Authenticator,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let app = http::router(self.shared, Arc::new(auth));
+        let disagreements = self.disagreements().iter();
+        let metrics = crate::metrics::mcp::McpMetrics::new(
+            disagreements.map(|d| (d.tool.as_str(), d.annotation)),
+        )
+        .context("cannot register the proxy's metrics")?;
+        let app = http::router(self.shared, Arc::new(auth), Arc::new(metrics));
         axum::serve(
             listener,
             app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
