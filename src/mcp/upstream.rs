@@ -5,7 +5,7 @@
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ErrorCode,
-    Implementation, Tool,
+    Implementation, ProtocolVersion, Tool,
 };
 use rmcp::service::{RoleClient, RunningService, ServiceError, ServiceExt};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -159,8 +159,15 @@ async fn connect(spec: &UpstreamSpec) -> Result<Client, String> {
         Implementation::new("idemwatch-mcp-proxy", env!("CARGO_PKG_VERSION")),
     );
     let not_initialized = |e: rmcp::service::ClientInitializeError| {
+        use rmcp::service::ClientInitializeError as E;
+        // rmcp's own text names its transport's Rust type: say what happened instead.
+        let why = match e {
+            E::TransportError { error, .. } => error.error.to_string(),
+            E::ConnectionClosed(_) => "it closed the connection before answering".into(),
+            other => other.to_string(),
+        };
         format!(
-            "the upstream MCP server {spec} did not complete initialize (not an MCP server, or another protocol version?): {e}"
+            "the upstream MCP server {spec} did not complete initialize (it exited, or is not an MCP server): {why}"
         )
     };
     match spec {
@@ -169,7 +176,7 @@ async fn connect(spec: &UpstreamSpec) -> Result<Client, String> {
             command.args(args);
             let transport = TokioChildProcess::new(command)
                 .map_err(|e| format!("cannot start the upstream MCP server {spec}: {e}"))?;
-            info.serve(transport).await.map_err(not_initialized)
+            known_version(spec, info.serve(transport).await.map_err(not_initialized)?)
         }
         UpstreamSpec::Url { url, headers } => {
             let headers: HashMap<_, _> = headers
@@ -179,8 +186,29 @@ async fn connect(spec: &UpstreamSpec) -> Result<Client, String> {
             let config =
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
             let transport = StreamableHttpClientTransport::from_config(config);
-            info.serve(transport).await.map_err(not_initialized)
+            known_version(spec, info.serve(transport).await.map_err(not_initialized)?)
         }
+    }
+}
+
+/// rmcp accepts whatever version the server answers `initialize` with; the proxy
+/// speaks only versions it knows, so it refuses another rather than guess at its
+/// messages.
+fn known_version(spec: &UpstreamSpec, client: Client) -> Result<Client, String> {
+    let answered = client.peer_info().map(|p| p.protocol_version.clone());
+    match answered {
+        Some(v) if !ProtocolVersion::KNOWN_VERSIONS.contains(&v) => {
+            let known: Vec<&str> = ProtocolVersion::KNOWN_VERSIONS
+                .iter()
+                .map(|k| k.as_str())
+                .collect();
+            Err(format!(
+                "the upstream MCP server {spec} speaks MCP protocol version {}, which this proxy does not (it speaks {})",
+                v.as_str(),
+                known.join(", ")
+            ))
+        }
+        _ => Ok(client),
     }
 }
 
