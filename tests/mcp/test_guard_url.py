@@ -3,6 +3,7 @@ an auth file, a worker token) is the guard; two proxies go through its guard API
 front of the same upstream (the refund server over Streamable HTTP), each driven by the
 official Python SDK's client. Effects are counted at the upstream."""
 
+import asyncio
 import contextlib
 import json
 import os
@@ -117,3 +118,34 @@ def test_guard_url_and_database_url_are_one_or_the_other(env):
                                                "sqlite://x.db")], capture_output=True, text=True, timeout=60)
     assert started.returncode == 2
     assert "'--guard-url <GUARD_URL>' cannot be used with '--database-url" in started.stderr, started.stderr
+
+
+@pytest.mark.parametrize("through", ["serve", "database"])
+async def test_a_forgotten_key_waits_for_a_person_and_the_status_tool_says_so(env, through):
+    # The upstream answers after the call timeout and forgets keys after 0.5 s; past
+    # the tool's 2 s retention a resend could pay twice, so a person decides.
+    env.write_tools(timeout="1s")
+    env.tools.write_text(env.tools.read_text().replace('key_retention = "24h"', 'key_retention = "2s"'))
+    env.control(delay_s=1.5, forget_after_s=0.5)
+    with http_upstream(env) as upstream, serve(env, auth(env)) as guard:
+        extra = ["--guard-token", TOKEN] if through == "serve" else []
+        args = proxy_args(env, guard, upstream, *extra)
+        if through == "database":
+            args[args.index("--guard-url"):args.index("--guard-url") + 2] = [
+                "--database-url", f"sqlite://{env.guard_db}?mode=rwc"]
+        params = StdioServerParameters(command=BIN, args=args,
+                                       env={"IDEMWATCH_LOG": "warn", "PATH": os.environ.get("PATH", "")})
+        async with stdio_client(params) as (read, write):
+            async with ClientSession(read, write, client_info=Implementation(name="desk", version="1")) as h:
+                await h.initialize()
+                first = await h.call_tool("issue_refund", REFUND)
+                await asyncio.sleep(2.5)
+                again = await h.call_tool("issue_refund", REFUND)
+                key = first.meta["io.idemwatch/guard"]["key"]
+                status = await h.call_tool("idemwatch_status", {"key": key})
+    assert first.is_error and "UNKNOWN" in first.content[0].text, first
+    assert again.is_error and "a person decides" in again.content[0].text, again
+    assert status.structured_content["status"] == "UNKNOWN"
+    assert status.structured_content["awaiting_person"] is True, status.structured_content
+    assert "A person decides" in status.structured_content["next"]
+    assert env.effects() == 1

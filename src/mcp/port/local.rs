@@ -5,8 +5,8 @@ use super::{
     NaturalRef, Step,
 };
 use crate::guard::{
-    self, AttemptKind, CallOutcome, Clock, Guard, GuardSettings, IdempotencyKey, Lookup,
-    Reconciled, Status, ToolCall, ToolPolicy,
+    self, CallOutcome, Clock, Guard, GuardSettings, IdempotencyKey, Lookup, Reconciled, ToolCall,
+    ToolPolicy,
 };
 use crate::mcp::context_store::WithCallContext;
 use crate::store::Store;
@@ -49,15 +49,11 @@ impl GuardPort for LocalGuard {
             else {
                 return Ok(None);
             };
-            let awaiting_person = rec.status == Status::Unknown
-                && !rec.release_approved
-                && self
-                    .store
-                    .attempts(key)
-                    .await
-                    .map_err(guard::GuardError::from)?
-                    .last()
-                    .is_some_and(|a| a.kind == AttemptKind::Escalated);
+            let awaiting_person = self
+                .store
+                .awaiting_person(&rec)
+                .await
+                .map_err(guard::GuardError::from)?;
             Ok(Some(KeyState {
                 key: rec.key,
                 tool: Some(rec.intent.tool),
