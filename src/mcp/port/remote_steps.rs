@@ -195,7 +195,9 @@ impl GuardCall for RemoteCall {
             body["outcome"] = json!(outcome);
             body[member] = value;
             let reply = self.post("/settle", body).await?;
-            self.decision(&reply, Some(at.key)).map(|_| ())
+            self.decision(&reply, Some(at.key))
+                .map(|_| ())
+                .map_err(|e| with_token(e, at.token))
         }
         .boxed()
     }
@@ -215,7 +217,10 @@ impl GuardCall for RemoteCall {
                 }
             }
             let reply = self.post("/reconcile", body).await?;
-            match self.decision(&reply, Some(at.key))? {
+            match self
+                .decision(&reply, Some(at.key))
+                .map_err(|e| with_token(e, at.token))?
+            {
                 "replay" => Ok(AfterLookup::Found {
                     result: reply.body.get("result").cloned().unwrap_or(Value::Null),
                 }),
@@ -243,6 +248,21 @@ impl RemoteCall {
             self.guard
                 .failed("answered execute without a fencing_token")
         })
+    }
+}
+
+/// A lost lease names the token this proxy wrote with (the answer names only the
+/// current one).
+fn with_token(e: PortError, token: FencingToken) -> PortError {
+    match e {
+        PortError::Guard(GuardError::LeaseLost { key, current, .. }) => {
+            PortError::Guard(GuardError::LeaseLost {
+                key,
+                token,
+                current,
+            })
+        }
+        other => other,
     }
 }
 
@@ -326,4 +346,120 @@ pub fn refusal(guard: &RemoteGuard, reply: &Reply, key: Option<&IdempotencyKey>)
         }
     };
     PortError::Guard(error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guard() -> RemoteGuard {
+        RemoteGuard::new(&"http://127.0.0.1:9".parse().unwrap(), None).unwrap()
+    }
+
+    fn reply(status: u16, body: Value) -> Reply {
+        Reply { status, body }
+    }
+
+    #[test]
+    fn serves_refusals_become_the_errors_the_local_engine_returns() {
+        let g = guard();
+        let person = refusal(
+            &g,
+            &reply(
+                409,
+                json!({"code": "needs_human_review", "key": "k",
+            "provider_retention_until": "2026-01-02T03:04:05Z", "detail": "d"}),
+            ),
+            None,
+        );
+        assert!(
+            matches!(person, PortError::Guard(GuardError::NeedsHumanReview { ref key, .. }) if key == "k"),
+            "{person:?}"
+        );
+        let down = refusal(
+            &g,
+            &reply(503, json!({"code": "unavailable", "detail": "db down"})),
+            None,
+        );
+        assert!(
+            matches!(
+                down,
+                PortError::Guard(GuardError::Store(StoreError::Unavailable(_)))
+            ),
+            "{down:?}"
+        );
+        let lost = with_token(
+            refusal(
+                &g,
+                &reply(
+                    409,
+                    json!({"code": "lease_lost", "key": "k", "current_token": 3}),
+                ),
+                None,
+            ),
+            FencingToken(2),
+        );
+        assert!(
+            matches!(
+                lost,
+                PortError::Guard(GuardError::LeaseLost {
+                    token: FencingToken(2),
+                    current: FencingToken(3),
+                    ..
+                })
+            ),
+            "{lost:?}"
+        );
+        let invalid = refusal(
+            &g,
+            &reply(
+                400,
+                json!({"code": "unknown_tool", "detail": "not in the tools file", "field": "intent.tool"}),
+            ),
+            None,
+        );
+        assert!(
+            invalid
+                .to_string()
+                .contains("not in the tools file (field intent.tool)"),
+            "{invalid}"
+        );
+    }
+
+    #[test]
+    fn a_refused_token_is_named_as_the_problem() {
+        let g = guard();
+        let unauthorized = refusal(
+            &g,
+            &reply(401, json!({"detail": "not in the auth file"})),
+            None,
+        )
+        .to_string();
+        assert!(
+            unauthorized.contains("refused the token (401")
+                && unauthorized.contains("--guard-token"),
+            "{unauthorized}"
+        );
+        let forbidden = refusal(&g, &reply(403, json!({"detail": "no role"})), None).to_string();
+        assert!(forbidden.contains("worker role"), "{forbidden}");
+        let odd = refusal(&g, &reply(502, Value::Null), None).to_string();
+        assert!(
+            odd.contains("HTTP 502") && odd.contains("no JSON body"),
+            "{odd}"
+        );
+    }
+
+    #[test]
+    fn the_call_timeout_is_the_policy_serve_applied() {
+        let r = reply(200, json!({"policy": {"call_timeout_seconds": 2.5}}));
+        assert_eq!(call_timeout(&r), Duration::from_millis(2500));
+    }
+
+    #[test]
+    fn a_business_ref_is_query_encoded() {
+        assert_eq!(
+            keys_query("acme", Some("issue_refund"), "issue_refund order=A&B"),
+            "/keys?business_ref=issue_refund+order%3DA%26B&tenant=acme&tool=issue_refund&limit=1"
+        );
+    }
 }
