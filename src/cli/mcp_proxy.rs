@@ -55,6 +55,10 @@ pub struct McpProxyArgs {
     /// worker role (docs/MCP.md).
     #[arg(long, env = "IDEMWATCH_MCP_LISTEN")]
     pub listen: Option<std::net::SocketAddr>,
+    /// Over stdio: serve the proxy's metrics at `http://ADDR/metrics` (with --listen
+    /// they are on that address already).
+    #[arg(long, env = "IDEMWATCH_MCP_METRICS_LISTEN", conflicts_with = "listen")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub auth: AuthArgs,
     /// The upstream MCP server's Streamable HTTP endpoint (`http://HOST:PORT/mcp`),
@@ -99,9 +103,17 @@ pub async fn mcp_proxy_command(args: McpProxyArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let metrics_listener = match args.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (--metrics-listen)"))?,
+        ),
+        None => None,
+    };
     let started = Started::start(guard, Arc::new(SystemClock), upstream, settings).await?;
     match listening {
-        None => started.serve_stdio().await,
+        None => started.serve_stdio(metrics_listener).await,
         Some((listener, auth)) => {
             tracing::info!(address = %listener.local_addr()?, "mcp-proxy: Streamable HTTP at /mcp");
             let shutdown = async {

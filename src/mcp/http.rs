@@ -37,13 +37,19 @@ pub fn router(shared: Arc<Shared>, auth: Arc<Authenticator>, metrics: Arc<McpMet
         .layer(middleware::from_fn(move |req, next| {
             gate(auth.clone(), req, next)
         }))
-        .route(
-            "/metrics",
-            get(move || async move { crate::web::metrics_exposition(metrics.render()) }),
-        )
+        .merge(metrics_router(metrics))
         .layer(middleware::from_fn(move |req, next| {
             site(site_auth.clone(), req, next)
         }))
+}
+
+/// `/metrics` alone: merged into the `--listen` router, or served by itself on
+/// `--metrics-listen` beside a stdio session.
+pub fn metrics_router(metrics: Arc<McpMetrics>) -> Router {
+    Router::new().route(
+        "/metrics",
+        get(move || async move { crate::web::metrics_exposition(metrics.render()) }),
+    )
 }
 
 /// The site rules every route follows (Host, Origin), as `serve`'s.

@@ -124,8 +124,25 @@ impl Started {
         &self.shared.classification.disagreements
     }
 
-    /// Serves one host over this process's stdin and stdout until it disconnects.
-    pub async fn serve_stdio(self) -> anyhow::Result<()> {
+    /// The proxy's metrics (docs/METRICS.md), made from what the start found.
+    fn metrics(&self) -> anyhow::Result<Arc<crate::metrics::mcp::McpMetrics>> {
+        let disagreements = self.disagreements().iter();
+        crate::metrics::mcp::McpMetrics::new(disagreements.map(|d| (d.tool.as_str(), d.annotation)))
+            .map(Arc::new)
+            .context("cannot register the proxy's metrics")
+    }
+
+    /// Serves one host over this process's stdin and stdout until it disconnects, and
+    /// the proxy's metrics at `http://<metrics>/metrics` meanwhile, if given.
+    pub async fn serve_stdio(self, metrics: Option<tokio::net::TcpListener>) -> anyhow::Result<()> {
+        if let Some(listener) = metrics {
+            let app = http::metrics_router(self.metrics()?);
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(error = %e, "the metrics listener failed");
+                }
+            });
+        }
         let proxy = Proxy::new(self.shared, new_session_id("stdio"));
         let running = proxy
             .serve(sep3182::stdio())
@@ -146,12 +163,8 @@ impl Started {
         auth: crate::auth::Authenticator,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let disagreements = self.disagreements().iter();
-        let metrics = crate::metrics::mcp::McpMetrics::new(
-            disagreements.map(|d| (d.tool.as_str(), d.annotation)),
-        )
-        .context("cannot register the proxy's metrics")?;
-        let app = http::router(self.shared, Arc::new(auth), Arc::new(metrics));
+        let metrics = self.metrics()?;
+        let app = http::router(self.shared, Arc::new(auth), metrics);
         axum::serve(
             listener,
             app.into_make_service_with_connect_info::<std::net::SocketAddr>(),

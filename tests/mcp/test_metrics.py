@@ -1,13 +1,16 @@
 """The proxy's own /metrics (`mcp-proxy --listen`): each annotation disagreement found at
 start is one series of `idemwatch_mcp_annotation_disagreements`, scraped over HTTP on the
-listener that serves /mcp, without credentials and under any Host name (as serve's)."""
+listener that serves /mcp, without credentials and under any Host name (as serve's), or on
+--metrics-listen beside a stdio session."""
 
 import sys
 import urllib.error
 import urllib.request
 
+import pytest
+
 from conftest import BIN, HERE
-from processes import running, worker_auth_file
+from processes import free_port, running, worker_auth_file
 
 
 def scrape(url, headers=None):
@@ -65,3 +68,14 @@ def test_a_file_that_agrees_exports_no_disagreement_and_metrics_need_no_token(en
     assert series(text, "idemwatch_mcp_annotation_disagreements") == {}, text
     # /mcp still needs the bearer token.
     assert mcp_status == 401
+
+
+@pytest.mark.anyio
+async def test_over_stdio_metrics_listen_serves_them_while_the_host_is_connected(env):
+    port = free_port()
+    async with env.host("test-host", "--metrics-listen", f"127.0.0.1:{port}") as h:
+        await h.list_tools()
+        status, _, text = scrape(f"http://127.0.0.1:{port}/metrics")
+    assert status == 200
+    assert set(series(text, "idemwatch_mcp_annotation_disagreements")) == {
+        '{annotation="destructiveHint",tool="cancel_order"}', '{annotation="readOnlyHint",tool="cancel_order"}'}
