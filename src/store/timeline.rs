@@ -27,7 +27,7 @@ pub struct AttemptPage {
 }
 
 impl Store {
-    pub async fn attempts_page(
+    pub(crate) async fn attempts_page(
         &self,
         key: &IdempotencyKey,
         after_seq: i64,
@@ -45,7 +45,7 @@ impl Store {
     }
 
     /// The newest `limit` attempts of a key, oldest first.
-    pub async fn attempts_newest(
+    pub(crate) async fn attempts_newest(
         &self,
         key: &IdempotencyKey,
         limit: u32,
@@ -79,7 +79,7 @@ impl Store {
     }
 
     /// How many attempts of each kind a key has (the whole timeline, counted in SQL).
-    pub async fn attempt_kinds(
+    pub(crate) async fn attempt_kinds(
         &self,
         key: &IdempotencyKey,
     ) -> Result<BTreeMap<AttemptKind, i64>, StoreError> {
