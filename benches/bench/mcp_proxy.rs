@@ -13,7 +13,7 @@
 use super::report::Figure;
 use super::slices::{Plan, alternate, alternate_paced};
 use idemwatch::guard::{GuardSettings, SystemClock};
-use idemwatch::mcp::{InProcessServer, KeyPages, Settings, Started, UpstreamSpec};
+use idemwatch::mcp::{InProcessServer, KeyPages, LocalGuard, Settings, Started, UpstreamSpec};
 use idemwatch::store::Store;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
@@ -188,10 +188,14 @@ async fn start_proxy(store: &Store, upstream: &Upstream, dir: &tempfile::TempDir
         tools_file: path,
         tenant: None,
         pages: KeyPages::default(),
-        guard: GuardSettings::default(),
         passthrough_timeout: Duration::from_secs(10),
     };
-    let started = Started::start(store.clone(), Arc::new(SystemClock), spec, settings);
+    let guard = Arc::new(LocalGuard {
+        store: store.clone(),
+        clock: Arc::new(SystemClock),
+        settings: GuardSettings::default(),
+    });
+    let started = Started::start(guard, Arc::new(SystemClock), spec, settings);
     Arc::new(started.await.expect("the proxy starts"))
 }
 

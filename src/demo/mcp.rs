@@ -11,7 +11,7 @@
 use super::provider::{Fault, ProviderClient};
 use super::{Provider, TrafficContext};
 use crate::guard::{ErrorClass, GuardSettings, IdempotencyKey, Operation, SystemClock};
-use crate::mcp::{InProcessServer, KeyPages, Settings, Started, UpstreamSpec};
+use crate::mcp::{InProcessServer, KeyPages, LocalGuard, Settings, Started, UpstreamSpec};
 use anyhow::Context;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
@@ -200,15 +200,18 @@ async fn start_proxy(shared: &TrafficContext, dir: &tempfile::TempDir) -> anyhow
         tools_file: path,
         tenant: None,
         pages: KeyPages::default(),
-        guard: GuardSettings {
+        passthrough_timeout: call_timeout,
+    };
+    let guard = Arc::new(LocalGuard {
+        store: shared.guard.store().clone(),
+        clock: Arc::new(SystemClock),
+        settings: GuardSettings {
             lease_margin: chrono::TimeDelta::from_std(config.lease_margin())
                 .unwrap_or(chrono::TimeDelta::MAX),
         },
-        passthrough_timeout: call_timeout,
-    };
-    let store = shared.guard.store().clone();
+    });
     Started::start(
-        store,
+        guard,
         Arc::new(SystemClock),
         UpstreamSpec::InProcess(upstream),
         settings,
