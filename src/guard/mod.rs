@@ -44,6 +44,7 @@ pub use record::{
     Attempt, AttemptDraft, ChainFields, Detail, GENESIS_HASH, Record, chain_hash, chain_hash_is,
     rfc3339, seal,
 };
+pub use repeats::{NOT_LOGGED, RefusalsNotLogged};
 pub use status::{
     AdmissionOutcome, AttemptKind, DuplicateVerdict, Resolution, Status, UnknownName,
 };
