@@ -4,7 +4,7 @@
 
 use super::sql::select_attempts;
 use super::{Store, StoreError, on_pool};
-use crate::guard::{Attempt, AttemptKind, IdempotencyKey};
+use crate::guard::{Attempt, AttemptKind, IdempotencyKey, Record, Status};
 use std::collections::BTreeMap;
 
 const PAGE: &str = concat!(
@@ -27,7 +27,7 @@ pub struct AttemptPage {
 }
 
 impl Store {
-    pub async fn attempts_page(
+    pub(crate) async fn attempts_page(
         &self,
         key: &IdempotencyKey,
         after_seq: i64,
@@ -45,7 +45,7 @@ impl Store {
     }
 
     /// The newest `limit` attempts of a key, oldest first.
-    pub async fn attempts_newest(
+    pub(crate) async fn attempts_newest(
         &self,
         key: &IdempotencyKey,
         limit: u32,
@@ -59,8 +59,27 @@ impl Store {
         Ok(attempts)
     }
 
+    /// Whether a person must decide about `record`: UNKNOWN, escalated, and nobody
+    /// has released it. A refused write after the escalation (a resolve refused with
+    /// 422, a stale worker) changed nothing, so it does not end the wait: the last
+    /// attempt that wrote is what counts. The one definition the guard API's key state
+    /// and the MCP proxy's status tool read.
+    pub async fn awaiting_person(&self, record: &Record) -> Result<bool, StoreError> {
+        if record.status != Status::Unknown || record.release_approved {
+            return Ok(false);
+        }
+        // A few newest rows: a stale worker's rejected writes (bounded, and counted on
+        // one row when repeated) may sit above the escalation.
+        let newest = self.attempts_newest(&record.key, 16).await?;
+        Ok(newest
+            .iter()
+            .rev()
+            .find(|a| a.kind != AttemptKind::StaleWriteRejected)
+            .is_some_and(|a| a.kind == AttemptKind::Escalated))
+    }
+
     /// How many attempts of each kind a key has (the whole timeline, counted in SQL).
-    pub async fn attempt_kinds(
+    pub(crate) async fn attempt_kinds(
         &self,
         key: &IdempotencyKey,
     ) -> Result<BTreeMap<AttemptKind, i64>, StoreError> {
