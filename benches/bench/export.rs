@@ -23,7 +23,7 @@ pub fn release_binary() -> PathBuf {
 }
 
 /// A `/proc/<pid>/status` field in kB, e.g. `VmHWM`.
-fn proc_kb(pid: u32, field: &str) -> Option<u64> {
+pub fn proc_kb(pid: u32, field: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     text.lines()
         .find(|l| l.starts_with(field))?

@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 
 pub struct Client {
     sender: SendRequest<Full<Bytes>>,
+    /// `Authorization: Bearer …` on every request, when set.
+    bearer: Option<hyper::header::HeaderValue>,
 }
 
 impl Client {
@@ -18,14 +20,35 @@ impl Client {
         stream.set_nodelay(true).unwrap();
         let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.unwrap();
         tokio::spawn(conn);
-        Client { sender }
+        Client {
+            sender,
+            bearer: None,
+        }
+    }
+
+    /// The same connection sending `token` as a bearer token.
+    pub fn bearer(mut self, token: &str) -> Client {
+        self.bearer = Some(format!("Bearer {token}").parse().unwrap());
+        self
+    }
+
+    /// A request to `path` as this client sends it.
+    fn request(&self, method: hyper::Method, path: &str) -> hyper::http::request::Builder {
+        let mut req = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, "127.0.0.1");
+        if let Some(b) = &self.bearer {
+            req = req.header(hyper::header::AUTHORIZATION, b);
+        }
+        req
     }
 
     /// GET `path`; the status and the body length (the body is read in full).
     pub async fn get(&mut self, path: &str) -> (u16, usize) {
         self.sender.ready().await.unwrap();
-        let req = hyper::Request::get(path)
-            .header(hyper::header::HOST, "127.0.0.1")
+        let req = self
+            .request(hyper::Method::GET, path)
             .body(Full::new(Bytes::new()))
             .unwrap();
         let resp = self.sender.send_request(req).await.unwrap();
@@ -37,8 +60,8 @@ impl Client {
     /// POST a JSON `body` to `path`; the status and the body.
     pub async fn post_json(&mut self, path: &str, body: Vec<u8>) -> (u16, Bytes) {
         self.sender.ready().await.unwrap();
-        let req = hyper::Request::post(path)
-            .header(hyper::header::HOST, "127.0.0.1")
+        let req = self
+            .request(hyper::Method::POST, path)
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))
             .unwrap();
@@ -50,8 +73,8 @@ impl Client {
     /// GET `path`'s body as text.
     pub async fn get_text(&mut self, path: &str) -> String {
         self.sender.ready().await.unwrap();
-        let req = hyper::Request::get(path)
-            .header(hyper::header::HOST, "127.0.0.1")
+        let req = self
+            .request(hyper::Method::GET, path)
             .body(Full::new(Bytes::new()))
             .unwrap();
         let resp = self.sender.send_request(req).await.unwrap();

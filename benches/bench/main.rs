@@ -3,8 +3,9 @@
 //!
 //! Areas: guard, guard-http, mcp-proxy, chain, probe, tailer, pages, export, footprint, exporter, checkpoint
 //! (all when none is named), `soak` (only when named: it runs for `BENCH_SOAK_SECS`,
-//! see soak.rs) and `checkpoint-writer` (only when named: what a checkpoint costs the guard on SQLite,
-//! see checkpoint_writer.rs).
+//! see soak.rs), `checkpoint-writer` (only when named: what a checkpoint costs the guard on SQLite,
+//! see checkpoint_writer.rs) and `attack` (only when named: the reads during issue 47's
+//! attack on a release `serve`, see attack.rs).
 //!
 //! Environment: `BENCH_SCALE` (`small`, the default, or `full`: 1 M keys / 10 M
 //! attempts, 10 M records for the backlog), `BENCH_KEYS` / `BENCH_BACKLOG_RECORDS` to
@@ -15,6 +16,7 @@
 //! `BENCH_PG_POOL` (PostgreSQL pool size, default `StoreOptions`' 16),
 //! `BENCH_GUARD_SHAPES` (set: the guard area on PostgreSQL runs `guard::shapes`).
 
+mod attack;
 mod chain;
 mod checkpoint;
 mod checkpoint_writer;
@@ -231,6 +233,10 @@ async fn main() {
             }
             exporter::backlog_refresh(&pg, plan.rounds, scale.backlog_records, &mut figures).await;
         }
+    }
+    if named("attack") {
+        let (pg, url) = fresh_postgres("attack").await;
+        attack::run(&pg, &url, &mut figures).await;
     }
     if named("soak") {
         let plan = soak::SoakPlan::from_env();

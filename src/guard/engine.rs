@@ -9,6 +9,7 @@ use super::operation::{ErrorClass, Operation};
 use super::policy::ToolPolicy;
 use super::port::Storage;
 use super::record::Record;
+use super::repeats::RefusalsNotLogged;
 use crate::base::clock::Clock;
 use chrono::TimeDelta;
 use futures::FutureExt;
@@ -53,6 +54,8 @@ pub struct Guard<S> {
     changes: broadcast::Sender<IdempotencyKey>,
     /// Records this guard claimed, for the settle's single conditional write.
     pub(super) heads: Heads,
+    /// Told of each refusal answered without a row (repeats.rs); none by default.
+    pub(super) not_logged: Option<Arc<dyn RefusalsNotLogged>>,
 }
 
 impl<S: Storage> Guard<S> {
@@ -63,7 +66,14 @@ impl<S: Storage> Guard<S> {
             settings,
             changes: broadcast::channel(256).0,
             heads: Heads::default(),
+            not_logged: None,
         }
+    }
+
+    /// The same guard telling `to` of each refusal it answers without a row.
+    pub fn reporting_refusals_not_logged(mut self, to: Arc<dyn RefusalsNotLogged>) -> Self {
+        self.not_logged = Some(to);
+        self
     }
 
     pub fn store(&self) -> &S {

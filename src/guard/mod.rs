@@ -45,6 +45,7 @@ pub use operation::{DEFAULT_DUPLICATE_WINDOW, ErrorClass, Operation};
 pub use policy::{ToolPolicies, ToolPolicy};
 pub use port::{Claim, ClaimChecks, PairReview, Storage, StoreError};
 pub use record::{Attempt, AttemptDraft, Record};
+pub use repeats::{NOT_LOGGED, RefusalsNotLogged};
 pub use status::{
     AdmissionOutcome, AttemptKind, DuplicateVerdict, Resolution, Status, UnknownName,
 };

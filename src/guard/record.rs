@@ -38,6 +38,10 @@ pub struct Record {
     /// `seq` and `hash` of the newest attempt row: the chain continues from here.
     pub log_seq: i64,
     pub log_hash: String,
+    /// Refusals answered but not appended, each repeating the key's newest row
+    /// (repeats.rs): the rows plus this are the refusals answered. Not in the hash
+    /// chain (no row says it), and written only under the row lock.
+    pub refusals_not_logged: i64,
 }
 
 impl Record {
@@ -160,6 +164,7 @@ pub(crate) mod tests {
             updated_at: t,
             log_seq: 0,
             log_hash: GENESIS_HASH.into(),
+            refusals_not_logged: 0,
         }
     }
 

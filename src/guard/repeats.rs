@@ -5,7 +5,9 @@
 //! first refusal of a run is recorded as ever; a refusal identical to the key's newest
 //! row (same kind, token, actor and detail, nothing written since) is answered the
 //! same way but not appended. An admission in such a run still counts in the record's
-//! `attempt_count`; a stale write in it leaves the key untouched.
+//! `attempt_count`; a stale write in it leaves the key untouched but for its count of
+//! refusals not logged (`refusals_not_logged`), and a [`RefusalsNotLogged`] hears of
+//! each one (the process's metrics).
 
 use super::record::{Attempt, AttemptDraft, Record};
 use super::status::AttemptKind;
@@ -19,6 +21,22 @@ const REFUSALS: [AttemptKind; 4] = [
     AttemptKind::InFlightRejected,
     AttemptKind::Escalated,
 ];
+
+/// The refusals answered without a row, by the kind of the refusal answered (an
+/// escalation is never the first of its decision's rows).
+pub const NOT_LOGGED: [AttemptKind; 3] = [
+    AttemptKind::StaleWriteRejected,
+    AttemptKind::PayloadMismatch,
+    AttemptKind::InFlightRejected,
+];
+
+/// Who hears of each refusal answered without a row, once the transaction that
+/// counted it on the record has committed: the process's metrics (`crate::metrics`),
+/// which the guard does not name.
+pub trait RefusalsNotLogged: Send + Sync + std::fmt::Debug {
+    /// One refusal of `kind` (one of [`NOT_LOGGED`]) on a key of `tool` and `tenant`.
+    fn refusal_not_logged(&self, tool: &str, tenant: &str, kind: AttemptKind);
+}
 
 /// What the guard knows of a decision's rows against the key's newest attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -92,6 +92,7 @@ impl<S: Storage> Guard<S> {
                 updated_at: now,
                 log_seq: 0,
                 log_hash: GENESIS_HASH.to_string(),
+                refusals_not_logged: 0,
             };
             let mut claimed =
                 AttemptDraft::new(AttemptKind::Claimed, FencingToken::FIRST, &call.actor, now)
@@ -268,11 +269,16 @@ impl<S: Storage> Guard<S> {
                     let before = rec.clone();
                     let (drafts, value) = decide(rec);
                     match repeat(&drafts, &before, newest.as_ref()) {
-                        Repeat::New => (drafts, Some(value)),
-                        Repeat::Unread if reads >= 2 => (drafts, Some(value)),
-                        // No row. An admission still counts on the record
-                        // (`attempt_count`, `updated_at`); a stale write changed nothing.
-                        Repeat::Same => (Vec::new(), Some(value)),
+                        Repeat::New => (drafts, Some((value, None))),
+                        Repeat::Unread if reads >= 2 => (drafts, Some((value, None))),
+                        // No row, but counted on the record. An admission also counts
+                        // in `attempt_count` and `updated_at`; a stale write changed
+                        // nothing else.
+                        Repeat::Same => {
+                            rec.refusals_not_logged += 1;
+                            let skipped = (rec.intent.clone(), drafts[0].kind);
+                            (Vec::new(), Some((value, Some(skipped))))
+                        }
                         Repeat::Unread => {
                             *rec = before;
                             (Vec::new(), None)
@@ -281,7 +287,12 @@ impl<S: Storage> Guard<S> {
                 })
                 .await?;
             match decided {
-                Some(value) => return Ok(value),
+                Some((value, skipped)) => {
+                    if let (Some((intent, kind)), Some(to)) = (skipped, &self.not_logged) {
+                        to.refusal_not_logged(&intent.tool, &intent.tenant, kind);
+                    }
+                    return Ok(value);
+                }
                 None => newest = self.store.newest_attempt(key).await?,
             }
         }

@@ -11,7 +11,9 @@ pub mod mcp;
 
 pub use labels::{Folded, OTHER_TENANT, OTHER_TOOL, Slot};
 
-use crate::guard::{AdmissionOutcome, Resolution, Status};
+use crate::guard::{
+    AdmissionOutcome, AttemptKind, NOT_LOGGED, RefusalsNotLogged, Resolution, Status,
+};
 use labels::LabelSpace;
 use macros::metric_families;
 use std::sync::{Mutex, PoisonError};
@@ -95,6 +97,11 @@ metric_families! {
         idemwatch_login_refusals_total: IntCounterVec["reason"],
         /// Requests refused by authentication or authorisation, by reason: bad_token, expired_token, duplicate_identity (401), forbidden, csrf, cross_site (403), foreign_host (421).
         idemwatch_auth_refusals_total: IntCounterVec["reason"],
+        /// Refusals the guard answered without appending a row, because each repeated
+        /// its key's newest row (docs/GUARD.md, "What the attempt log records"), by the
+        /// refusal answered: stale_write_rejected, payload_mismatch, in_flight_rejected.
+        /// The same count is on each key (`refusals_not_logged`).
+        idemwatch_guard_refusals_not_logged_total: IntCounterVec["tool", "reason"],
         /// Events counted under `other` rather than their own label value because the
         /// label's cap was reached, by label: `tool` (--metrics-tool-cap; the tools
         /// file's tools are always labelled) or `tenant` (--metrics-tenant-cap).
@@ -314,6 +321,22 @@ impl Metrics {
             .with_label_values(&[slot.tool.as_str()]);
         f.idempotency_suspected_duplicates_total
             .with_label_values(&[slot.tool.as_str()]);
+        for kind in NOT_LOGGED {
+            f.idemwatch_guard_refusals_not_logged_total
+                .with_label_values(&[slot.tool.as_str(), kind.as_str()]);
+        }
+    }
+}
+
+/// The guard's refusals without a row, counted as they are answered (no row reaches
+/// the tailer), under the tool label's cap.
+impl RefusalsNotLogged for Metrics {
+    fn refusal_not_logged(&self, tool: &str, tenant: &str, kind: AttemptKind) {
+        let slot = self.event_slot(tool, tenant);
+        self.families
+            .idemwatch_guard_refusals_not_logged_total
+            .with_label_values(&[slot.tool.as_str(), kind.as_str()])
+            .inc();
     }
 }
 

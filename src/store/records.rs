@@ -366,6 +366,19 @@ impl Store {
             let attempts: Vec<Attempt> =
                 drafts.into_iter().map(|d| seal(&mut next, d)).collect();
             let mut rest = attempts.as_slice();
+            // A repeated refusal's count has its own statement: a record change
+            // writes the other columns (sql.rs).
+            let not_logged = std::mem::replace(
+                &mut next.refusals_not_logged,
+                current.refusals_not_logged,
+            );
+            if not_logged != current.refusals_not_logged {
+                sqlx::query(sql::COUNT_REFUSALS_NOT_LOGGED)
+                    .bind(key.as_str())
+                    .bind(not_logged)
+                    .execute(&mut *tx)
+                    .await?;
+            }
             if next != current {
                 // PostgreSQL sends the change with its first attempt, one round trip
                 // to the server; SQLite, in process, sends the two apart.

@@ -54,6 +54,7 @@ macro_rules! decode_by_name {
                     business_ref, fingerprint,
                     lease_until, attempt_count, error, provider_retention_until,
                     resend_safe_until, release_approved, created_at, updated_at, log_seq, log_hash,
+                    refusals_not_logged,
                 } { key, intent, status, fencing_token, business_args, result }))
             }
         }

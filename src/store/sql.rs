@@ -126,7 +126,7 @@ pub(crate) const GET_RECORD: &str = "\
     SELECT key, tenant, tool, workflow_id, step_id, intent_id, business_ref, fingerprint, \
         business_args, status, fencing_token, lease_until, attempt_count, result, error, \
         provider_retention_until, resend_safe_until, release_approved, created_at, \
-        updated_at, log_seq, log_hash \
+        updated_at, log_seq, log_hash, refusals_not_logged \
     FROM idempotency_records WHERE key = $1";
 
 /// Reads a record and holds it until commit. PostgreSQL locks the row; on SQLite the
@@ -136,7 +136,7 @@ pub(crate) const LOCK_RECORD_POSTGRES: &str = "\
     SELECT key, tenant, tool, workflow_id, step_id, intent_id, business_ref, fingerprint, \
         business_args, status, fencing_token, lease_until, attempt_count, result, error, \
         provider_retention_until, resend_safe_until, release_approved, created_at, \
-        updated_at, log_seq, log_hash \
+        updated_at, log_seq, log_hash, refusals_not_logged \
     FROM idempotency_records WHERE key = $1 FOR UPDATE";
 
 /// The fenced write of a record (`$1` its key, `$3`–`$12` what changes): it names the
@@ -161,6 +161,14 @@ pub(crate) const UPDATE_RECORD_IF_HEAD: &str = "\
         attempt_count = $6, result = $7, error = $8, release_approved = $9, updated_at = $10, \
         log_seq = $11, log_hash = $12 \
     WHERE key = $1 AND fencing_token = $2 AND log_seq = $13 AND log_hash = $14";
+
+/// A key's count of refusals answered without a row (`$2`, the new total; `$1` the
+/// key), in the locked transaction of the decision that skipped the row: the row lock
+/// (PostgreSQL) or the one write lock (SQLite) holds the record, so the total is the
+/// locked read's plus one. Apart from [`UPDATE_RECORD`]: only a repeated refusal moves
+/// it, and the record's other columns stay as they were.
+pub const COUNT_REFUSALS_NOT_LOGGED: &str =
+    "UPDATE idempotency_records SET refusals_not_logged = $2 WHERE key = $1";
 
 /// PostgreSQL: a record change (`$1`–`$12`, as [`UPDATE_RECORD`]) and its first attempt
 /// (`$13`–`$24`) in **one statement**, one round trip fewer than the two apart. `$25`,
@@ -227,8 +235,10 @@ mod tests {
             columns(CLAIM_AND_APPEND_POSTGRES, "idempotency_records (", ")"),
             record
         );
+        // The reads add the one column no claim writes (it starts at 0).
+        let read_columns = [record.clone(), vec!["refusals_not_logged".to_string()]].concat();
         for read in [GET_RECORD, LOCK_RECORD_POSTGRES] {
-            assert_eq!(columns(read, "SELECT ", " FROM"), record, "{read}");
+            assert_eq!(columns(read, "SELECT ", " FROM"), read_columns, "{read}");
         }
     }
 

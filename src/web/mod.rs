@@ -120,7 +120,7 @@ impl AppState {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let auth_log = Arc::new(auth_log::AuthLog::new(metrics.clone()));
         Self(Arc::new(Shared {
-            guard: Guard::new(store.clone(), clock.clone(), GuardSettings::default()),
+            guard: guard_on(&store, &clock, GuardSettings::default(), &metrics),
             sessions: Arc::new(Sessions::new(store.clone(), SessionSettings::default())),
             store,
             metrics,
@@ -189,7 +189,7 @@ impl AppState {
     /// The same state on another clock (tests move it past leases and retention).
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
         let f = self.fields();
-        f.guard = Guard::new(f.store.clone(), clock.clone(), f.guard.settings().clone());
+        f.guard = guard_on(&f.store, &clock, f.guard.settings().clone(), &f.metrics);
         f.clock = clock;
         self
     }
@@ -203,10 +203,21 @@ impl AppState {
     /// The same state with the tools file's policies and the guard's settings.
     pub fn with_guard(mut self, tools: ToolPolicies, settings: GuardSettings) -> Self {
         let f = self.fields();
-        f.guard = Guard::new(f.store.clone(), f.clock.clone(), settings);
+        f.guard = guard_on(&f.store, &f.clock, settings, &f.metrics);
         f.tools = Arc::new(tools);
         self
     }
+}
+
+/// The process's guard, telling `metrics` of the refusals it answers without a row.
+fn guard_on(
+    store: &Store,
+    clock: &Arc<dyn Clock>,
+    settings: GuardSettings,
+    metrics: &Arc<Metrics>,
+) -> Guard<Store> {
+    Guard::new(store.clone(), clock.clone(), settings)
+        .reporting_refusals_not_logged(metrics.clone())
 }
 
 pub fn app(state: AppState) -> Router {

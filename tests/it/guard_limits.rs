@@ -49,6 +49,27 @@ both_backends!(
 );
 
 both_backends!(
+    async fn the_listing_of_keys_is_under_the_callers_rate_too(db: TestDb) {
+        let api = GuardApi::new(&db);
+        let http = limited(
+            &api,
+            GuardLimits {
+                rate: 2,
+                ..GuardLimits::default()
+            },
+        );
+        let list = || http.raw(Method::GET, "/api/v1/guard/keys?workflow_id=wf", None, "");
+        for _ in 0..2 {
+            let r = list().await;
+            assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
+        }
+        let r = list().await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{:?}", r.json);
+        assert!(r.header("retry-after").is_some());
+    }
+);
+
+both_backends!(
     async fn a_caller_with_all_its_requests_in_progress_gets_429_until_one_ends(db: TestDb) {
         let api = GuardApi::new(&db);
         let http = limited(

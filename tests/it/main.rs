@@ -32,6 +32,7 @@ mod guard_limits;
 mod guard_memory;
 mod guard_natural;
 mod guard_random;
+mod guard_refusals_not_logged;
 mod guard_replicas;
 mod guard_rust_api;
 mod guard_unchanged_write;

@@ -170,3 +170,38 @@ fn the_server_the_openapi_document_and_the_clients_share_one_version() {
         );
     }
 }
+
+/// Every status the guard routes can answer before or around their handler is in the
+/// document (issue 47): a body past --guard-max-body-bytes (413) or not whole within
+/// --request-body-timeout (408), a caller past its bounds (429) and every slow-body slot
+/// taken or the database down (503), the last two with `Retry-After`.
+#[test]
+fn the_guard_routes_document_every_bound_they_answer() {
+    let doc: Value = serde_json::from_str(&committed()).unwrap();
+    let with_body = ["408", "413", "429", "503"];
+    let without = ["429", "503"];
+    let routes = [
+        ("post", "/api/v1/guard/admit", &with_body[..]),
+        ("post", "/api/v1/guard/settle", &with_body[..]),
+        ("post", "/api/v1/guard/reconcile", &with_body[..]),
+        ("get", "/api/v1/guard/keys", &without[..]),
+        ("get", "/api/v1/guard/keys/{key}", &without[..]),
+    ];
+    for (method, path, statuses) in routes {
+        let responses = &doc["paths"][path][method]["responses"];
+        for status in statuses {
+            let r = &responses[*status];
+            assert!(r.is_object(), "{method} {path}: no {status}");
+            assert!(
+                r["content"]["application/problem+json"].is_object(),
+                "{method} {path} {status}: a problem"
+            );
+            if ["429", "503"].contains(status) {
+                assert!(
+                    r["headers"]["Retry-After"].is_object(),
+                    "{method} {path} {status}: Retry-After"
+                );
+            }
+        }
+    }
+}

@@ -93,7 +93,9 @@ def _serve_flags(binary: Path) -> str:
         return ""
 
 
-def start_server(backend: str, tmp: Path, port: int | None = None) -> Server:
+def start_server(
+    backend: str, tmp: Path, port: int | None = None, extra: list[str] | None = None
+) -> Server:
     binary = server_binary()
     if not binary.exists():
         message = f"idemwatch binary not found at {binary} (build it or set IDEMWATCH_BIN)"
@@ -124,6 +126,7 @@ def start_server(backend: str, tmp: Path, port: int | None = None) -> Server:
     # A short lease margin keeps the killed-worker case to seconds, where the server has one.
     if "--lease-margin" in help_text:
         args += ["--lease-margin", "2s"]
+    args += extra or []
     log = tmp / f"serve-{backend}.log"
     process = subprocess.Popen(
         args,

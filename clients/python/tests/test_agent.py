@@ -10,7 +10,7 @@ import uuid
 import idemwatch
 from conftest import Server
 from fake_provider import FakeProvider
-from refunds import refund_tool
+from refunds import async_refund_tool, refund_tool
 
 TOOL = "agent_refund"  # natural_key = ["order", "refund_no"] (clients/testdata/tools.toml)
 
@@ -82,6 +82,32 @@ def test_the_status_tool_says_when_nothing_was_attempted(
     asked = status.ask(run, tool=TOOL, args={"order": f"A-{uuid.uuid4().hex[:8]}"})
     assert asked["status"] == "none" and "did not happen" in asked["next"]
     assert status.ask(run, tool="nope", args={})["status"] == "error"
+
+
+async def test_the_async_status_tool_answers_from_the_asyncio_client(
+    server: Server, provider: FakeProvider
+) -> None:
+    async with idemwatch.AsyncClient(server.url, worker="async-agent") as client:
+        refund = idemwatch.AgentTool(
+            async_refund_tool(client, provider.url, name=TOOL),
+            object_fields=["order"],
+            action="the refund",
+            number_field="refund_no",
+        )
+        status = idemwatch.StatusTool(client, [refund])
+        order = f"A-{uuid.uuid4().hex[:8]}"
+        run = idemwatch.Run(tenant="acme", run_id=f"run-{uuid.uuid4().hex[:8]}")
+        before = await status.aask(run, tool=TOOL, args={"order": order})
+        assert before["status"] == "none" and "did not happen" in before["next"]
+
+        done = await refund.acall(run, {"order": order, "amount_p": 4500})
+        assert done["status"] == "done", done
+        asked = await status.aask(run, tool=TOOL, args={"order": order})
+        assert asked["status"] == "DONE" and asked["actions"][0]["key"] == done["key"]
+        by_key = await status.aask(run, key=done["key"], tool=TOOL)
+        assert by_key["status"] == "DONE" and by_key["actions"][0]["key"] == done["key"]
+        assert (await status.aask(run, tool="nope", args={}))["status"] == "error"
+    assert provider.calls == 1
 
 
 def test_the_keys_of_a_run_are_listed_for_a_worker(

@@ -1,7 +1,7 @@
 // `Client`: the four protocol steps of docs/GUARD.md over HTTP, one method each.
 
 import { hostname } from "node:os";
-import { ConfigurationError, Unavailable, fromProblem } from "./errors.js";
+import { ConfigurationError, Unavailable, fromProblem, parseRetryAfter } from "./errors.js";
 import { GuardedTool } from "./tool.js";
 
 const PREFIX = "/api/v1/guard";
@@ -98,6 +98,26 @@ export async function check(response, key = null) {
   });
 }
 
+/**
+ * Answered before anything was done: 429 (this caller past its rate or its requests in
+ * progress) and 503 (a body not read, or a database that did not commit). The same
+ * request, with the same body and key, may be sent again after `Retry-After`.
+ */
+const BACK_OFF = new Set([429, 503]);
+
+/**
+ * Milliseconds to wait before sending the same request again, or null to answer now: a
+ * 429 or 503 with `Retry-After`, while retries are left and the wait ends before
+ * `deadline` (ms). Never sooner than the server asked; a little later at random, so that
+ * callers refused together do not all come back together.
+ */
+function backOff(response, retriesLeft, deadline) {
+  if (!BACK_OFF.has(response.status) || retriesLeft <= 0) return null;
+  const seconds = parseRetryAfter(response.headers.get("retry-after"));
+  if (seconds === null || Date.now() + seconds * 1000 > deadline) return null;
+  return seconds * 1000 + Math.random() * Math.min(250, (seconds * 1000) / 4);
+}
+
 /** `ask()`, asked again while idemwatch is unavailable (a restart) until `deadline` (ms). */
 async function retrying(ask, deadline) {
   for (;;) {
@@ -113,18 +133,37 @@ async function retrying(ask, deadline) {
 
 export class Client {
   /**
-   * @param {{url: string, token?: string|null, worker?: string, timeoutMs?: number, fetch?: typeof fetch}} options
+   * A request answered 429 or 503 with `Retry-After` is sent again, the same body and key,
+   * after the time the server asked: up to `maxRetries` times, while the waits stay within
+   * `maxRetryWaitMs` (docs/CLIENTS.md, "When idemwatch asks you to wait").
+   * @param {{url: string, token?: string|null, worker?: string, timeoutMs?: number, fetch?: typeof fetch, maxRetries?: number, maxRetryWaitMs?: number}} options
    */
-  constructor({ url, token = null, worker, timeoutMs = 10_000, fetch: fetchImpl } = {}) {
+  constructor({ url, token = null, worker, timeoutMs = 10_000, fetch: fetchImpl, maxRetries = 3, maxRetryWaitMs = 30_000 } = {}) {
     if (!url) throw new TypeError("idemwatch url is required, e.g. http://127.0.0.1:8080");
+    if (!(maxRetries >= 0) || !(maxRetryWaitMs >= 0)) throw new TypeError("maxRetries and maxRetryWaitMs must not be negative");
     this.url = String(url).replace(/\/+$/, "");
     this.token = token;
     this.worker = worker || defaultWorker();
     this.timeoutMs = timeoutMs;
     this.fetch = fetchImpl ?? globalThis.fetch;
+    this.maxRetries = maxRetries;
+    this.maxRetryWaitMs = maxRetryWaitMs;
   }
 
-  async #request(method, path, { body, query, key = null, timeoutMs } = {}) {
+  /** One request, sent again after `Retry-After` while the bounds allow (`backOff`). */
+  async #request(method, path, options = {}) {
+    const deadline = Date.now() + this.maxRetryWaitMs;
+    for (let retries = 0; ; retries++) {
+      const response = await this.#send(method, path, options);
+      const wait = backOff(response, this.maxRetries - retries, deadline);
+      if (wait === null) return check(response, options.key ?? null);
+      await response.body?.cancel();
+      await new Promise((resolve) => setTimeout(resolve, wait));
+    }
+  }
+
+  /** One request, same-origin redirects followed: the final answer, unread. */
+  async #send(method, path, { body, query, key = null, timeoutMs } = {}) {
     const headers = {
       accept: "application/json, application/problem+json",
       "user-agent": `idemwatch-js/${VERSION}`,
@@ -154,7 +193,7 @@ export class Client {
           { key, cause },
         );
       }
-      if (response.status < 300 || response.status >= 400 || !response.headers.get("location")) return check(response, key);
+      if (response.status < 300 || response.status >= 400 || !response.headers.get("location")) return response;
       const next = new URL(response.headers.get("location"), url);
       if (next.origin !== new URL(url).origin) {
         throw new ConfigurationError(

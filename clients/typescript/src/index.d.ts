@@ -119,6 +119,14 @@ export interface ClientOptions {
   /** Bounds each guard request (not the provider call: that is the tool's policy). */
   timeoutMs?: number;
   fetch?: typeof fetch;
+  /** Retries of one request answered 429 or 503 with `Retry-After` (default 3). */
+  maxRetries?: number;
+  /**
+   * Milliseconds one request may spend waiting on `Retry-After` in all (default 30,000):
+   * a wait past it is not made, and the 429/503 is thrown (`Unavailable`, with
+   * `retryAfter`) at once.
+   */
+  maxRetryWaitMs?: number;
 }
 
 export declare const MAX_WAIT_SECONDS: number;
@@ -130,6 +138,8 @@ export declare class Client {
   readonly url: string;
   readonly token: string | null;
   readonly worker: string;
+  readonly maxRetries: number;
+  readonly maxRetryWaitMs: number;
   admit(tool: string, intent: Intent, args: JSONObject, options?: { businessRef?: string }): Promise<Decision>;
   settle(
     key: string,

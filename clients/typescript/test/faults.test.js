@@ -44,6 +44,18 @@ function run(cmd, args, env, timeoutMs = 120_000) {
   });
 }
 
+/** A key a person must decide: the response was lost, then the provider forgot the key. */
+async function escalated(client, provider, intent) {
+  const refund = refundTool(client, provider.url, { name: "forgetful_refund" }); // retention 2 s
+  provider.failNext("lose_response");
+  await assert.rejects(refund.run(intent, ARGS), OutcomeUnknown);
+  await new Promise((r) => setTimeout(r, 2500));
+  provider.forget();
+  const err = await refund.run(intent, ARGS).catch((e) => e);
+  assert.ok(err instanceof NeedsHumanReview, String(err));
+  return { refund, err };
+}
+
 const lastJson = (text) => JSON.parse(text.trim().split("\n").at(-1));
 const snake = (i) => JSON.stringify({ tenant: i.tenant, workflow_id: i.workflowId, step_id: i.stepId, intent_id: i.intentId });
 
@@ -175,13 +187,7 @@ for (const backend of ["sqlite", "postgres"]) {
     });
 
     test("a retry after the provider forgot the key needs a person and never resends", async () => {
-      const refund = refundTool(client, provider.url, { name: "forgetful_refund" }); // retention 2 s
-      provider.failNext("lose_response");
-      await assert.rejects(refund.run(intent, ARGS), OutcomeUnknown);
-      await new Promise((r) => setTimeout(r, 2500));
-      provider.forget();
-      const err = await refund.run(intent, ARGS).catch((e) => e);
-      assert.ok(err instanceof NeedsHumanReview, String(err));
+      const { refund, err } = await escalated(client, provider, intent);
       assert.equal(err.retryable, false);
       assert.equal(provider.calls, 1, "no resend after the provider's retention");
       assert.equal(provider.effects.length, 1);
@@ -234,3 +240,48 @@ for (const backend of ["sqlite", "postgres"]) {
     });
   });
 }
+
+/** A person resolving on the page: the local admin, with its CSRF cookie and token. */
+async function person(url, key, body) {
+  const csrf = await fetch(`${url}/api/v1/csrf`);
+  const cookie = csrf.headers.getSetCookie().map((c) => c.split(";")[0]).join("; ");
+  const { csrf_token: token } = await csrf.json();
+  return fetch(`${url}/api/v1/keys/${key}/resolve`, {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-csrf-token": token, cookie },
+    body: JSON.stringify(body),
+  });
+}
+
+test("waitForPerson survives a serve restart (issue 49)", { skip: unavailable("sqlite") ?? false }, async () => {
+  let server = await startServer("sqlite");
+  const provider = await new FakeProvider().start();
+  try {
+    const client = new Client({ url: server.url, worker: "waiter" });
+    const intent = { tenant: "acme", workflowId: `js-${RUN}-restart`, stepId: "1", intentId: "refund:order-restart" };
+    const { refund, err } = await escalated(client, provider, intent);
+    let ended = false;
+    const waiting = refund.waitForPerson(err, 60).finally(() => (ended = true));
+    await new Promise((r) => setTimeout(r, 300));
+    // serve dies under the waiter (SIGKILL: a graceful stop would wait for the long poll)
+    // and starts again on the same database and port; a person decides on the new one.
+    await server.kill();
+    await new Promise((r) => setTimeout(r, 1000));
+    assert.equal(ended, false, "the wait outlived the restart");
+    server = await startServer("sqlite", { port: server.port, dir: server.dir });
+    const done = await person(server.url, err.key, {
+      resolution: "done",
+      reason: "found it at the provider",
+      evidence: "rf_1",
+      result: { refund_id: "rf_1" },
+    });
+    assert.equal(done.status, 200, await done.text());
+    const state = await waiting;
+    assert.equal(state.status, "DONE");
+    assert.equal(state.awaitingPerson, false);
+    assert.equal(provider.calls, 1, "no resend");
+  } finally {
+    await server.stop();
+    await provider.close();
+  }
+});

@@ -102,6 +102,8 @@ struct KeyAnswer {
     fencing_token: FencingToken,
     key: IdempotencyKey,
     provider_retention_until: String,
+    /// Refusals answered without a row (docs/GUARD.md, "What the attempt log records").
+    refusals_not_logged: i64,
     release_approved: bool,
     resend_safe_until: String,
     result: Option<Value>,
@@ -246,6 +248,7 @@ impl Answer {
             fencing_token: record.fencing_token,
             key: record.key,
             provider_retention_until: rfc3339(record.provider_retention_until),
+            refusals_not_logged: record.refusals_not_logged,
             release_approved: record.release_approved,
             resend_safe_until: rfc3339(record.resend_safe_until),
             result: record.result,

@@ -84,6 +84,8 @@ pub async fn list(
     principal: Principal,
     RawQuery(query): RawQuery,
 ) -> Result<Json<Value>, Error> {
+    // The caller's bounds hold here too: a listing is a database read per request.
+    let _slot = super::request::slot(&state, &principal)?;
     let q = KeysQuery::parse(query.as_deref())?;
     let page = state.store.list_keys(&q.filter, None, q.limit).await?;
     // A limited token sees its own tenants and tools only: the rest of the page is left

@@ -6,8 +6,11 @@ the module-level helpers, so the sync and async clients cannot disagree.
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import json
 import os
+import random
 import socket
 import time
 from decimal import Decimal
@@ -17,7 +20,14 @@ from urllib.parse import quote
 import httpx
 
 from . import __version__
-from ._errors import ConfigurationError, IdemwatchError, InvalidRequest, Unavailable, from_problem
+from ._errors import (
+    ConfigurationError,
+    IdemwatchError,
+    InvalidRequest,
+    Unavailable,
+    from_problem,
+    parse_retry_after,
+)
 from ._types import JSON, Decision, ErrorClass, Intent, KeyState
 
 _PREFIX = "/api/v1/guard"
@@ -117,13 +127,66 @@ def _network_error(exc: httpx.HTTPError, key: str | None) -> Unavailable:
     return Unavailable(f"could not reach idemwatch: {type(exc).__name__}: {exc}", key=key)
 
 
+#: Answered before anything was done: 429 (this caller past its rate or its requests in
+#: progress) and 503 (a body not read, or a database that did not commit). The same
+#: request, with the same body and key, may be sent again after ``Retry-After``.
+_BACK_OFF = (429, 503)
+
+
+def _back_off(response: httpx.Response, retries_left: int, deadline: float) -> float | None:
+    """Seconds to wait before sending the same request again, or None to answer now: a
+    429 or 503 with ``Retry-After``, while retries are left and the wait ends before
+    ``deadline`` (``time.monotonic()``). Never sooner than the server asked; a little
+    later at random, so that callers refused together do not all come back together."""
+    if response.status_code not in _BACK_OFF or retries_left <= 0:
+        return None
+    wait = parse_retry_after(response.headers.get("Retry-After"))
+    if wait is None or time.monotonic() + wait > deadline:
+        return None
+    return wait + random.uniform(0, min(0.25, wait / 4))
+
+
 class _Base:
-    def __init__(self, url: str, token: str | None, worker: str | None) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        worker: str | None,
+        max_retries: int = 3,
+        max_retry_wait: float = 30.0,
+    ) -> None:
         if not url:
             raise ValueError("idemwatch url is required, e.g. http://127.0.0.1:8080")
+        if max_retries < 0 or max_retry_wait < 0:
+            raise ValueError("max_retries and max_retry_wait must not be negative")
         self.url = url.rstrip("/")
         self.token = token
         self.worker = worker or default_worker()
+        #: Retries of one request answered 429 or 503 with ``Retry-After``.
+        self.max_retries = max_retries
+        #: Seconds one request may spend waiting on ``Retry-After`` in all: a wait past
+        #: it is not made, and the 429/503 is raised (:class:`Unavailable`, with
+        #: ``retry_after``) at once.
+        self.max_retry_wait = max_retry_wait
+
+    def _send_args(
+        self,
+        method: str,
+        path: str,
+        body: Mapping[str, Any] | None,
+        params: Mapping[str, Any] | None,
+        timeout: float | None,
+        default_timeout: float,
+    ) -> dict[str, Any]:
+        """What one guard request sends, for either transport (sent again as is)."""
+        return {
+            "method": method,
+            "url": self.url + _PREFIX + path,
+            "json": body,
+            "params": params,
+            "headers": _headers(self.token),
+            "timeout": timeout if timeout is not None else default_timeout,
+        }
 
 
 class Client(_Base):
@@ -133,7 +196,10 @@ class Client(_Base):
 
     ``http_client`` lets you bring your own ``httpx.Client`` (proxies, TLS, transports);
     its base URL and headers are left alone. ``timeout`` bounds each guard request
-    (not the provider call: that is the tool's policy).
+    (not the provider call: that is the tool's policy). A request answered 429 or 503
+    with ``Retry-After`` is sent again, the same body and key, after the time the server
+    asked: up to ``max_retries`` times, while the waits stay within ``max_retry_wait``
+    seconds (docs/CLIENTS.md, "When idemwatch asks you to wait").
     """
 
     def __init__(
@@ -144,8 +210,10 @@ class Client(_Base):
         worker: str | None = None,
         timeout: float = 10.0,
         http_client: httpx.Client | None = None,
+        max_retries: int = 3,
+        max_retry_wait: float = 30.0,
     ) -> None:
-        super().__init__(url, token, worker)
+        super().__init__(url, token, worker, max_retries, max_retry_wait)
         self._timeout = timeout
         self._http = http_client or httpx.Client(timeout=timeout)
         self._owns_http = http_client is None
@@ -170,18 +238,18 @@ class Client(_Base):
         key: str | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        try:
-            response = self._http.request(
-                method,
-                self.url + _PREFIX + path,
-                json=body,
-                params=params,
-                headers=_headers(self.token),
-                timeout=timeout if timeout is not None else self._timeout,
-            )
-        except httpx.HTTPError as exc:
-            raise _network_error(exc, key) from exc
-        return _check(response, key)
+        sent = self._send_args(method, path, body, params, timeout, self._timeout)
+        deadline = time.monotonic() + self.max_retry_wait
+        for retries in itertools.count():
+            try:
+                response = self._http.request(**sent)
+            except httpx.HTTPError as exc:
+                raise _network_error(exc, key) from exc
+            wait = _back_off(response, self.max_retries - retries, deadline)
+            if wait is None:
+                return _check(response, key)
+            time.sleep(wait)
+        raise AssertionError("unreachable")
 
     def admit(
         self,
@@ -356,8 +424,10 @@ class AsyncClient(_Base):
         worker: str | None = None,
         timeout: float = 10.0,
         http_client: httpx.AsyncClient | None = None,
+        max_retries: int = 3,
+        max_retry_wait: float = 30.0,
     ) -> None:
-        super().__init__(url, token, worker)
+        super().__init__(url, token, worker, max_retries, max_retry_wait)
         self._timeout = timeout
         self._http = http_client or httpx.AsyncClient(timeout=timeout)
         self._owns_http = http_client is None
@@ -382,18 +452,18 @@ class AsyncClient(_Base):
         key: str | None = None,
         timeout: float | None = None,
     ) -> dict[str, Any]:
-        try:
-            response = await self._http.request(
-                method,
-                self.url + _PREFIX + path,
-                json=body,
-                params=params,
-                headers=_headers(self.token),
-                timeout=timeout if timeout is not None else self._timeout,
-            )
-        except httpx.HTTPError as exc:
-            raise _network_error(exc, key) from exc
-        return _check(response, key)
+        sent = self._send_args(method, path, body, params, timeout, self._timeout)
+        deadline = time.monotonic() + self.max_retry_wait
+        for retries in itertools.count():
+            try:
+                response = await self._http.request(**sent)
+            except httpx.HTTPError as exc:
+                raise _network_error(exc, key) from exc
+            wait = _back_off(response, self.max_retries - retries, deadline)
+            if wait is None:
+                return _check(response, key)
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")
 
     async def admit(
         self,
@@ -583,8 +653,6 @@ def _retrying(ask: Callable[[], KeyState], deadline: float, sleep: Callable[[flo
 
 async def _aretrying(ask: Callable[[], Any], deadline: float) -> KeyState:
     """The asyncio twin of :func:`_retrying`."""
-    import asyncio
-
     while True:
         try:
             return await ask()

@@ -59,14 +59,19 @@ export function unavailable(backend) {
   return why;
 }
 
-export async function startServer(backend) {
-  const tmp = mkdtempSync(join(tmpdir(), `idemwatch-js-${backend}-`));
+/**
+ * A real `idemwatch serve` on `backend`. `extra`: more flags; `port` and `dir` (the SQLite
+ * database's folder): those of an earlier server, to start it again on the same database.
+ */
+export async function startServer(backend, { extra = [], port: samePort, dir } = {}) {
+  const tmp = dir ?? mkdtempSync(join(tmpdir(), `idemwatch-js-${backend}-`));
   const database = backend === "sqlite" ? `sqlite://${join(tmp, "guard.db")}` : pgUrl();
-  const port = await freePort();
+  const port = samePort ?? (await freePort());
   const args = ["serve", "--listen", `127.0.0.1:${port}`, "--database-url", database, "--tools-file", TOOLS_FILE];
   const help = spawnSync(serverBinary(), ["serve", "--help"], { encoding: "utf8" }).stdout ?? "";
   // A short lease margin keeps the killed-worker case to seconds, where the server has one.
   if (help.includes("--lease-margin")) args.push("--lease-margin", "2s");
+  args.push(...extra);
   const child = spawn(serverBinary(), args, { env: { ...process.env, RUST_LOG: process.env.RUST_LOG ?? "warn" }, stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   const keep = (chunk) => (output = (output + chunk).slice(-20_000));
@@ -84,14 +89,19 @@ export async function startServer(backend) {
     try {
       const r = await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(2000) });
       if (r.status === 200) {
+        const end = async (signal) => {
+          child.kill(signal);
+          await new Promise((r) => (child.exitCode !== null || child.signalCode !== null ? r() : child.once("exit", r)));
+        };
         return {
           url,
           backend,
+          port,
+          dir: tmp,
           tail,
-          async stop() {
-            child.kill("SIGTERM");
-            await new Promise((r) => (child.exitCode !== null ? r() : child.once("exit", r)));
-          },
+          stop: () => end("SIGTERM"),
+          /** SIGKILL: a graceful stop would wait for the long polls in progress. */
+          kill: () => end("SIGKILL"),
         };
       }
     } catch {
