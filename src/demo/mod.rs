@@ -22,7 +22,7 @@ pub use latency::{
 pub use provider::{Effect, Fault, Provider, ProviderClient, ProviderError};
 pub use scenario::{REPEAT_ORDER, SHOWCASE, Scenario};
 pub use stats::{Admissions, CallResult, Snapshot, StatusLine, clock};
-pub use web::router;
+pub use web::{PROVIDER_LOOKUP, router};
 
 use crate::guard::{Guard, GuardSettings, SystemClock};
 use crate::store::{Store, StoreError};

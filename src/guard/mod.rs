@@ -40,6 +40,9 @@ pub use natural::NaturalKey;
 pub use operation::{ErrorClass, Operation};
 pub use policy::{DEFAULT_DUPLICATE_WINDOW, ToolPolicies, ToolPolicy};
 pub use port::{Claim, ClaimChecks, PairReview, Storage, StoreError};
+/// A record for unit tests outside the guard (the key page's view).
+#[cfg(test)]
+pub(crate) use record::tests::record as sample_record;
 pub use record::{
     Attempt, AttemptDraft, ChainFields, Detail, GENESIS_HASH, Record, chain_hash, chain_hash_is,
     rfc3339, seal,

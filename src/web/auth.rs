@@ -56,14 +56,16 @@ pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'
      base-uri 'none'";
 
 tokio::task_local! {
-    /// The caller of the request being handled, for the header of every page.
-    static CONTEXT: PageContext;
+    /// The reader of the request being handled, for the one page rendered without the
+    /// request at hand: an error page, made by `Error::into_response`.
+    static CONTEXT: Viewer;
 }
 
-/// What every page shows about its reader: who is signed in, and the CSRF token its
-/// forms (sign out, resolve) carry.
+/// Who reads a page: who is signed in, and the CSRF token its forms (sign out,
+/// resolve) carry. Handlers take it as an extractor (`viewer: Viewer`,
+/// `web::layout`); the authentication middleware puts it in the request.
 #[derive(Debug, Clone, Default)]
-pub struct PageContext {
+pub struct Viewer {
     pub user: Option<SignedIn>,
     pub csrf_token: String,
     /// What this request's CSRF tokens must be bound to (see the module comment).
@@ -96,9 +98,10 @@ impl SignedIn {
     }
 }
 
-/// The page context of the request being handled (empty outside a request).
-/// Read by `Layout::new`, so every page gets it without each handler passing it on.
-pub fn page_context() -> PageContext {
+/// The reader of the request being handled (nobody outside a request), for an error
+/// page: `IntoResponse` has no request to extract it from. Every other page takes its
+/// [`Viewer`] as an extractor.
+pub fn viewer_of_error_page() -> Viewer {
     CONTEXT.try_with(Clone::clone).unwrap_or_default()
 }
 
@@ -279,7 +282,7 @@ pub async fn authenticate(
             // The guard's answers are JSON, never a page: no page context for them (a
             // task-local scope, and the caller's name and roles copied, per request on
             // the guard's hot path: docs/PERFORMANCE.md, "Guard over HTTP").
-            let context = (!is_guard(&path)).then(|| PageContext {
+            let context = (!is_guard(&path)).then(|| Viewer {
                 user: principal.as_ref().map(SignedIn::new),
                 csrf_token: csrf_token.clone(),
                 csrf_binding: binding,
@@ -295,7 +298,10 @@ pub async fn authenticate(
                 request.extensions_mut().insert(state.auth_log.clone());
             }
             match context {
-                Some(context) => CONTEXT.scope(context, next.run(request)).await,
+                Some(context) => {
+                    request.extensions_mut().insert(context.clone());
+                    CONTEXT.scope(context, next.run(request)).await
+                }
                 None => next.run(request).await,
             }
         }

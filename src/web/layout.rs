@@ -3,6 +3,10 @@
 //! reaching into the pages.
 
 use super::assets;
+use super::auth::Viewer;
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use std::convert::Infallible;
 
 /// What `templates/base.html` needs on every page.
 #[derive(Debug, Clone)]
@@ -17,11 +21,11 @@ pub struct Layout {
     pub icon: String,
     pub version: &'static str,
     /// Who is signed in, and the CSRF token of the page's forms.
-    pub ctx: super::auth::PageContext,
+    pub ctx: Viewer,
 }
 
 impl Layout {
-    pub fn new(title: impl Into<String>, nav: &'static str) -> Self {
+    pub fn new(title: impl Into<String>, nav: &'static str, viewer: &Viewer) -> Self {
         Self {
             title: title.into(),
             nav,
@@ -30,12 +34,26 @@ impl Layout {
             js: assets::url("app.js"),
             icon: assets::url("favicon.svg"),
             version: env!("CARGO_PKG_VERSION"),
-            ctx: super::auth::page_context(),
+            ctx: viewer.clone(),
         }
     }
 
     pub fn with_query(mut self, q: impl Into<String>) -> Self {
         self.q = q.into();
         self
+    }
+}
+
+/// `viewer: Viewer` in a handler: the reader the authentication middleware found
+/// (nobody, on a route it does not cover).
+impl<S: Send + Sync> FromRequestParts<S> for Viewer {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Infallible> {
+        Ok(parts
+            .extensions
+            .get::<Viewer>()
+            .cloned()
+            .unwrap_or_default())
     }
 }

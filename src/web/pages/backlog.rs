@@ -6,7 +6,7 @@ use super::params::{Params, format_cursor, parse_cursor, parse_limit};
 use super::{KeyRow, Layout};
 use crate::web::filters::{self, When, when};
 use crate::web::links::link;
-use crate::web::{AppState, Error};
+use crate::web::{AppState, Error, Viewer};
 use askama::Template;
 use axum::Router;
 use axum::extract::{Query, State};
@@ -51,6 +51,7 @@ struct BacklogPage {
 
 async fn backlog(
     State(state): State<AppState>,
+    viewer: Viewer,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> Result<Html<String>, Error> {
     let p = Params(pairs);
@@ -104,7 +105,7 @@ async fn backlog(
         link("/backlog", &pairs)
     });
     let view = BacklogPage {
-        layout: Layout::new("Backlog", "backlog"),
+        layout: Layout::new("Backlog", "backlog", &viewer),
         tools: summary
             .iter()
             .map(|s| ToolLine {
@@ -124,9 +125,7 @@ async fn backlog(
         rows: page.keys.iter().map(|k| KeyRow::new(k, now)).collect(),
         next,
         first: after.as_ref().map(|_| link("/backlog", &base)),
-        can_resolve: crate::web::auth::page_context()
-            .user
-            .is_some_and(|u| u.can_resolve),
+        can_resolve: viewer.user.as_ref().is_some_and(|u| u.can_resolve),
         in_scope: match status.as_deref() {
             Some("UNKNOWN") => unknown,
             Some(_) => expired_leases,

@@ -16,7 +16,7 @@ use crate::guard::{AttemptKind, Resolution, Status};
 use crate::store::{Count, KeyFilter, ResolvedAs};
 use crate::web::filters::{thousands_sep, utc};
 use crate::web::links::link;
-use crate::web::{AppState, Error};
+use crate::web::{AppState, Error, Viewer};
 use askama::Template;
 use axum::Router;
 use axum::extract::{Query, State};
@@ -229,6 +229,7 @@ fn hint(name: &str) -> &'static str {
 
 async fn keys(
     State(state): State<AppState>,
+    viewer: Viewer,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> Result<Html<String>, Error> {
     let p = Params(pairs);
@@ -300,7 +301,7 @@ async fn keys(
         .or_else(|| filter.key_prefix.clone())
         .unwrap_or_default();
     let view = KeysPage {
-        layout: Layout::new("Keys", "keys").with_query(search),
+        layout: Layout::new("Keys", "keys", &viewer).with_query(search),
         search: field(&FILTERS[0]),
         fields,
         advanced_open,

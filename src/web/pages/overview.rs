@@ -8,7 +8,7 @@ use crate::guard::AttemptKind;
 use crate::store::{AttemptBucket, BUCKET_SECONDS, BacklogSummary};
 use crate::web::filters::{self, When, percent, when};
 use crate::web::links::link;
-use crate::web::{AppState, Error};
+use crate::web::{AppState, Error, Viewer};
 use askama::Template;
 use axum::Router;
 use axum::extract::State;
@@ -194,7 +194,7 @@ impl OverviewCache {
     }
 }
 
-async fn overview(State(state): State<AppState>) -> Result<Html<String>, Error> {
+async fn overview(State(state): State<AppState>, viewer: Viewer) -> Result<Html<String>, Error> {
     let Snapshot {
         at: now,
         rows,
@@ -257,7 +257,7 @@ async fn overview(State(state): State<AppState>) -> Result<Html<String>, Error> 
     tools.dedup();
 
     let mut page = OverviewPage {
-        layout: Layout::new("Overview", "overview"),
+        layout: Layout::new("Overview", "overview", &viewer),
         cards: Vec::new(),
         hour: Window::default(),
         day: Window::default(),

@@ -15,7 +15,7 @@ use crate::auth::Principal;
 use crate::guard::{FencingToken, IdempotencyKey, Resolution, ResolveRequest};
 use crate::web::auth::{Csrf, check_form_csrf, require_resolve};
 use crate::web::limits::keys_in_scope;
-use crate::web::{AppState, Error};
+use crate::web::{AppState, Error, Viewer};
 use askama::Template;
 use axum::Router;
 use axum::extract::rejection::FormRejection;
@@ -105,6 +105,7 @@ struct ResultPage {
 
 async fn bulk(
     State(state): State<AppState>,
+    viewer: Viewer,
     principal: Principal,
     csrf: Csrf,
     headers: HeaderMap,
@@ -182,7 +183,7 @@ async fn bulk(
         let resolved = outcomes.iter().filter(|o| o.ok).count();
         tracing::info!(user = %principal.name, resolved, refused = outcomes.len() - resolved, "bulk resolve");
         let page = ResultPage {
-            layout: Layout::new("Bulk resolve: result", "backlog"),
+            layout: Layout::new("Bulk resolve: result", "backlog", &viewer),
             resolution: label(resolution),
             resolved,
             refused: outcomes.len() - resolved,
@@ -251,7 +252,7 @@ async fn bulk(
             .map(|r| KeyState::new(&r, now));
     }
     let page = ConfirmPage {
-        layout: Layout::new("Confirm bulk resolve", "backlog"),
+        layout: Layout::new("Confirm bulk resolve", "backlog", &viewer),
         scope,
         resolution: label(resolution),
         resolution_value: resolution.as_str(),
