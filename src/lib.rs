@@ -2,6 +2,7 @@
 //! makes the guard visible (metrics, pages, exports).
 
 pub mod auth;
+pub mod base;
 pub mod cli;
 pub mod demo;
 pub mod duration;
@@ -11,7 +12,6 @@ pub mod guard;
 pub mod mcp;
 pub mod metrics;
 pub mod retention;
-pub mod runtime;
 pub mod store;
 pub mod tail;
 pub mod time_input;

@@ -6,7 +6,7 @@
 
 use super::report::Figure;
 use chrono::{DateTime, Utc};
-use idemwatch::guard::canonical::canonical_json;
+use idemwatch::base::canonical::canonical_json;
 use idemwatch::guard::{ChainFields, Detail, chain_hash, rfc3339};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};

@@ -312,14 +312,14 @@ impl Authenticator {
 /// What a CSRF token is bound to for a browser without a session: the SHA-256 of its
 /// CSRF cookie. A session records the same value for the cookie issued at sign-in.
 pub fn csrf_binding(csrf_cookie: &str) -> String {
-    crate::guard::key::sha256_hex(format!("csrf|{csrf_cookie}").as_bytes())
+    crate::base::hash::sha256_hex(format!("csrf|{csrf_cookie}").as_bytes())
 }
 
 /// What a session records of the password it was opened with: the SHA-256 of the
 /// user's PHC string (itself salted), so a new hash in the auth file ends the session
 /// on every replica, whatever their `--session-secret`.
 pub fn password_tag(password_hash: &str) -> String {
-    crate::guard::key::sha256_hex(format!("password|{password_hash}").as_bytes())
+    crate::base::hash::sha256_hex(format!("password|{password_hash}").as_bytes())
 }
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {

@@ -74,7 +74,7 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 pub fn hash_token(token: &str) -> String {
-    crate::guard::key::sha256_hex(token.as_bytes())
+    crate::base::hash::sha256_hex(token.as_bytes())
 }
 
 /// A new random API token: 32 bytes, URL-safe base64, prefixed so it is recognisable

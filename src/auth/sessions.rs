@@ -64,7 +64,7 @@ pub fn random_cookie() -> String {
 
 /// What the database stores of a session cookie.
 pub fn id_hash(cookie: &str) -> String {
-    crate::guard::key::sha256_hex(cookie.as_bytes())
+    crate::base::hash::sha256_hex(cookie.as_bytes())
 }
 
 impl Sessions {

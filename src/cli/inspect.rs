@@ -2,7 +2,7 @@
 //! guard written in another language can be checked against this one.
 
 use super::{FingerprintArgs, KeyArgs};
-use crate::guard::canonical::canonical_json;
+use crate::base::canonical::canonical_json;
 use crate::guard::{BusinessArgs, Intent};
 use anyhow::Context;
 

@@ -45,7 +45,7 @@ impl Shared {
         // Email receipts, whose provider does not deduplicate by key (tools file:
         // `provider_dedupes = false`): never resent after an ambiguous outcome.
         let receipt = !voucher && scenario == Scenario::Plain && rng.random_bool(0.1);
-        let showcase = super::traffic::showcase_index(n, &self.config).is_some();
+        let showcase = super::scenario::showcase_index(n, &self.config).is_some();
         let order = if scenario == Scenario::RepeatRefund && showcase {
             REPEAT_ORDER.to_string()
         } else {

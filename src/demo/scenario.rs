@@ -60,3 +60,10 @@ pub const SHOWCASE: [Scenario; 12] = [
 
 /// The order of the seed trace: refunded twice, genuinely, in the showcase.
 pub const REPEAT_ORDER: &str = "A-88214";
+
+/// Which showcase scenario intent `n` plays, if any: one every `showcase_every`.
+pub(super) fn showcase_index(n: u64, config: &super::DemoConfig) -> Option<usize> {
+    let every = config.showcase_every.max(1);
+    let i = usize::try_from(n / every).ok()?;
+    (config.showcase && n.is_multiple_of(every) && i < SHOWCASE.len()).then_some(i)
+}

@@ -9,7 +9,7 @@
 use super::calls::{Plan, buggy, redelivered, rephrased};
 use super::latency::{CLIENT_DEADLINE, LEASE_MARGIN, PROVIDER_TIMEOUT};
 use super::provider::{Fault, ProviderClient};
-use super::scenario::{SHOWCASE, Scenario};
+use super::scenario::{SHOWCASE, Scenario, showcase_index};
 use super::stats::{CallResult, Counters};
 use super::{DemoConfig, Shared};
 use crate::guard::{GuardError, Outcome, ToolCall};
@@ -332,13 +332,6 @@ impl Shared {
             _ = stop.wait_for(|stopped| *stopped) => false,
         }
     }
-}
-
-/// Which showcase scenario intent `n` plays, if any: one every `showcase_every`.
-pub(super) fn showcase_index(n: u64, config: &super::DemoConfig) -> Option<usize> {
-    let every = config.showcase_every.max(1);
-    let i = usize::try_from(n / every).ok()?;
-    (config.showcase && n.is_multiple_of(every) && i < SHOWCASE.len()).then_some(i)
 }
 
 /// Showcase flows take the deterministic path of their scenario.

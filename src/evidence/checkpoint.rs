@@ -9,9 +9,9 @@
 
 use super::keys::{Authenticity, TrustedKeys, key_id};
 use super::merkle::{Hash, leaf_hash};
+use crate::base::canonical::{MAX_SAFE_INTEGER, canonical_json, write_string};
+use crate::base::hash::sha256_hex;
 use crate::guard::GENESIS_HASH;
-use crate::guard::canonical::{MAX_SAFE_INTEGER, canonical_json, write_string};
-use crate::guard::key::sha256_hex;
 /// The types are the store's, which reads and writes them; what they mean is here.
 pub use crate::store::{Checkpoint, CheckpointBody, Leaf};
 use chrono::{DateTime, Utc};

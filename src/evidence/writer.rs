@@ -223,7 +223,7 @@ impl Checkpointer {
     ) -> Result<NewCheckpoint, StoreError> {
         // ~2 hashes a leaf: 100,000 leaves (a minute at 1,000 keys/s) are ~100 ms of
         // one core.
-        crate::runtime::cpu_bound(|| {
+        crate::base::runtime::cpu_bound(|| {
             let mut frontier = match last {
                 Some(l) => Frontier::from_hex(l.checkpoint.body.tree_size, &l.frontier)
                     .map_err(|e| StoreError::Corrupt(format!("checkpoint frontier: {e}")))?,

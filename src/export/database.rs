@@ -98,7 +98,7 @@ pub async fn verify_database_split(
             "{} signed checkpoints, the newest {} at {} covering {} keys; {}",
             checkpoints.len(),
             c.body.seq,
-            crate::guard::rfc3339(c.body.created_at),
+            crate::base::time::rfc3339(c.body.created_at),
             anchors.len(),
             match signature {
                 Authenticity::Verified => "signatures verified with a trusted key",

@@ -3,11 +3,10 @@
 //! file, stdout or an HTTP body as it likes: nothing here holds more than one row.
 
 use super::manifest::{CsvCells, Format, HASH_CHAIN, MANIFEST_VERSION, Manifest, ORDER, Source};
-use super::rfc4180::Record;
 use super::row::{COLUMNS, ExportRow, write_canonical_cell};
 use super::spool::{Fields, Spool};
+use crate::base::time::rfc3339;
 use crate::evidence::ExportEvidence;
-use crate::guard::rfc3339;
 use crate::store::{ExportCells, ExportFilter, JsonText, RawExportRow, StoreError};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -290,6 +289,44 @@ pub fn read_exported_key(record: &[u8]) -> std::io::Result<(String, i64)> {
     let mut fields = Fields(record);
     let seq = fields.i64()?;
     Ok((fields.text(None)?.to_owned(), seq))
+}
+
+/// One CSV record appended to a buffer through the `csv` crate: RFC 4180, a cell
+/// quoted only when it holds a comma, a quote, CR or LF, quotes doubled inside, CRLF
+/// at the end. Each cell is marked as the export's [`CsvCells`] says.
+struct Record<'a> {
+    writer: csv::Writer<&'a mut Vec<u8>>,
+    cells: CsvCells,
+}
+
+impl<'a> Record<'a> {
+    /// Starts a record at the end of `out`, its cells written as `cells` says.
+    fn start(out: &'a mut Vec<u8>, cells: CsvCells) -> Self {
+        let writer = csv::WriterBuilder::new()
+            .terminator(csv::Terminator::CRLF)
+            .quote_style(csv::QuoteStyle::Necessary)
+            // A record's bytes go to `out` at its end; the JSON cells are most of them.
+            .buffer_capacity(4 << 10)
+            .from_writer(out);
+        Record { writer, cells }
+    }
+
+    /// Appends the next cell.
+    fn cell(&mut self, cell: &str) {
+        let written = match self.cells.mark(cell) {
+            "" => self.writer.write_field(cell),
+            mark => self.writer.write_field(format!("{mark}{cell}")),
+        };
+        written.expect("writing to memory cannot fail");
+    }
+
+    /// Ends the record.
+    fn end(mut self) {
+        self.writer
+            .write_record(None::<&[u8]>)
+            .expect("writing to memory cannot fail");
+        self.writer.flush().expect("writing to memory cannot fail");
+    }
 }
 
 /// A number's cell; `None` is an empty cell.

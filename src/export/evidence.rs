@@ -12,7 +12,7 @@
 //! as the manifest is written. Memory stays flat however many keys are exported
 //! (docs/PERFORMANCE.md, "A whole export's proofs in flat memory").
 
-use super::pipeline::ExportError;
+use super::error::ExportError;
 use super::spool::{At, Fields, Spool};
 use crate::evidence::merkle::{BLOCK_LEAVES, Frontier, Hash, PathCollector, Tree, parse_hash};
 use crate::evidence::{

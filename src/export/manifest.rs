@@ -1,9 +1,9 @@
 //! The manifest an auditor checks a file against: what was asked for (filters), what
 //! came out (rows, keys, time range) and the SHA-256 of the content.
 
+use crate::base::canonical::canonical_json;
 use crate::evidence::keys::key_id;
 use crate::evidence::{ExportEvidence, Proofs, TrustedKeys};
-use crate::guard::canonical::canonical_json;
 use crate::store::{ExportFilter, micros};
 use chrono::{DateTime, Utc};
 use ed25519_dalek::{Signer, SigningKey};

@@ -9,13 +9,13 @@
 
 mod database;
 mod encode;
+mod error;
 mod evidence;
 mod manifest;
 mod pipeline;
 mod problem;
 mod ranges;
 mod read;
-mod rfc4180;
 mod row;
 mod spool;
 mod verify;
@@ -24,10 +24,11 @@ pub use crate::evidence::{Authenticity, TrustedKeys};
 pub use crate::store::{ExportFilter, FilterError, parse_time};
 pub use database::{Outside, verify_database, verify_database_split, verify_database_with};
 pub use encode::{EncodeRow, Encoder, spool_exported};
+pub use error::ExportError;
 pub use evidence::{EvidenceSource, LISTED_UP_TO};
 pub use manifest::{CsvCells, Format, Manifest, ManifestSignature, Source};
 pub use pipeline::{
-    CHUNK, ChunkSink, ChunkWriter, Discard, ExportError, Job, Signing, Writer, encode, export_into,
+    CHUNK, ChunkSink, ChunkWriter, Discard, Job, Signing, Writer, encode, export_into,
     export_signed,
 };
 pub use ranges::Split;

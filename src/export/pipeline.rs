@@ -5,6 +5,7 @@
 //! archive all run [`encode`], so they cannot disagree on a byte or a hash.
 
 use super::encode::{EncodeRow, Encoder, write_ndjson_manifest};
+use super::error::ExportError;
 use super::evidence::EvidenceSource;
 use super::manifest::{CsvCells, Format, Manifest, Source};
 use crate::evidence::{Checkpointer, Proofs};
@@ -19,15 +20,6 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 /// Bytes gathered before a write: large enough for few syscalls, small enough that
 /// memory stays flat.
 pub const CHUNK: usize = 64 * 1024;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ExportError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    /// The sink refused a chunk: a write failed, or an HTTP client went away.
-    #[error("cannot write the export: {0}")]
-    Io(#[from] io::Error),
-}
 
 /// Where encoded chunks go.
 pub trait ChunkSink {

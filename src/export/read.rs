@@ -50,7 +50,7 @@ impl FileEvidence {
                 out.notes.push(format!(
                     "signed checkpoint {} ({}, key {}) covers {} of the file's keys; {}",
                     c.seq,
-                    crate::guard::rfc3339(c.created_at),
+                    crate::base::time::rfc3339(c.created_at),
                     c.key_id,
                     e.proofs.len(),
                     said(found.signature, "its signature")

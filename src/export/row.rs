@@ -2,8 +2,7 @@
 //! column order ([`COLUMNS`], the CSV header and the NDJSON member order) are the
 //! store's, which yields it; NDJSON is its serde form.
 
-use crate::guard::canonical::canonical_json;
-use crate::guard::canonical_text::write_canonical_text;
+use crate::base::canonical::{canonical_json, write_canonical_text};
 use crate::guard::{Intent, rfc3339};
 pub use crate::store::{COLUMNS, ExportRow};
 use crate::store::{JsonText, StoreError};
@@ -129,9 +128,9 @@ pub fn canonical_detail(detail: &Value) -> String {
     canonical_json(detail).unwrap_or_else(|_| detail.to_string())
 }
 
-/// Appends [`canonical_detail`]'s text of a JSON column to `out`, from the column's
-/// text where [`write_canonical_text`] is sure of it (the guard's rows always), through
-/// a value otherwise: no map or `String` per member for a row's three JSON columns.
+/// Appends [`canonical_detail`]'s text of a JSON column to `out`, written from the
+/// column's text (no map or `String` per member for a row's three JSON columns); a
+/// column JCS refuses (edited into a huge integer) goes through its value.
 pub fn write_canonical_cell(out: &mut String, json: &JsonText<'_>) -> Result<(), StoreError> {
     if write_canonical_text(out, json.text).is_none() {
         out.push_str(&canonical_detail(&json.value()?));

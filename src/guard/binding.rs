@@ -7,10 +7,10 @@
 //! Rows written before this binding existed have no `state`: they are "not bound",
 //! reported as such and never as a break.
 
-use super::canonical::canonical_json;
-use super::key::sha256_hex;
 use super::record::Record;
 use super::status::Status;
+use crate::base::canonical::canonical_json;
+use crate::base::hash::sha256_hex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -3,8 +3,8 @@
 //! which a resend with the same key is no longer safe. SQL states the same two
 //! conditions once each, in the store's SQL (`store/sql.rs`).
 
-use super::clock::truncate;
 use super::status::Status;
+use crate::base::clock::truncate;
 use chrono::{DateTime, TimeDelta, Utc};
 
 /// How much earlier than the provider's own deadline the guard stops resending.

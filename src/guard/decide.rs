@@ -2,11 +2,11 @@
 //! attempt rows that describe what it did; the store writes the record change and the
 //! rows in one transaction.
 
-use super::canonical::canonical_json;
 use super::deadline::LeaseState;
 use super::key::{BusinessArgs, FencingToken};
 use super::record::{AttemptDraft, Record};
 use super::status::{AttemptKind, Resolution, Status};
+use crate::base::canonical::canonical_json;
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{Value, json};
 

@@ -1,44 +1,21 @@
 //! The guarded wrapper: claim, execute, settle, take over, reconcile, resolve.
 
-use super::clock::Clock;
+use super::call::{Admitted, CallOutcome, Outcome, Reconciled, ToolCall};
 use super::decide::{self, Admission, Lookup, Refusal, ResolveRequest};
 use super::error::GuardError;
 use super::heads::Heads;
-use super::key::{BusinessArgs, FencingToken, IdempotencyKey, Intent};
+use super::key::{BusinessArgs, FencingToken, IdempotencyKey};
 use super::operation::{ErrorClass, Operation};
 use super::policy::ToolPolicy;
 use super::port::Storage;
 use super::record::Record;
-use super::steps::{Admitted, CallOutcome, Reconciled};
+use crate::base::clock::Clock;
 use chrono::TimeDelta;
 use futures::FutureExt;
-use serde_json::Value;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::broadcast;
-
-/// One call of a tool, as the orchestrator recorded the intent.
-#[derive(Debug, Clone)]
-pub struct ToolCall {
-    pub intent: Intent,
-    /// What support staff search by, e.g. `order:A-88214`.
-    pub business_ref: Option<String>,
-    /// All arguments, free text included; the guard strips the tool's free-text fields.
-    pub args: Value,
-    /// Who is calling: a worker id.
-    pub actor: String,
-}
-
-/// A successful call. `replayed` is true when the result comes from an earlier
-/// attempt (a stored DONE, or an effect found at the provider by reconciliation), so
-/// an agent that never sees HTTP headers still learns it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
-    pub key: IdempotencyKey,
-    pub result: Value,
-    pub replayed: bool,
-}
 
 #[derive(Debug, Clone)]
 pub struct GuardSettings {
@@ -392,7 +369,8 @@ fn validate_resolution(req: &ResolveRequest) -> Result<(), GuardError> {
         ));
     }
     if let Some(result) = &req.result {
-        super::canonical::canonical_json(result).map_err(|e| invalid("result", &e.to_string()))?;
+        crate::base::canonical::canonical_json(result)
+            .map_err(|e| invalid("result", &e.to_string()))?;
     }
     Ok(())
 }

@@ -1,10 +1,10 @@
 //! The values the guard derives from a tool call: the key (from the intent) and the
 //! fingerprint (from the business arguments).
 
-use super::canonical::{CanonicalError, canonical_json, write_string};
+use crate::base::canonical::{CanonicalError, canonical_json, write_string};
+use crate::base::hash::sha256_hex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 use std::fmt;
 
 /// What the caller meant to do, stable across every retry of that intent.
@@ -216,10 +216,6 @@ impl fmt::Display for FencingToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)
     }
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 #[cfg(test)]

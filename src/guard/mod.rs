@@ -7,9 +7,8 @@
 //! the store above implements.
 
 pub mod binding;
-pub mod canonical;
-pub(crate) mod canonical_text;
-pub mod clock;
+mod call;
+mod chain;
 mod deadline;
 mod decide;
 mod duplicates;
@@ -28,27 +27,28 @@ mod status;
 mod steps;
 mod tools_file;
 
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use crate::base::clock::{Clock, ManualClock, SystemClock};
+/// The one time format (`crate::base::time`), named here too because the guard's
+/// answers and the pages built on them print its times.
+pub use crate::base::time::rfc3339;
+pub use call::{Admitted, CallOutcome, Outcome, Reconciled, ToolCall};
+pub use chain::{ChainFields, Detail, GENESIS_HASH, chain_hash, chain_hash_is, seal};
 pub use deadline::{LeaseState, RETENTION_MARGIN, resend_safe, resend_safe_until};
 pub use decide::{Admission, Lookup, ResolveRequest, differing_fields};
 pub use duplicates::DuplicateReview;
-pub use engine::{Guard, GuardSettings, Outcome, ToolCall};
+pub use engine::{Guard, GuardSettings};
 pub use error::GuardError;
 pub use key::{BusinessArgs, FencingToken, Fingerprint, IdempotencyKey, Intent, KeyError};
 pub use money::MoneyField;
 pub use natural::NaturalKey;
-pub use operation::{ErrorClass, Operation};
-pub use policy::{DEFAULT_DUPLICATE_WINDOW, ToolPolicies, ToolPolicy};
+pub use operation::{DEFAULT_DUPLICATE_WINDOW, ErrorClass, Operation};
+pub use policy::{ToolPolicies, ToolPolicy};
 pub use port::{Claim, ClaimChecks, PairReview, Storage, StoreError};
 /// A record for unit tests outside the guard (the key page's view).
 #[cfg(test)]
 pub(crate) use record::tests::record as sample_record;
-pub use record::{
-    Attempt, AttemptDraft, ChainFields, Detail, GENESIS_HASH, Record, chain_hash, chain_hash_is,
-    rfc3339, seal,
-};
+pub use record::{Attempt, AttemptDraft, Record};
 pub use status::{
     AdmissionOutcome, AttemptKind, DuplicateVerdict, Resolution, Status, UnknownName,
 };
-pub use steps::{Admitted, CallOutcome, Reconciled};
 pub use tools_file::{LookupEntry, McpToolEntry, McpToolsFile, ToolKind};

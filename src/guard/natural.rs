@@ -4,9 +4,10 @@
 //! first intent's key, so a caller that mints a new intent id every turn still gets
 //! one effect.
 
-use super::canonical::canonical_json;
 use super::error::GuardError;
-use super::key::{BusinessArgs, sha256_hex};
+use super::key::BusinessArgs;
+use crate::base::canonical::canonical_json;
+use crate::base::hash::sha256_hex;
 use serde_json::{Map, Value};
 
 /// The natural key of one call: the named fields and their values, and the hash the

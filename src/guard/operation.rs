@@ -6,6 +6,9 @@ use serde_json::Value;
 use std::future::Future;
 use std::time::Duration;
 
+/// The suspected-duplicate window of a tool that names none.
+pub const DEFAULT_DUPLICATE_WINDOW: TimeDelta = TimeDelta::hours(24);
+
 /// How an operation's error bears on the effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
@@ -34,7 +37,7 @@ pub trait Operation: Send + Sync {
     /// How far back a claim looks for another key with the same business ref and
     /// fingerprint, to count it as a suspected duplicate.
     fn duplicate_window(&self) -> TimeDelta {
-        super::policy::DEFAULT_DUPLICATE_WINDOW
+        DEFAULT_DUPLICATE_WINDOW
     }
 
     /// How long the provider remembers an idempotency key (30 minutes to 30 days,

@@ -28,9 +28,6 @@ pub struct ToolPolicy {
     pub duplicate_window: TimeDelta,
 }
 
-/// The suspected-duplicate window of a tool that names none.
-pub const DEFAULT_DUPLICATE_WINDOW: TimeDelta = TimeDelta::hours(24);
-
 impl ToolPolicy {
     /// The rules an [`Operation`] declares.
     pub fn of<O: Operation>(op: &O) -> Self {
@@ -132,6 +129,7 @@ impl ToolPolicies {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::guard::DEFAULT_DUPLICATE_WINDOW;
 
     fn policy(ms: u64) -> ToolPolicy {
         ToolPolicy {

@@ -5,84 +5,20 @@
 //!
 //! [`Operation`]: super::Operation
 
+use super::call::{Admitted, CallOutcome, Reconciled, ToolCall};
+use super::chain::GENESIS_HASH;
 use super::deadline::resend_safe_until;
 use super::decide::{self, Admission, Lookup, Settlement};
-use super::engine::{Guard, ToolCall};
+use super::engine::Guard;
 use super::error::GuardError;
 use super::key::{BusinessArgs, FencingToken, IdempotencyKey};
 use super::natural::NaturalKey;
 use super::policy::ToolPolicy;
 use super::port::{Claim, ClaimChecks, Storage, StoreError};
-use super::record::{AttemptDraft, GENESIS_HASH, Record};
+use super::record::{AttemptDraft, Record};
 use super::repeats::{Repeat, repeat};
 use super::status::{AttemptKind, Status};
-use serde_json::{Value, json};
-
-/// What admission decided, with the key and the business arguments it derived.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Admitted {
-    /// The key the caller acts on: its intent's key, or the key holding the call's
-    /// natural key (then `intent_key` is the caller's own).
-    pub key: IdempotencyKey,
-    /// The caller's intent key, when its natural key led to another key.
-    pub intent_key: Option<IdempotencyKey>,
-    /// The arguments without free text: what the fingerprint covers and what is sent.
-    pub args: BusinessArgs,
-    pub admission: Admission,
-}
-
-impl Admitted {
-    /// In flight and payload mismatch refuse every caller alike: as errors. What is
-    /// left is for the caller to act on.
-    pub fn refuse(self) -> Result<Admitted, GuardError> {
-        match self.admission {
-            Admission::InFlight { lease_until } => Err(GuardError::InFlight {
-                key: self.key.to_string(),
-                lease_until,
-            }),
-            Admission::Mismatch {
-                stored_fingerprint,
-                differing_fields,
-                stored_status,
-                lookup_token,
-            } => Err(GuardError::PayloadMismatch {
-                key: self.key.to_string(),
-                stored_fingerprint: stored_fingerprint.into(),
-                fingerprint: self.args.fingerprint.0.into(),
-                differing_fields,
-                intent_key: self.intent_key.map(|k| k.as_str().into()),
-                stored_status,
-                lookup_token,
-            }),
-            _ => Ok(self),
-        }
-    }
-}
-
-/// How a provider call ended, as its worker reports it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum CallOutcome {
-    /// The provider answered: the effect happened.
-    Done { result: Value },
-    /// The provider refused definitively (a decline, a 400/422): nothing happened.
-    Failed { error: String },
-    /// Nobody knows (timeout, reset, 5xx, crash): why.
-    Unknown { reason: String },
-}
-
-/// What a reported lookup led to (a forgotten key with no effect is
-/// [`GuardError::NeedsHumanReview`]).
-#[derive(Debug, Clone, PartialEq)]
-pub enum Reconciled {
-    /// The provider had the effect: the key is DONE with it, a replay.
-    Found { result: Value },
-    /// Not found and the provider still remembers the key (or a person released it):
-    /// `resent` is recorded; call the provider again with the same key and token and
-    /// settle. `record` is the key as written.
-    Resend { record: Box<Record> },
-    /// The lookup failed: the key is UNKNOWN again; a later retry reconciles.
-    Unknown { reason: String },
-}
+use serde_json::json;
 
 impl<S: Storage> Guard<S> {
     /// Step 1: derives the key and the business arguments of `call` under `policy`,

@@ -26,7 +26,8 @@
 //! `serve` checks them and ignores them.
 
 use super::MoneyField;
-use super::policy::{DEFAULT_DUPLICATE_WINDOW, ToolPolicies, ToolPolicy};
+use super::operation::DEFAULT_DUPLICATE_WINDOW;
+use super::policy::{ToolPolicies, ToolPolicy};
 use crate::duration::HumanDuration;
 use serde::Deserialize;
 use std::collections::{BTreeMap, BTreeSet};

@@ -89,11 +89,11 @@ mod tests {
     #[test]
     fn the_sentinels_sort_outside_every_stored_time() {
         assert_eq!(
-            crate::guard::rfc3339(far_past()),
+            crate::base::time::rfc3339(far_past()),
             "0001-01-01T00:00:00.000000Z"
         );
         assert_eq!(
-            crate::guard::rfc3339(far_future()),
+            crate::base::time::rfc3339(far_future()),
             "9999-12-31T23:59:59.000000Z"
         );
     }

@@ -410,7 +410,7 @@ impl Changes {
             .map_or(0, |l| l.checkpoint.body.tree_size) as i64;
         // 100,000 leaves are ~15 MB of JSON (PostgreSQL) or 600,000 parameters
         // (SQLite): tens of milliseconds of one core.
-        let leaves = crate::runtime::cpu_bound(|| {
+        let leaves = crate::base::runtime::cpu_bound(|| {
             self.leaves
                 .chunks(per_statement)
                 .enumerate()

@@ -432,7 +432,7 @@ decode_cells!(SqliteRow, declared: false);
 /// Times in exports, manifests and checkpoints: RFC 3339 UTC with microseconds, the
 /// form the hash covers.
 pub mod micros {
-    use crate::guard::rfc3339;
+    use crate::base::time::rfc3339;
     use chrono::{DateTime, Utc};
     use serde::{Deserialize, Deserializer, Serializer};
 

@@ -8,14 +8,16 @@
 //! tool the token may not touch (docs/AUTH.md). [`AdmitBody::args`] and
 //! [`raw_result`] read them afterwards.
 
-use super::request::Object;
-use crate::guard::canonical::canonical_json;
+use crate::base::canonical::canonical_json;
 use crate::guard::{CallOutcome, IdempotencyKey, Intent, Lookup};
 use crate::web::Error;
 use serde::Deserialize;
-use serde::de::{Deserializer, Error as _};
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{Deserializer, Error as _, MapAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
+use std::fmt;
+use std::marker::PhantomData;
 use std::time::Duration;
 
 /// The longest wait of a long poll.
@@ -532,5 +534,25 @@ impl WaitQuery {
             }
         }
         Ok(q)
+    }
+}
+
+/// `T` read only from a JSON object: a derived struct would also take an array of its
+/// members in order.
+pub struct Object<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Members<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Members<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(Members(PhantomData)).map(Object)
     }
 }

@@ -12,7 +12,9 @@
 //! Members holding any JSON stay raw text (`body.rs`), so what a token may not touch
 //! is never grown into a tree.
 
-use super::body::{AdmitBody, AdmitWire, ReconcileBody, ReconcileWire, SettleBody, SettleWire};
+use super::body::{
+    AdmitBody, AdmitWire, Object, ReconcileBody, ReconcileWire, SettleBody, SettleWire,
+};
 use super::limits::{Permit, too_large};
 use crate::auth::{Principal, Via};
 use crate::web::problem::Problem;
@@ -20,10 +22,7 @@ use crate::web::{AppState, Error};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{HeaderMap, StatusCode, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use serde::de::{DeserializeOwned, Deserializer, MapAccess, Visitor};
-use serde::{Deserialize, de::value::MapAccessDeserializer};
-use std::fmt;
-use std::marker::PhantomData;
+use serde::de::DeserializeOwned;
 
 /// A guard body: its wire struct and the check that makes it the body.
 pub trait GuardBody: Sized {
@@ -175,26 +174,6 @@ fn require_json(headers: &HeaderMap) -> Result<(), Error> {
             "content-type",
             "the guard takes JSON: send Content-Type: application/json",
         ))
-    }
-}
-
-/// `T` read only from a JSON object: a derived struct would also take an array of its
-/// members in order.
-pub struct Object<T>(pub T);
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Members<T>(PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> Visitor<'de> for Members<T> {
-            type Value = T;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
-                T::deserialize(MapAccessDeserializer::new(map))
-            }
-        }
-        d.deserialize_map(Members(PhantomData)).map(Object)
     }
 }
 

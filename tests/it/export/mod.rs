@@ -20,10 +20,9 @@ use crate::support::as_key;
 use crate::support::fixture::{Fixture, refund};
 use crate::support::provider::Fault;
 use chrono::{DateTime, TimeDelta, Utc};
+use idemwatch::base::canonical::canonical_json;
 use idemwatch::export::{CsvCells, ExportFilter, Format, Manifest, export_to};
-use idemwatch::guard::{
-    Clock, Resolution, ResolveRequest, ToolCall, canonical::canonical_json, rfc3339,
-};
+use idemwatch::guard::{Clock, Resolution, ResolveRequest, ToolCall, rfc3339};
 use idemwatch::store::Store;
 use serde_json::{Value, json};
 
@@ -283,7 +282,7 @@ pub async fn drop_append_only_trigger(store: &Store) {
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    idemwatch::guard::key::sha256_hex(bytes)
+    idemwatch::base::hash::sha256_hex(bytes)
 }
 
 /// Lines of an NDJSON export, the manifest last.
