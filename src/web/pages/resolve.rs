@@ -253,6 +253,42 @@ struct ConfirmPage {
     csrf_token: String,
 }
 
+impl ConfirmPage {
+    /// Step 1 of a resolve: what `req` would change, from `before` to `after`.
+    fn new(
+        viewer: &Viewer,
+        before: &Record,
+        after: &Record,
+        req: &ResolveRequest,
+        form: ResolveForm,
+        csrf_token: String,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            layout: Layout::new(
+                format!("Confirm: {}", label(req.resolution)),
+                "keys",
+                viewer,
+            ),
+            s: KeyState::new(before, now),
+            resolution: label(req.resolution),
+            meaning: meaning(req.resolution),
+            changes: changes(before, after, now),
+            reason: req.reason.clone(),
+            evidence: req.evidence.clone(),
+            result: after
+                .result
+                .as_ref()
+                .filter(|_| req.resolution == Resolution::Done)
+                .map(pretty),
+            actor: req.actor.clone(),
+            expected_token: before.fencing_token.0,
+            form,
+            csrf_token,
+        }
+    }
+}
+
 pub fn meaning(r: Resolution) -> &'static str {
     match r {
         Resolution::Done => {
@@ -316,28 +352,7 @@ async fn resolve(
         // Step 1: nothing is written; the guard says what it would do.
         return match guard.preview_resolve(&record, &req) {
             Ok(after) => {
-                let page = ConfirmPage {
-                    layout: Layout::new(
-                        format!("Confirm: {}", label(req.resolution)),
-                        "keys",
-                        &viewer,
-                    ),
-                    s: KeyState::new(&record, now),
-                    resolution: label(req.resolution),
-                    meaning: meaning(req.resolution),
-                    changes: changes(&record, &after, now),
-                    reason: req.reason.clone(),
-                    evidence: req.evidence.clone(),
-                    result: after
-                        .result
-                        .as_ref()
-                        .filter(|_| req.resolution == Resolution::Done)
-                        .map(pretty),
-                    actor: req.actor.clone(),
-                    expected_token: record.fencing_token.0,
-                    form,
-                    csrf_token: csrf.token,
-                };
+                let page = ConfirmPage::new(&viewer, &record, &after, &req, form, csrf.token, now);
                 Ok(Html(page.render()?).into_response())
             }
             Err(e) => refused(&state, &viewer, &key, e, &form, csrf.token, false).await,

@@ -130,18 +130,7 @@ async fn bulk(
         expected_token,
     };
     request(None).validate()?;
-    let listed: Vec<&str> =
-        p.0.iter()
-            .filter(|(k, v)| k == "key" && !v.trim().is_empty())
-            .map(|(_, v)| v.as_str())
-            .collect();
-    check_size(listed.len(), "key")?;
-    let selected = distinct(
-        listed
-            .into_iter()
-            .map(Item::parse)
-            .collect::<Result<_, _>>()?,
-    )?;
+    let selected = listed_items(&p)?;
     // A token limited to some tenants or tools acts on none of the list unless every
     // key is inside its limits (docs/AUTH.md, "Token limits").
     let keys: Vec<&IdempotencyKey> = selected.iter().map(|i| &i.key).collect();
@@ -176,6 +165,22 @@ async fn bulk(
         csrf_token: csrf.token,
     };
     Ok(Html(page.render()?).into_response())
+}
+
+/// The keys ticked (`key=KEY.TOKEN`, each once).
+fn listed_items(p: &Params) -> Result<Vec<Item>, Error> {
+    let listed: Vec<&str> =
+        p.0.iter()
+            .filter(|(k, v)| k == "key" && !v.trim().is_empty())
+            .map(|(_, v)| v.as_str())
+            .collect();
+    check_size(listed.len(), "key")?;
+    distinct(
+        listed
+            .into_iter()
+            .map(Item::parse)
+            .collect::<Result<_, _>>()?,
+    )
 }
 
 /// Resolves each of `selected` under its own token, one guard call each: how each ended.
