@@ -191,7 +191,7 @@ impl AuthFile {
 }
 
 impl ProxySettings {
-    pub fn trusted_nets(&self) -> Result<Vec<IpNet>, String> {
+    pub(crate) fn trusted_nets(&self) -> Result<Vec<IpNet>, String> {
         self.trusted
             .iter()
             .map(|s| {

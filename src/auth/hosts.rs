@@ -96,7 +96,7 @@ impl AllowedHosts {
     /// Whether `origin` (an `Origin` header value) is this site: the same host and port
     /// as `host` (the `Host` header), or a configured name (a proxy in front that
     /// rewrites `Host`). `null` (a sandboxed frame, a redirect across sites) never is.
-    pub fn same_origin(&self, origin: &str, host: Option<&str>) -> bool {
+    pub(crate) fn same_origin(&self, origin: &str, host: Option<&str>) -> bool {
         let Some(origin) = origin_host(origin) else {
             return false;
         };

@@ -29,19 +29,19 @@ use secrets::Signer;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-pub const SESSION_COOKIE: &str = "idemwatch_session";
+pub(crate) const SESSION_COOKIE: &str = "idemwatch_session";
 pub const CSRF_COOKIE: &str = "idemwatch_csrf";
 /// Prefix of cookie names when cookies are `Secure`: a browser accepts a `__Host-`
 /// cookie only from this host, over HTTPS, with `Path=/` and no `Domain`, so a
 /// sibling subdomain cannot plant one.
-pub const HOST_PREFIX: &str = "__Host-";
+pub(crate) const HOST_PREFIX: &str = "__Host-";
 /// How long a CSRF token is accepted after the page that carries it was rendered.
-pub const CSRF_TOKEN_SECONDS: i64 = 12 * 3600;
+pub(crate) const CSRF_TOKEN_SECONDS: i64 = 12 * 3600;
 
 /// The name of cookie `base` (`SESSION_COOKIE`, `CSRF_COOKIE`): `__Host-` prefixed
 /// when cookies are `Secure`. Only that name is read then, so a plain-named cookie
 /// planted over HTTP or by a sibling subdomain is ignored.
-pub fn cookie_name(base: &str, secure: bool) -> String {
+pub(crate) fn cookie_name(base: &str, secure: bool) -> String {
     if secure {
         format!("{HOST_PREFIX}{base}")
     } else {
@@ -114,7 +114,7 @@ impl Authenticator {
         self
     }
 
-    pub fn allowed_hosts(&self) -> &AllowedHosts {
+    pub(crate) fn allowed_hosts(&self) -> &AllowedHosts {
         &self.allowed_hosts
     }
 
@@ -122,7 +122,7 @@ impl Authenticator {
         self.file.as_ref().map(|f| f.mode)
     }
 
-    pub fn is_configured(&self) -> bool {
+    pub(crate) fn is_configured(&self) -> bool {
         self.file.is_some()
     }
 
@@ -227,7 +227,7 @@ impl Authenticator {
     /// tag is logged, `unknown#` and 8 characters of an HMAC under the session secret:
     /// the same text gives the same tag (a guessing run shows up) while the log
     /// reveals nothing that could be checked against a password list.
-    pub fn loggable_name(&self, name: &str) -> String {
+    pub(crate) fn loggable_name(&self, name: &str) -> String {
         let known = self
             .file
             .as_ref()
@@ -260,7 +260,10 @@ impl Authenticator {
     /// The person a stored session belongs to, if it may still be used: the user is
     /// still in the auth file (removing one ends their sessions), with the password
     /// they signed in with (changing it ends them), and roles as the file says now.
-    pub fn session_principal(&self, session: &crate::store::SessionRow) -> Option<Principal> {
+    pub(crate) fn session_principal(
+        &self,
+        session: &crate::store::SessionRow,
+    ) -> Option<Principal> {
         let file = self.file.as_ref().filter(|f| f.mode == Mode::Builtin)?;
         let user = file.users.iter().find(|u| u.name == session.user_name)?;
         let same_password: bool = secrets::constant_time_eq(
@@ -287,7 +290,7 @@ impl Authenticator {
 
     /// Whether `token` was made by [`Self::csrf_token`] for `binding`, at most
     /// [`CSRF_TOKEN_SECONDS`] ago (and not more than a minute ahead: replicas' clocks).
-    pub fn csrf_valid(&self, binding: Option<&str>, token: &str, now_unix: i64) -> bool {
+    pub(crate) fn csrf_valid(&self, binding: Option<&str>, token: &str, now_unix: i64) -> bool {
         let Some(binding) = binding.filter(|b| !b.is_empty()) else {
             return false;
         };

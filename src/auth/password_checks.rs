@@ -15,12 +15,12 @@ type Job = Box<dyn FnOnce() + Send>;
 
 /// The right to run one check now, from [`PasswordChecks::try_slot`].
 #[derive(Debug)]
-pub struct Slot(
+pub struct CheckSlot(
     #[expect(dead_code, reason = "held, not read: frees the slot on drop")] OwnedSemaphorePermit,
 );
 
 #[derive(Debug)]
-pub struct PasswordChecks {
+pub(crate) struct PasswordChecks {
     slots: Arc<Semaphore>,
     size: usize,
     /// Started on the first check (most states in tests never check a password).
@@ -38,15 +38,15 @@ impl PasswordChecks {
     }
 
     /// A free slot, or `None` when every slot is busy (never waits).
-    pub fn try_slot(&self) -> Option<Slot> {
-        self.slots.clone().try_acquire_owned().ok().map(Slot)
+    pub(crate) fn try_slot(&self) -> Option<CheckSlot> {
+        self.slots.clone().try_acquire_owned().ok().map(CheckSlot)
     }
 
     /// Runs `check` on a checking thread; the slot is freed when it is done, even if
     /// the caller stopped waiting. `None` if the check panicked.
     pub async fn run<T: Send + 'static>(
         &self,
-        slot: Slot,
+        slot: CheckSlot,
         check: impl FnOnce() -> T + Send + 'static,
     ) -> Option<T> {
         let (done, result) = tokio::sync::oneshot::channel();

@@ -110,13 +110,13 @@ impl Scope {
         Ok(())
     }
 
-    pub fn is_limited(&self) -> bool {
+    pub(crate) fn is_limited(&self) -> bool {
         self.tenants.is_some() || self.tools.is_some()
     }
 }
 
 impl Principal {
-    pub fn local_admin() -> Self {
+    pub(crate) fn local_admin() -> Self {
         Self {
             name: "local".into(),
             roles: BTreeSet::from([Role::Admin]),

@@ -69,7 +69,7 @@ pub fn verify_password(password: &str, phc: &str) -> bool {
 }
 
 /// `a == b` in time that depends only on the lengths.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
@@ -79,11 +79,11 @@ pub fn hash_token(token: &str) -> String {
 
 /// A new random API token: 32 bytes, URL-safe base64, prefixed so it is recognisable
 /// in a secret scanner.
-pub fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     format!("iw_{}", URL_SAFE_NO_PAD.encode(random_bytes()))
 }
 
-pub fn random_bytes() -> [u8; 32] {
+pub(crate) fn random_bytes() -> [u8; 32] {
     let mut bytes = [0u8; 32];
     rand::fill(&mut bytes);
     bytes
@@ -91,7 +91,7 @@ pub fn random_bytes() -> [u8; 32] {
 
 /// Signs and checks short strings with HMAC-SHA256.
 #[derive(Clone)]
-pub struct Signer {
+pub(crate) struct Signer {
     key: Vec<u8>,
 }
 

@@ -40,7 +40,7 @@ impl Default for SessionSettings {
 
 /// A session's last use is written at most this often: one write per minute per
 /// session, not one per request. The idle timeout is therefore exact to a minute.
-pub const TOUCH_SECONDS: i64 = 60;
+pub(crate) const TOUCH_SECONDS: i64 = 60;
 
 #[derive(Debug, Clone)]
 pub struct Sessions {

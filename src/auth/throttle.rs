@@ -4,7 +4,7 @@
 //!
 //! - At most [`hashing_permits`] checks run at once, on threads of their own
 //!   ([`PasswordChecks`]); a login that finds them all busy is refused at once
-//!   ([`Refusal::Busy`]) without hashing.
+//!   ([`LoginRefusal::Busy`]) without hashing.
 //! - Failures are counted per (client address, user name) and per user name. From the
 //!   `threshold`-th failure (forgotten [`WINDOW_SECONDS`] after the last), that pair
 //!   (or that name, from anywhere) is refused for 30 s, doubling with each further
@@ -23,32 +23,32 @@
 //! most [`MAX_TRACKED`] names and addresses each; stale entries (no failure for
 //! [`WINDOW_SECONDS`]) go first, then the one whose last failure is oldest.
 
-use super::password_checks::{PasswordChecks, Slot};
+use super::password_checks::{CheckSlot, PasswordChecks};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Mutex, PoisonError};
 
 /// Failures are forgotten this long after the last one (and its refusal) ended.
-pub const WINDOW_SECONDS: i64 = 15 * 60;
+pub(crate) const WINDOW_SECONDS: i64 = 15 * 60;
 /// The first refusal lasts this long, doubling with every further failure.
-pub const FIRST_BACKOFF_SECONDS: i64 = 30;
+pub(crate) const FIRST_BACKOFF_SECONDS: i64 = 30;
 /// The longest refusal.
-pub const MAX_BACKOFF_SECONDS: i64 = 15 * 60;
+pub(crate) const MAX_BACKOFF_SECONDS: i64 = 15 * 60;
 /// Names (and addresses) tracked at most; each entry is well under 200 bytes.
-pub const MAX_TRACKED: usize = 10_000;
+pub(crate) const MAX_TRACKED: usize = 10_000;
 /// Longest user name kept as a key (longer ones are cut: no user has such a name).
 const MAX_NAME_BYTES: usize = 64;
 
 /// Concurrent password checks: half the machine's cores (the rest serve the guard and
 /// the pages), at least 2 and at most 3, so argon2 holds at most 3 × 19 MiB.
-pub fn hashing_permits() -> usize {
+pub(crate) fn hashing_permits() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get().div_ceil(2).clamp(2, 3))
 }
 
 /// Why a login was not checked (or failed), as the `reason` label of
 /// `idemwatch_login_refusals_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub enum LoginRefusal {
     /// Every password check slot is busy.
     Busy,
     /// Too many recent failures for this user name; retry after this many seconds.
@@ -59,22 +59,22 @@ pub enum Refusal {
     BadCredentials,
 }
 
-impl Refusal {
+impl LoginRefusal {
     pub fn reason(self) -> &'static str {
         match self {
-            Refusal::Busy => "busy",
-            Refusal::ThrottledUser(_) => "throttled_user",
-            Refusal::ThrottledAddress(_) => "throttled_address",
-            Refusal::BadCredentials => "bad_credentials",
+            LoginRefusal::Busy => "busy",
+            LoginRefusal::ThrottledUser(_) => "throttled_user",
+            LoginRefusal::ThrottledAddress(_) => "throttled_address",
+            LoginRefusal::BadCredentials => "bad_credentials",
         }
     }
 
     /// Seconds for `Retry-After`, for the refusals that are about time.
     pub fn retry_after(self) -> Option<i64> {
         match self {
-            Refusal::Busy => Some(1),
-            Refusal::ThrottledUser(s) | Refusal::ThrottledAddress(s) => Some(s.max(1)),
-            Refusal::BadCredentials => None,
+            LoginRefusal::Busy => Some(1),
+            LoginRefusal::ThrottledUser(s) | LoginRefusal::ThrottledAddress(s) => Some(s.max(1)),
+            LoginRefusal::BadCredentials => None,
         }
     }
 }
@@ -127,21 +127,26 @@ impl LoginLimiter {
 
     /// May `user` from `address` have a password checked now? The slot is for
     /// [`check`](Self::check).
-    pub fn admit(&self, user: &str, address: Option<IpAddr>, now: i64) -> Result<Slot, Refusal> {
+    pub fn admit(
+        &self,
+        user: &str,
+        address: Option<IpAddr>,
+        now: i64,
+    ) -> Result<CheckSlot, LoginRefusal> {
         if let Some(wait) = lock(&self.users).refused_for(&user_key(user), now) {
-            return Err(Refusal::ThrottledUser(wait));
+            return Err(LoginRefusal::ThrottledUser(wait));
         }
         if let Some(wait) = lock(&self.pairs).refused_for(&pair_key(address, user), now) {
-            return Err(Refusal::ThrottledAddress(wait));
+            return Err(LoginRefusal::ThrottledAddress(wait));
         }
-        self.checks.try_slot().ok_or(Refusal::Busy)
+        self.checks.try_slot().ok_or(LoginRefusal::Busy)
     }
 
     /// Runs the password check `check` in `slot`, off the async workers. `None` if
     /// it panicked.
     pub async fn check<T: Send + 'static>(
         &self,
-        slot: Slot,
+        slot: CheckSlot,
         check: impl FnOnce() -> T + Send + 'static,
     ) -> Option<T> {
         self.checks.run(slot, check).await
@@ -158,11 +163,6 @@ impl LoginLimiter {
         }
         lock(&self.users).fail(user_key(user), now, self.thresholds.per_user);
         lock(&self.pairs).fail(pair, now, self.thresholds.per_address_and_user);
-    }
-
-    /// Names and (address, name) pairs tracked now (for tests of the cap).
-    pub fn tracked(&self) -> (usize, usize) {
-        (lock(&self.users).len(), lock(&self.pairs).len())
     }
 }
 
@@ -199,14 +199,14 @@ fn address_key(address: IpAddr) -> IpAddr {
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Entry {
+struct Tally {
     failures: u32,
     last_failure: i64,
     /// Never before `last_failure`.
     refused_until: i64,
 }
 
-impl Entry {
+impl Tally {
     /// No failure, and no refusal, for a whole window: start counting afresh. Counted
     /// from the end of the refusal, so that the longest refusal is followed by another.
     fn is_stale(&self, now: i64) -> bool {
@@ -217,7 +217,7 @@ impl Entry {
 /// Recent failures per key, at most `cap` keys.
 #[derive(Debug)]
 struct Failures<K> {
-    entries: HashMap<K, Entry>,
+    entries: HashMap<K, Tally>,
     cap: usize,
 }
 
@@ -227,10 +227,6 @@ impl<K: std::hash::Hash + Eq + Clone> Failures<K> {
             entries: HashMap::new(),
             cap,
         }
-    }
-
-    fn len(&self) -> usize {
-        self.entries.len()
     }
 
     /// Seconds left of the refusal of `key`, if it is refused now.
@@ -243,7 +239,7 @@ impl<K: std::hash::Hash + Eq + Clone> Failures<K> {
         if !self.entries.contains_key(&key) && self.entries.len() >= self.cap {
             self.make_room(now);
         }
-        let e = self.entries.entry(key).or_insert(Entry {
+        let e = self.entries.entry(key).or_insert(Tally {
             failures: 0,
             last_failure: now,
             refused_until: now,
@@ -310,7 +306,7 @@ mod tests {
         fail(&l, "sam", HOME, 2);
         assert_eq!(
             l.admit("sam", HOME, 2).unwrap_err(),
-            Refusal::ThrottledAddress(30)
+            LoginRefusal::ThrottledAddress(30)
         );
         assert!(l.admit("sam", AWAY, 2).is_ok(), "the same name elsewhere");
         assert!(l.admit("ada", HOME, 2).is_ok(), "another name here");
@@ -318,19 +314,19 @@ mod tests {
         fail(&l, "sam", AWAY, 4);
         assert_eq!(
             l.admit("sam", AWAY, 4).unwrap_err(),
-            Refusal::ThrottledUser(30),
+            LoginRefusal::ThrottledUser(30),
             "5 failures for the name from anywhere"
         );
         assert_eq!(
             l.admit("sam", HOME, 31).unwrap_err(),
-            Refusal::ThrottledUser(3),
+            LoginRefusal::ThrottledUser(3),
             "the name's pause is checked first"
         );
         assert!(l.admit("sam", AWAY, 34).is_ok(), "both pauses over");
         fail(&l, "sam", AWAY, 34);
         assert_eq!(
             l.admit("sam", AWAY, 34).unwrap_err(),
-            Refusal::ThrottledUser(60),
+            LoginRefusal::ThrottledUser(60),
             "doubled"
         );
     }
@@ -347,13 +343,15 @@ mod tests {
                     l.record("sam", None, now, false);
                     failures += 1;
                 }
-                Err(Refusal::ThrottledUser(wait) | Refusal::ThrottledAddress(wait)) => now += wait,
+                Err(LoginRefusal::ThrottledUser(wait) | LoginRefusal::ThrottledAddress(wait)) => {
+                    now += wait
+                }
                 Err(other) => panic!("{other:?}"),
             }
         }
         assert_eq!(
             l.admit("sam", None, now).unwrap_err(),
-            Refusal::ThrottledUser(MAX_BACKOFF_SECONDS)
+            LoginRefusal::ThrottledUser(MAX_BACKOFF_SECONDS)
         );
         let later = now + MAX_BACKOFF_SECONDS + WINDOW_SECONDS;
         fail(&l, "sam", None, later);
@@ -389,7 +387,7 @@ mod tests {
         let l = limiter();
         let a = l.admit("a", None, 0).unwrap();
         let _b = l.admit("b", None, 0).unwrap();
-        assert_eq!(l.admit("c", None, 0).unwrap_err(), Refusal::Busy);
+        assert_eq!(l.admit("c", None, 0).unwrap_err(), LoginRefusal::Busy);
         drop(a);
         assert!(l.admit("c", None, 0).is_ok());
     }
@@ -400,23 +398,23 @@ mod tests {
         for (i, name) in ["a", "b", "c", "d"].into_iter().enumerate() {
             f.fail(name.to_string(), i as i64, 1);
         }
-        assert_eq!(f.len(), 3);
+        assert_eq!(f.entries.len(), 3);
         assert!(
             f.refused_for(&"a".to_string(), 3).is_none(),
             "the oldest went"
         );
         assert!(f.refused_for(&"d".to_string(), 3).is_some());
         f.fail("e".to_string(), 10 * WINDOW_SECONDS, 1);
-        assert_eq!(f.len(), 1, "stale entries go first");
+        assert_eq!(f.entries.len(), 1, "stale entries go first");
     }
 
     #[test]
     fn every_refusal_has_an_exported_reason() {
         for r in [
-            Refusal::Busy,
-            Refusal::ThrottledUser(1),
-            Refusal::ThrottledAddress(1),
-            Refusal::BadCredentials,
+            LoginRefusal::Busy,
+            LoginRefusal::ThrottledUser(1),
+            LoginRefusal::ThrottledAddress(1),
+            LoginRefusal::BadCredentials,
         ] {
             assert!(
                 crate::metrics::LOGIN_REFUSALS.contains(&r.reason()),

@@ -10,7 +10,7 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
 
 /// Microsecond precision: what PostgreSQL's timestamptz stores, so a time written and
 /// read back is the same value (the attempt hash chain depends on it).
-pub fn truncate(t: DateTime<Utc>) -> DateTime<Utc> {
+pub(crate) fn truncate(t: DateTime<Utc>) -> DateTime<Utc> {
     t.duration_trunc(TimeDelta::microseconds(1)).unwrap_or(t)
 }
 

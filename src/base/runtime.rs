@@ -10,7 +10,7 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 /// A task that computes for half a second on a worker of `serve`'s two-worker runtime
 /// stops the tasks queued behind it on that worker: the guard's calls among them
 /// (docs/PERFORMANCE.md, "A checkpoint that stalled the guard").
-pub fn cpu_bound<T>(work: impl FnOnce() -> T) -> T {
+pub(crate) fn cpu_bound<T>(work: impl FnOnce() -> T) -> T {
     match Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
         _ => work(),

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 /// The shortest `--session-secret` accepted: it signs sessions and CSRF tokens.
-pub const MIN_SECRET_BYTES: usize = 32;
+pub(crate) const MIN_SECRET_BYTES: usize = 32;
 
 #[derive(Clone, Args)]
 pub struct AuthArgs {
@@ -79,7 +79,7 @@ impl fmt::Debug for AuthArgs {
 
 impl AuthArgs {
     /// How long sessions last, or why the two durations do not fit together.
-    pub fn session_settings(&self) -> anyhow::Result<SessionSettings> {
+    pub(crate) fn session_settings(&self) -> anyhow::Result<SessionSettings> {
         let (idle, lifetime) = (self.session_idle_timeout.0, self.session_lifetime.0);
         if idle < chrono::TimeDelta::minutes(1) || lifetime < chrono::TimeDelta::minutes(1) {
             bail!("--session-idle-timeout and --session-lifetime must be at least 1m");

@@ -71,7 +71,7 @@ impl CheckpointArgs {
     }
 }
 
-pub fn read_signing_key(path: &Path) -> anyhow::Result<SigningKey> {
+pub(crate) fn read_signing_key(path: &Path) -> anyhow::Result<SigningKey> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the signing key {}", path.display()))?;
     refuse_open_permissions(path)?;
@@ -101,7 +101,7 @@ fn refuse_open_permissions(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn read_public_key(path: &Path) -> anyhow::Result<VerifyingKey> {
+pub(crate) fn read_public_key(path: &Path) -> anyhow::Result<VerifyingKey> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the public key {}", path.display()))?;
     if let Ok(key) = keys::parse_public_key(&text) {
@@ -143,7 +143,7 @@ pub fn new_signing_key_command(args: NewSigningKeyArgs) -> anyhow::Result<()> {
 }
 
 /// A new signing key in a new file at `path`, readable by its owner only.
-pub fn write_new_signing_key(path: &Path) -> anyhow::Result<SigningKey> {
+pub(crate) fn write_new_signing_key(path: &Path) -> anyhow::Result<SigningKey> {
     use std::io::Write;
     let key = keys::generate();
     let mut options = std::fs::OpenOptions::new();

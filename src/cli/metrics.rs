@@ -36,7 +36,7 @@ pub struct MetricsArgs {
 }
 
 impl MetricsArgs {
-    pub fn metrics_options(&self) -> MetricsOptions {
+    pub(crate) fn metrics_options(&self) -> MetricsOptions {
         MetricsOptions {
             tenant_label: self.metrics_tenant_label,
             tenant_cap: self.metrics_tenant_cap as usize,
@@ -44,7 +44,7 @@ impl MetricsArgs {
         }
     }
 
-    pub fn tail_settings(&self) -> TailSettings {
+    pub(crate) fn tail_settings(&self) -> TailSettings {
         let defaults = TailSettings::default();
         TailSettings {
             batch_size: self.tail_batch_size,

@@ -118,7 +118,7 @@ impl fmt::Debug for DatabaseArgs {
 /// read as the `url` crate (WHATWG) reads it: the last `@` ends the user info. A URL
 /// without a secret is printed as given; one that cannot be parsed but has an `@` shows
 /// no user info at all.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     const HIDDEN: &str = "***";
     let Ok(mut parsed) = url::Url::parse(url) else {
         return match (url.split_once("://"), url.rfind('@')) {

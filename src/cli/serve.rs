@@ -20,7 +20,7 @@ use tokio::task::JoinSet;
 
 /// Opens the database and brings its schema up to date (or, with `--no-migrate`,
 /// checks that it is).
-pub async fn open_store(args: &DatabaseArgs) -> anyhow::Result<Store> {
+pub(crate) async fn open_store(args: &DatabaseArgs) -> anyhow::Result<Store> {
     let (store, url) = connect(args).await?;
     if args.no_migrate {
         store
@@ -255,7 +255,7 @@ fn pruner(
 }
 
 /// Resolves on Ctrl-C or SIGTERM, so in-flight requests finish before exit.
-pub async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

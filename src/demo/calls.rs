@@ -1,7 +1,7 @@
 //! The tool calls the simulated agents make, and the ways a retry can differ from
 //! the original: another worker, a rephrasing model, a buggy client.
 
-use super::Shared;
+use super::TrafficContext;
 use super::scenario::{REPEAT_ORDER, Scenario};
 use crate::guard::{Intent, ToolCall};
 use rand::RngExt;
@@ -38,7 +38,7 @@ pub(super) struct Plan {
     pub(super) showcase: bool,
 }
 
-impl Shared {
+impl TrafficContext {
     pub(super) fn plan(&self, n: u64, scenario: Scenario) -> Plan {
         let mut rng = rand::rng();
         let voucher = scenario == Scenario::Plain && rng.random_bool(0.2);

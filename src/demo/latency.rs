@@ -41,7 +41,7 @@ impl LatencyModel {
     /// The incident: a database migration at the provider. Median 10 s, p99 23 s:
     /// half the calls cross the 10 s deadline, about one in a thousand the guard's own
     /// 30 s timeout. With the agents' retry policy this takes the replay ratio to ~22%.
-    pub const INCIDENT: LatencyModel = LatencyModel {
+    pub(crate) const INCIDENT: LatencyModel = LatencyModel {
         median: Duration::from_secs(10),
         sigma: 0.35,
     };
@@ -50,8 +50,9 @@ impl LatencyModel {
         self.median.mul_f64((self.sigma * Z99).exp())
     }
 
-    /// The share of calls slower than `deadline`.
-    pub fn share_slower_than(&self, deadline: Duration) -> f64 {
+    /// The share of calls slower than `deadline` (what the tests hold the model to).
+    #[cfg(test)]
+    fn share_slower_than(&self, deadline: Duration) -> f64 {
         let z = (deadline.as_secs_f64() / self.median.as_secs_f64()).ln() / self.sigma;
         0.5 * erfc(z / std::f64::consts::SQRT_2)
     }
@@ -67,6 +68,7 @@ impl LatencyModel {
 }
 
 /// Complementary error function (Numerical Recipes' erfcc, |error| < 1.2e-7).
+#[cfg(test)]
 fn erfc(x: f64) -> f64 {
     let z = x.abs();
     let t = 1.0 / (1.0 + 0.5 * z);
@@ -103,7 +105,7 @@ impl IncidentSchedule {
         length: Duration::ZERO,
     };
 
-    pub fn active_at(&self, elapsed: Duration) -> bool {
+    pub(crate) fn active_at(&self, elapsed: Duration) -> bool {
         if self.start_now && elapsed < self.length {
             return true;
         }
@@ -118,7 +120,7 @@ impl IncidentSchedule {
 
     /// When the provider's state next changes, if ever: (new state, time until then).
     /// Exact to the 100 ms the demo checks the schedule at.
-    pub fn next_change(&self, elapsed: Duration) -> Option<(bool, Duration)> {
+    pub(crate) fn next_change(&self, elapsed: Duration) -> Option<(bool, Duration)> {
         let now = self.active_at(elapsed);
         let step = Duration::from_millis(100);
         let horizon = self.every.unwrap_or(Duration::ZERO).max(self.length) + self.first_at;

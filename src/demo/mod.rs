@@ -21,7 +21,7 @@ pub use latency::{
 };
 pub use provider::{Effect, Fault, Provider, ProviderClient, ProviderError};
 pub use scenario::{REPEAT_ORDER, SHOWCASE, Scenario};
-pub use stats::{Admissions, CallResult, Snapshot, StatusLine, clock};
+pub use stats::{Admissions, CallResult, DemoStats, StatusLine, clock};
 pub use web::{PROVIDER_LOOKUP, router};
 
 use crate::guard::{Guard, GuardSettings, SystemClock};
@@ -77,7 +77,7 @@ impl DemoConfig {
 
 /// What the traffic tasks share.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct TrafficContext {
     guard: Guard<Store>,
     provider: Provider,
     counters: Counters,
@@ -92,7 +92,7 @@ pub(crate) struct Shared {
 /// A demo: its provider, its counters, its traffic.
 #[derive(Debug, Clone)]
 pub struct Demo {
-    shared: Arc<Shared>,
+    shared: Arc<TrafficContext>,
     stop: Arc<watch::Sender<bool>>,
 }
 
@@ -106,7 +106,7 @@ impl Demo {
         let (stop, stop_rx) = watch::channel(false);
         let run_id = format!("{:04x}", rand::rng().random_range(0..0x1_0000u32));
         Self {
-            shared: Arc::new(Shared {
+            shared: Arc::new(TrafficContext {
                 guard,
                 provider,
                 counters: Counters::default(),
@@ -196,14 +196,14 @@ impl Demo {
     }
 
     /// Everything `/demo/stats` shows, for this run.
-    pub async fn snapshot(&self) -> Result<Snapshot, StoreError> {
+    pub async fn snapshot(&self) -> Result<DemoStats, StoreError> {
         let s = &self.shared;
         let store = self.store();
         let kinds = store.attempt_kind_counts(Some(s.started_at)).await?;
         let minute_ago = Utc::now() - TimeDelta::seconds(60);
         let window = store.attempt_kind_counts(Some(minute_ago)).await?;
         let admissions = Admissions::from_kinds(&kinds);
-        Ok(Snapshot {
+        Ok(DemoStats {
             effects: s.provider.effect_count(),
             duplicates: s.provider.duplicates(),
             requests: admissions.requests,
@@ -233,7 +233,7 @@ fn report(done: Result<(), tokio::task::JoinError>) {
 }
 
 /// Switches the provider in and out of its incident on the schedule.
-async fn schedule_incidents(shared: Arc<Shared>) {
+async fn schedule_incidents(shared: Arc<TrafficContext>) {
     let schedule = &shared.config.incident;
     loop {
         let active = schedule.active_at(shared.started.elapsed());

@@ -7,7 +7,7 @@
 //! A deliberately small HTTP/1.1 client (one connection per request) keeps the library
 //! free of an HTTP client dependency; the demo's server is on loopback.
 
-use super::Shared;
+use super::TrafficContext;
 use super::provider::{Fault, ProviderClient};
 use super::stats::Counters;
 use crate::guard::{IdempotencyKey, Operation, ToolCall};
@@ -51,7 +51,7 @@ async fn post(addr: SocketAddr, path: &str, body: &Value) -> Result<(u16, Value)
     Ok((status, json))
 }
 
-impl Shared {
+impl TrafficContext {
     /// One intent through the HTTP guard: admit, then whatever the answer asks for.
     pub(super) async fn deliver_over_http(self: &Arc<Self>, addr: SocketAddr, call: &ToolCall) {
         let admit = json!({

@@ -68,7 +68,7 @@ impl Provider {
         self.books.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub fn set_incident(&self, on: bool) {
+    pub(crate) fn set_incident(&self, on: bool) {
         self.incident.store(on, Ordering::Relaxed);
     }
 
@@ -99,7 +99,7 @@ impl Provider {
         story.mul_f64(self.scale)
     }
 
-    pub fn effect_count(&self) -> u64 {
+    pub(crate) fn effect_count(&self) -> u64 {
         self.books().effects.len() as u64
     }
 
@@ -119,7 +119,7 @@ impl Provider {
     /// The effects tagged with `key`, as the provider's dashboard finds them: every one
     /// it performed, also after it stopped deduplicating the key (its retention), which
     /// is what a person checks before resolving an escalated key.
-    pub fn effects_tagged(&self, key: &str) -> Vec<Effect> {
+    pub(crate) fn effects_tagged(&self, key: &str) -> Vec<Effect> {
         let books = self.books();
         books
             .effects
@@ -248,7 +248,7 @@ impl std::fmt::Display for ProviderError {
 }
 
 /// The demo's tool whose provider (an email API) does not deduplicate by key.
-pub const RECEIPTS: &str = "send_receipt";
+pub(crate) const RECEIPTS: &str = "send_receipt";
 
 /// One worker's connection to the provider for one tool, with the fault its first
 /// call meets. Later calls (a resend after reconciliation) behave normally.

@@ -78,7 +78,7 @@ pub struct Counters {
 }
 
 impl Counters {
-    pub fn bump(counter: &AtomicU64) {
+    pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -108,7 +108,7 @@ pub struct Admissions {
 }
 
 impl Admissions {
-    pub fn from_kinds(kinds: &[(AttemptKind, i64)]) -> Self {
+    pub(crate) fn from_kinds(kinds: &[(AttemptKind, i64)]) -> Self {
         let mut by_outcome: BTreeMap<&'static str, i64> = AdmissionOutcome::ALL
             .iter()
             .map(|o| (o.as_str(), 0))
@@ -137,7 +137,7 @@ impl Admissions {
 
 /// `GET /demo/stats`.
 #[derive(Debug, Clone, Serialize)]
-pub struct Snapshot {
+pub struct DemoStats {
     /// Real effects the provider performed in this run.
     pub effects: u64,
     /// Effects beyond one per intent (per idempotency key). Must be 0.

@@ -11,7 +11,7 @@ use super::latency::{CLIENT_DEADLINE, LEASE_MARGIN, PROVIDER_TIMEOUT};
 use super::provider::{Fault, ProviderClient};
 use super::scenario::{SHOWCASE, Scenario, showcase_index};
 use super::stats::{CallResult, Counters};
-use super::{DemoConfig, Shared};
+use super::{DemoConfig, TrafficContext};
 use crate::guard::{GuardError, Outcome, ToolCall};
 use rand::RngExt;
 use std::sync::Arc;
@@ -36,7 +36,7 @@ const MIX: [(Scenario, u32); 10] = [
 /// (a 409 means "later", not "now").
 const MAX_TRIES: u32 = 8;
 
-pub fn pick_scenario(n: u64, config: &super::DemoConfig) -> Scenario {
+pub(crate) fn pick_scenario(n: u64, config: &super::DemoConfig) -> Scenario {
     if let Some(i) = showcase_index(n, config) {
         return SHOWCASE[i];
     }
@@ -103,7 +103,7 @@ impl DemoConfig {
     pub fn client_deadline(&self) -> Duration {
         self.story(CLIENT_DEADLINE)
     }
-    pub fn provider_timeout(&self) -> Duration {
+    pub(crate) fn provider_timeout(&self) -> Duration {
         self.story(PROVIDER_TIMEOUT)
     }
     pub fn lease_margin(&self) -> Duration {
@@ -111,7 +111,7 @@ impl DemoConfig {
     }
 }
 
-pub async fn run_intent(shared: Arc<Shared>, n: u64, scenario: Scenario) {
+pub(crate) async fn run_intent(shared: Arc<TrafficContext>, n: u64, scenario: Scenario) {
     Counters::bump(&shared.counters.intents);
     let plan = shared.plan(n, scenario);
     let call = shared.call(&plan);
@@ -120,7 +120,7 @@ pub async fn run_intent(shared: Arc<Shared>, n: u64, scenario: Scenario) {
     flow.finish().await;
 }
 
-impl Shared {
+impl TrafficContext {
     async fn play(
         self: &Arc<Self>,
         flow: &mut Flow,

@@ -89,7 +89,7 @@ impl CheckpointBody {
 
 impl Checkpoint {
     /// The body that follows `prev` (or the first one).
-    pub fn next_body(
+    pub(crate) fn next_body(
         prev: Option<&Checkpoint>,
         created_at: DateTime<Utc>,
         tree_size: u64,
@@ -116,7 +116,7 @@ impl Checkpoint {
 
     /// Checks that `hash` is the body's and the signature verifies with the trusted
     /// key its `key_id` names (a key rotation leaves several).
-    pub fn verify_with(&self, trusted: &TrustedKeys) -> Result<(), String> {
+    pub(crate) fn verify_with(&self, trusted: &TrustedKeys) -> Result<(), String> {
         if self.body.hash() != self.hash {
             return Err(format!(
                 "checkpoint {}: its hash is not the hash of its body: it was altered",
@@ -135,7 +135,7 @@ impl Checkpoint {
         super::merkle::parse_hash(&self.body.root_hash)
     }
 
-    pub fn to_json_line(&self) -> String {
+    pub(crate) fn to_json_line(&self) -> String {
         serde_json::to_string(self).expect("a checkpoint serialises")
     }
 }

@@ -27,7 +27,7 @@ pub fn signing_key_pem(key: &SigningKey) -> String {
     pem("PRIVATE KEY", &der)
 }
 
-pub fn public_key_pem(key: &VerifyingKey) -> String {
+pub(crate) fn public_key_pem(key: &VerifyingKey) -> String {
     let mut der = SPKI_PREFIX.to_vec();
     der.extend_from_slice(key.as_bytes());
     pem("PUBLIC KEY", &der)

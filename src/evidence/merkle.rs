@@ -5,29 +5,29 @@
 
 use sha2::{Digest, Sha256};
 
-pub type Hash = [u8; 32];
+pub(crate) type Hash = [u8; 32];
 
 /// Blocks of 2^10 leaves: the perfect subtrees whose roots the database keeps beside
 /// the leaves (`evidence_blocks`). A block that lies wholly below a tree's size is a
 /// node of that tree (RFC 9162 splits at powers of two, so every left subtree is
 /// perfect and aligned), so one leaf's audit path needs its block's leaves and the
 /// block roots, not every leaf.
-pub const BLOCK_HEIGHT: u32 = 10;
+pub(crate) const BLOCK_HEIGHT: u32 = 10;
 pub const BLOCK_LEAVES: u64 = 1 << BLOCK_HEIGHT;
 
 /// MTH({}) = SHA-256 of the empty string.
-pub fn empty_root() -> Hash {
+pub(crate) fn empty_root() -> Hash {
     Sha256::digest([]).into()
 }
 
-pub fn leaf_hash(data: &[u8]) -> Hash {
+pub(crate) fn leaf_hash(data: &[u8]) -> Hash {
     let mut h = Sha256::new();
     h.update([0u8]);
     h.update(data);
     h.finalize().into()
 }
 
-pub fn node_hash(left: &Hash, right: &Hash) -> Hash {
+pub(crate) fn node_hash(left: &Hash, right: &Hash) -> Hash {
     let mut h = Sha256::new();
     h.update([1u8]);
     h.update(left);
@@ -38,7 +38,7 @@ pub fn node_hash(left: &Hash, right: &Hash) -> Hash {
 /// The roots of the perfect subtrees along the right border of a tree, largest
 /// first: enough to append leaves and compute the root without the rest of the tree.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Frontier {
+pub(crate) struct Frontier {
     size: u64,
     /// (height, root) of each perfect subtree, heights strictly decreasing.
     peaks: Vec<(u32, Hash)>,
@@ -56,7 +56,7 @@ impl Frontier {
     /// [`Frontier::push`], returning the perfect subtree of `height` this leaf
     /// completes, if it completes one: (its index among the subtrees of that height,
     /// its root). The checkpoint writer keeps these as [`BLOCK_HEIGHT`] blocks.
-    pub fn push_noting(&mut self, leaf: Hash, height: u32) -> Option<(u64, Hash)> {
+    pub(crate) fn push_noting(&mut self, leaf: Hash, height: u32) -> Option<(u64, Hash)> {
         let mut completed = None;
         let mut node = (0u32, leaf);
         loop {
@@ -93,7 +93,7 @@ impl Frontier {
         self.peaks.iter().map(|(_, h)| hex::encode(h)).collect()
     }
 
-    pub fn from_hex(size: u64, peaks: &[String]) -> Result<Self, String> {
+    pub(crate) fn from_hex(size: u64, peaks: &[String]) -> Result<Self, String> {
         let heights: Vec<u32> = (0..64).rev().filter(|b| (size >> b) & 1 == 1).collect();
         if heights.len() != peaks.len() {
             return Err(format!(
@@ -111,7 +111,7 @@ impl Frontier {
     }
 }
 
-pub fn parse_hash(text: &str) -> Result<Hash, String> {
+pub(crate) fn parse_hash(text: &str) -> Result<Hash, String> {
     let bytes = hex::decode(text).map_err(|e| format!("{text:?} is not hex: {e}"))?;
     bytes
         .try_into()
@@ -178,7 +178,7 @@ impl Tree {
 /// tree ([`Tree`] keeps 64 bytes a leaf). The same paths as [`Tree::inclusion_proof`]:
 /// level `l` has `ceil(size / 2^l)` nodes, a node without a right sibling is promoted
 /// unchanged, and a leaf's path holds its ancestors' siblings that exist, bottom up.
-pub struct PathCollector {
+pub(crate) struct PathCollector {
     size: u64,
     pushed: u64,
     /// Each wanted node (level, index) and the (path, slot) pairs it fills.
@@ -265,7 +265,13 @@ fn level_len(size: u64, level: u32) -> u64 {
 
 /// RFC 9162 §2.1.3.2: whether `path` proves leaf `index` (hash `leaf`) in the tree of
 /// `size` leaves with root `root`.
-pub fn verify_inclusion(leaf: &Hash, index: u64, size: u64, path: &[Hash], root: &Hash) -> bool {
+pub(crate) fn verify_inclusion(
+    leaf: &Hash,
+    index: u64,
+    size: u64,
+    path: &[Hash],
+    root: &Hash,
+) -> bool {
     if index >= size {
         return false;
     }

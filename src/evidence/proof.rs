@@ -318,13 +318,13 @@ impl LeafLog {
     }
 
     /// The root of the leaves pushed so far.
-    pub fn root_hex(&self) -> String {
+    pub(crate) fn root_hex(&self) -> String {
         hex::encode(self.frontier.root())
     }
 
     /// Each key's newest leaf as an anchor; `checkpoint_of(idx)` names the checkpoint
     /// that added leaf idx.
-    pub fn anchors(&self, checkpoint_of: impl Fn(u64) -> u64) -> HashMap<String, Anchor> {
+    pub(crate) fn anchors(&self, checkpoint_of: impl Fn(u64) -> u64) -> HashMap<String, Anchor> {
         self.latest
             .iter()
             .map(|(k, (idx, l))| {

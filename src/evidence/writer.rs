@@ -111,7 +111,7 @@ impl CheckpointMetrics {
             .set(now.timestamp_micros() as f64 / 1_000_000.0);
     }
 
-    pub fn observe(&self, c: &Checkpoint) {
+    pub(crate) fn observe(&self, c: &Checkpoint) {
         self.seq.set(c.body.seq as i64);
         self.timestamp.set(c.body.created_at.timestamp());
         self.hash_prefix.set(hash_prefix(&c.hash));
@@ -348,7 +348,7 @@ impl Checkpointer {
     }
 
     /// Sets the gauges from the newest stored checkpoint (at start-up).
-    pub async fn observe_latest(&self) -> Result<(), StoreError> {
+    pub(crate) async fn observe_latest(&self) -> Result<(), StoreError> {
         if let (Some(m), Some(latest)) = (&self.metrics, self.store.latest_checkpoint().await?) {
             m.observe(&latest.checkpoint);
         }

@@ -69,7 +69,7 @@ pub struct Encoder {
 impl Encoder {
     /// Keeps each exported key and its last seq, for the evidence the manifest will
     /// carry ([`Encoder::exported`], then [`Encoder::finish`]).
-    pub fn proving(mut self, proving: bool) -> Self {
+    pub(crate) fn proving(mut self, proving: bool) -> Self {
         self.proving = proving;
         self
     }
@@ -116,7 +116,7 @@ impl Encoder {
         };
         if format == Format::Csv {
             let start = out.len();
-            let mut header = Record::start(out, CsvCells::Raw);
+            let mut header = CsvRecord::start(out, CsvCells::Raw);
             for name in COLUMNS {
                 header.cell(name);
             }
@@ -131,7 +131,7 @@ impl Encoder {
         let start = out.len();
         match self.format {
             Format::Csv => {
-                let mut record = Record::start(out, self.csv_cells);
+                let mut record = CsvRecord::start(out, self.csv_cells);
                 for field in row.csv_fields() {
                     record.cell(&field);
                 }
@@ -160,7 +160,7 @@ impl Encoder {
         }
         let start = out.len();
         let s = &mut self.scratch;
-        let mut r = Record::start(out, self.csv_cells);
+        let mut r = CsvRecord::start(out, self.csv_cells);
         number(&mut r, s, Some(row.attempt_id));
         r.cell(row.key);
         number(&mut r, s, Some(row.seq));
@@ -253,7 +253,7 @@ impl Encoder {
 }
 
 /// An NDJSON file's last line: `{"type":"manifest", …the manifest…}` and a newline.
-pub fn write_ndjson_manifest(
+pub(crate) fn write_ndjson_manifest(
     manifest: &Manifest,
     mut out: impl std::io::Write,
 ) -> std::io::Result<()> {
@@ -266,7 +266,7 @@ pub fn write_ndjson_manifest(
 }
 
 /// An exported key and its last seq as a [`Spool`] record.
-pub fn exported_key(key: &str, last_seq: i64) -> Vec<u8> {
+pub(crate) fn exported_key(key: &str, last_seq: i64) -> Vec<u8> {
     let mut record = Vec::with_capacity(8 + key.len());
     record.extend_from_slice(&last_seq.to_le_bytes());
     record.extend_from_slice(key.as_bytes());
@@ -285,7 +285,7 @@ pub fn spool_exported(keys: &[(String, i64)]) -> std::io::Result<Spool> {
 }
 
 /// Reads an [`exported_key`] record back.
-pub fn read_exported_key(record: &[u8]) -> std::io::Result<(String, i64)> {
+pub(crate) fn read_exported_key(record: &[u8]) -> std::io::Result<(String, i64)> {
     let mut fields = Fields(record);
     let seq = fields.i64()?;
     Ok((fields.text(None)?.to_owned(), seq))
@@ -294,12 +294,12 @@ pub fn read_exported_key(record: &[u8]) -> std::io::Result<(String, i64)> {
 /// One CSV record appended to a buffer through the `csv` crate: RFC 4180, a cell
 /// quoted only when it holds a comma, a quote, CR or LF, quotes doubled inside, CRLF
 /// at the end. Each cell is marked as the export's [`CsvCells`] says.
-struct Record<'a> {
+struct CsvRecord<'a> {
     writer: csv::Writer<&'a mut Vec<u8>>,
     cells: CsvCells,
 }
 
-impl<'a> Record<'a> {
+impl<'a> CsvRecord<'a> {
     /// Starts a record at the end of `out`, its cells written as `cells` says.
     fn start(out: &'a mut Vec<u8>, cells: CsvCells) -> Self {
         let writer = csv::WriterBuilder::new()
@@ -308,7 +308,7 @@ impl<'a> Record<'a> {
             // A record's bytes go to `out` at its end; the JSON cells are most of them.
             .buffer_capacity(4 << 10)
             .from_writer(out);
-        Record { writer, cells }
+        CsvRecord { writer, cells }
     }
 
     /// Appends the next cell.
@@ -330,7 +330,7 @@ impl<'a> Record<'a> {
 }
 
 /// A number's cell; `None` is an empty cell.
-fn number(record: &mut Record<'_>, scratch: &mut String, n: Option<i64>) {
+fn number(record: &mut CsvRecord<'_>, scratch: &mut String, n: Option<i64>) {
     scratch.clear();
     if let Some(n) = n {
         // Writing to a String cannot fail.
@@ -341,7 +341,7 @@ fn number(record: &mut Record<'_>, scratch: &mut String, n: Option<i64>) {
 
 /// A JSON column's cell, its canonical (JCS) text; `None` (SQL NULL) is an empty cell.
 fn json(
-    record: &mut Record<'_>,
+    record: &mut CsvRecord<'_>,
     scratch: &mut String,
     json: Option<&JsonText<'_>>,
 ) -> Result<(), StoreError> {

@@ -413,7 +413,7 @@ fn read_at_most(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
 /// Proofs held in temporary files: the proved leaves in key order ([`proved_leaf`]
 /// records), each one's path inside its block at its position in `paths`, and the
 /// tree of block roots for the rest of each path.
-pub struct SpilledProofs {
+pub(crate) struct SpilledProofs {
     leaves: Spool,
     paths: File,
     upper: Tree,

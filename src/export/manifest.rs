@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-pub const MANIFEST_VERSION: u32 = 1;
+pub(crate) const MANIFEST_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -37,7 +37,7 @@ impl Format {
     }
 
     /// What the manifest's `sha256` covers, in words, so the manifest explains itself.
-    pub fn sha256_covers(self) -> &'static str {
+    pub(crate) fn sha256_covers(self) -> &'static str {
         match self {
             Format::Csv => "every byte of the CSV file, header row included",
             Format::Ndjson => {
@@ -163,13 +163,13 @@ pub struct ManifestSignature {
 
 const SIGNING_CONTEXT: &str = "idemwatch manifest v1\n";
 
-pub const SIGNATURE_COVERS: &str = "Ed25519 over \"idemwatch manifest v1\\n\" + JCS(RFC 8785) of this manifest \
+pub(crate) const SIGNATURE_COVERS: &str = "Ed25519 over \"idemwatch manifest v1\\n\" + JCS(RFC 8785) of this manifest \
     without `signature` (and without the NDJSON line's `type`), with `evidence.proofs` replaced by their \
     number; see docs/EXPORT.md";
 
 pub const ORDER: &str = "key, seq";
 
-pub const HASH_CHAIN: &str = "hash = lowercase hex SHA-256 of (prev_hash + \"\\n\" + JCS(RFC 8785) of \
+pub(crate) const HASH_CHAIN: &str = "hash = lowercase hex SHA-256 of (prev_hash + \"\\n\" + JCS(RFC 8785) of \
     {key, tenant, tool, seq, kind, fencing_token, actor, detail, duration_ms, occurred_at}); \
     a key's first row has prev_hash = 64 zeros; see docs/EXPORT.md";
 
@@ -183,7 +183,7 @@ impl Manifest {
 
     /// [`Manifest::to_pretty_json`] written straight to `out`: with checkpoint evidence a
     /// whole export's manifest holds a proof a key (~1.7 kB), so it is not built twice.
-    pub fn write_pretty(&self, out: impl std::io::Write) -> std::io::Result<()> {
+    pub(crate) fn write_pretty(&self, out: impl std::io::Write) -> std::io::Result<()> {
         use std::io::Write as _;
         let mut out = std::io::BufWriter::new(out);
         serde_json::to_writer_pretty(&mut out, self)?;
@@ -191,7 +191,7 @@ impl Manifest {
         out.flush()
     }
 
-    pub fn time_filtered_start(&self) -> bool {
+    pub(crate) fn time_filtered_start(&self) -> bool {
         self.filters.since.is_some()
     }
 

@@ -152,7 +152,7 @@ impl ChunkWriter {
 
     /// Runs `write` into this writer and sends what is left, or the error, so that the
     /// receiver never takes a cut-off text for a whole one.
-    pub fn write_all_of(mut self, write: impl FnOnce(&mut Self) -> io::Result<()>) {
+    pub(crate) fn write_all_of(mut self, write: impl FnOnce(&mut Self) -> io::Result<()>) {
         let sent = write(&mut self).and_then(|()| match self.buf.is_empty() {
             true => Ok(()),
             false => self.send(),

@@ -46,7 +46,7 @@ impl Split {
 /// Checks every key's chain, `split.at_once` ranges at a time, against `anchors` and
 /// each record's head; returns the joined check, ready for the findings outside the
 /// rows (records without attempts, keys gone).
-pub async fn check_ranges(
+pub(crate) async fn check_ranges(
     store: &Store,
     anchors: HashMap<String, Anchor>,
     split: Split,

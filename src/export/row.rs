@@ -11,7 +11,7 @@ use serde_json::Value;
 use std::borrow::Cow;
 
 /// Files of earlier versions end after `hash`.
-pub const LEGACY_COLUMNS: usize = 18;
+pub(crate) const LEGACY_COLUMNS: usize = 18;
 
 impl ExportRow {
     /// The row as CSV fields, in [`COLUMNS`] order. `None` becomes an empty field;
@@ -59,7 +59,7 @@ impl ExportRow {
     }
 
     /// Reads a CSV record written by [`ExportRow::csv_fields`].
-    pub fn from_csv_fields(fields: &csv::StringRecord) -> Result<ExportRow, String> {
+    pub(crate) fn from_csv_fields(fields: &csv::StringRecord) -> Result<ExportRow, String> {
         if fields.len() == LEGACY_COLUMNS {
             let mut padded = fields.clone();
             for value in ["", "null", "", "", "0", ""] {
@@ -131,7 +131,10 @@ pub fn canonical_detail(detail: &Value) -> String {
 /// Appends [`canonical_detail`]'s text of a JSON column to `out`, written from the
 /// column's text (no map or `String` per member for a row's three JSON columns); a
 /// column JCS refuses (edited into a huge integer) goes through its value.
-pub fn write_canonical_cell(out: &mut String, json: &JsonText<'_>) -> Result<(), StoreError> {
+pub(crate) fn write_canonical_cell(
+    out: &mut String,
+    json: &JsonText<'_>,
+) -> Result<(), StoreError> {
     if write_canonical_text(out, json.text).is_none() {
         out.push_str(&canonical_detail(&json.value()?));
     }

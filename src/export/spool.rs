@@ -10,7 +10,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::FileExt;
 
 /// Bytes held in memory before a spool moves to a file.
-pub const IN_MEMORY: usize = 256 * 1024;
+pub(crate) const IN_MEMORY: usize = 256 * 1024;
 
 /// Length-prefixed records, appended and read back in order.
 #[derive(Default)]

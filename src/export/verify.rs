@@ -50,7 +50,7 @@ pub struct Report {
     pub breaks: Vec<Break>,
 }
 
-pub const MAX_BREAKS: usize = 20;
+pub(crate) const MAX_BREAKS: usize = 20;
 
 impl Report {
     pub fn is_intact(&self) -> bool {
@@ -70,7 +70,7 @@ struct ChainHead {
     pub hash: String,
 }
 
-struct KeyState {
+struct KeyProgress {
     key: String,
     last_seq: i64,
     last_hash: String,
@@ -89,7 +89,7 @@ struct KeyState {
     unsigned: u64,
 }
 
-impl KeyState {
+impl KeyProgress {
     /// Counts the row at `seq` if no signed checkpoint covers it: a checkpoint covers
     /// its key's chain up to the row its leaf records (the rows before it are bound by
     /// their hashes), and nothing of a key whose newest leaf is a tombstone.
@@ -107,7 +107,7 @@ impl KeyState {
 /// Feed rows with [`ChainCheck::push`], then [`ChainCheck::finish`].
 #[derive(Default)]
 pub struct ChainCheck {
-    current: Option<KeyState>,
+    current: Option<KeyProgress>,
     report: Report,
     ordinal: u64,
     /// A chain starting after seq 1: a break unless the export was filtered by
@@ -129,7 +129,7 @@ impl ChainCheck {
     }
 
     /// Checks each key's chain against where a signed checkpoint last saw it.
-    pub fn with_anchors(anchors: HashMap<String, Anchor>) -> Self {
+    pub(crate) fn with_anchors(anchors: HashMap<String, Anchor>) -> Self {
         ChainCheck {
             anchors,
             ..Self::default()
@@ -138,20 +138,20 @@ impl ChainCheck {
 
     /// Checks each key's last row against its record's head (`log_seq`, `log_hash`),
     /// so a deleted or added last row is found: for rows read from the database.
-    pub fn against_heads(mut self) -> Self {
+    pub(crate) fn against_heads(mut self) -> Self {
         self.heads = true;
         self
     }
 
     /// The anchored keys that never appeared in the stream (gone, or not exported).
-    pub fn take_unseen_anchors(&mut self) -> Vec<(String, Anchor)> {
+    pub(crate) fn take_unseen_anchors(&mut self) -> Vec<(String, Anchor)> {
         let mut left: Vec<_> = self.anchors.drain().collect();
         left.sort_by(|a, b| a.0.cmp(&b.0));
         left
     }
 
     /// A finding about one key outside the row stream (e.g. a key gone).
-    pub fn key_problem(&mut self, key: &str, seq: Option<i64>, problem: Problem) {
+    pub(crate) fn key_problem(&mut self, key: &str, seq: Option<i64>, problem: Problem) {
         self.ordinal += 1;
         self.report.broken_keys += 1;
         let b = Break {
@@ -183,7 +183,7 @@ impl ChainCheck {
 
     /// [`ChainCheck::push`] with the row's detail given apart (`row.detail` is not
     /// read): the database's rows bring it as JSON text, parsed only on a head row.
-    pub fn push_detail(&mut self, row: &ExportRow, detail: Detail<'_>, line: Option<u64>) {
+    pub(crate) fn push_detail(&mut self, row: &ExportRow, detail: Detail<'_>, line: Option<u64>) {
         let new_key = self.current.as_ref().is_none_or(|c| c.key != row.key);
         // The key before ends first, so its findings number before this row's: the
         // order of the findings depends only on the rows, which lets
@@ -196,7 +196,7 @@ impl ChainCheck {
         self.report.rows += 1;
         if new_key {
             self.report.keys += 1;
-            let mut state = KeyState {
+            let mut state = KeyProgress {
                 key: row.key.clone(),
                 last_seq: row.seq,
                 last_hash: row.hash.clone(),
@@ -288,7 +288,7 @@ impl ChainCheck {
     /// Appends `part`, the check of rows that come after all of this check's rows
     /// (the next key range): the report is what one check over both would give, in
     /// the same order. `part` must have been made the same way as `self`.
-    pub fn absorb(&mut self, mut part: ChainCheck) {
+    pub(crate) fn absorb(&mut self, mut part: ChainCheck) {
         if part.report.rows > 0
             && let Some(last) = self.current.take()
         {
@@ -323,7 +323,7 @@ impl ChainCheck {
     }
 
     /// A record whose attempts are all gone (database only).
-    pub fn record_without_attempts(&mut self, key: &str) {
+    pub(crate) fn record_without_attempts(&mut self, key: &str) {
         self.anchors.remove(key);
         self.ordinal += 1;
         self.report.keys += 1;
@@ -340,7 +340,7 @@ impl ChainCheck {
     }
 
     /// A finding about the file rather than a row (unreadable line, manifest).
-    pub fn file_problem(&mut self, line: Option<u64>, problem: Problem) {
+    pub(crate) fn file_problem(&mut self, line: Option<u64>, problem: Problem) {
         self.ordinal += 1;
         let b = Break {
             key: None,
@@ -370,7 +370,7 @@ impl ChainCheck {
         self.report
     }
 
-    fn end_key(&mut self, state: &KeyState) {
+    fn end_key(&mut self, state: &KeyProgress) {
         if state.unsigned > 0 {
             self.report.unsigned_rows += state.unsigned;
             self.report.unsigned_keys += 1;
@@ -409,7 +409,7 @@ impl ChainCheck {
     }
 
     /// A break found when a key's rows ended, placed at its last row.
-    fn fail_at_end(&mut self, state: &KeyState, problem: Problem) {
+    fn fail_at_end(&mut self, state: &KeyProgress, problem: Problem) {
         self.ordinal += 1;
         self.report.broken_keys += 1;
         let b = Break {
@@ -426,7 +426,7 @@ impl ChainCheck {
     /// The row's own checks: its hash, and its key against its intent.
     fn check_hash(
         &mut self,
-        state: &mut KeyState,
+        state: &mut KeyProgress,
         row: &ExportRow,
         detail: Detail<'_>,
         line: Option<u64>,
@@ -467,7 +467,7 @@ impl ChainCheck {
     }
 
     /// The row at the checkpointed seq must have the checkpointed hash.
-    fn check_anchor(&mut self, state: &mut KeyState, row: &ExportRow, line: Option<u64>) {
+    fn check_anchor(&mut self, state: &mut KeyProgress, row: &ExportRow, line: Option<u64>) {
         let Some(anchor) = &state.anchor else { return };
         if state.broken || anchor.pruned || row.seq != anchor.seq || row.hash == anchor.hash {
             return;
@@ -484,7 +484,7 @@ impl ChainCheck {
     /// the fingerprint the hash of the stored arguments.
     fn check_state(
         &mut self,
-        state: &mut KeyState,
+        state: &mut KeyProgress,
         row: &ExportRow,
         detail: Detail<'_>,
         line: Option<u64>,
@@ -538,7 +538,13 @@ impl ChainCheck {
     }
 
     /// Records a break and stops checking the rest of this key (one finding per key).
-    fn fail(&mut self, state: &mut KeyState, row: &ExportRow, line: Option<u64>, problem: Problem) {
+    fn fail(
+        &mut self,
+        state: &mut KeyProgress,
+        row: &ExportRow,
+        line: Option<u64>,
+        problem: Problem,
+    ) {
         state.broken = true;
         self.report.broken_keys += 1;
         let b = self.at(row, line, problem);

@@ -15,12 +15,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The member of `detail` that holds the binding.
-pub const STATE_MEMBER: &str = "state";
+pub(crate) const STATE_MEMBER: &str = "state";
 
 /// Digests of a record's state. Texts and JSON values are hashed (lowercase hex
 /// SHA-256 of the UTF-8 text, or of the JCS form of the value); `None` is "absent".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StateBinding {
+pub(crate) struct StateBinding {
     pub status: String,
     pub fingerprint: String,
     pub business_args_sha256: String,
@@ -50,7 +50,7 @@ pub struct StateMismatch {
 
 /// SHA-256 of a JSON value's JCS form (its plain text if it is not canonicalisable,
 /// which then never matches what the guard bound).
-pub fn value_sha256(value: &Value) -> String {
+pub(crate) fn value_sha256(value: &Value) -> String {
     let text = canonical_json(value).unwrap_or_else(|_| value.to_string());
     sha256_hex(text.as_bytes())
 }
@@ -72,7 +72,7 @@ impl StateBinding {
     }
 
     /// The binding a row's detail carries, if it was written with one.
-    pub fn from_detail(detail: &Value) -> Option<Result<Self, String>> {
+    pub(crate) fn from_detail(detail: &Value) -> Option<Result<Self, String>> {
         let state = detail.get(STATE_MEMBER)?;
         Some(serde_json::from_value(state.clone()).map_err(|e| e.to_string()))
     }
@@ -128,7 +128,7 @@ impl Record {
 
 /// `detail` with the record's state bound into it. A detail that is not an object
 /// (no writer makes one) is wrapped so the binding is never lost.
-pub fn bind_state(detail: Value, record: &Record) -> Value {
+pub(crate) fn bind_state(detail: Value, record: &Record) -> Value {
     let binding =
         serde_json::to_value(StateBinding::of(record.state())).expect("a binding serialises");
     let mut map = match detail {
@@ -145,7 +145,7 @@ pub fn bind_state(detail: Value, record: &Record) -> Value {
 
 /// Whether `fingerprint` is the guard's fingerprint of `business_args` (stored
 /// already stripped of free text, so the hash of their JCS form).
-pub fn fingerprint_matches(fingerprint: &str, business_args: &Value) -> bool {
+pub(crate) fn fingerprint_matches(fingerprint: &str, business_args: &Value) -> bool {
     value_sha256(business_args) == fingerprint
 }
 

@@ -45,13 +45,13 @@ pub enum Admission {
 }
 
 /// Why a key whose outcome is unknown is escalated when a retry brings other values.
-pub const MISMATCH_ON_UNKNOWN: &str = "a retry arrived with other business arguments while the \
+pub(crate) const MISMATCH_ON_UNKNOWN: &str = "a retry arrived with other business arguments while the \
     outcome of the stored ones is unknown: an earlier attempt with other values may or may not \
     have happened, and neither version may be sent under this key without checking: a lookup by \
     key that finds the effect settles it, otherwise a person decides";
 
 /// Decides what a caller arriving at an existing key gets.
-pub fn admit_existing(
+pub(crate) fn admit_existing(
     rec: &mut Record,
     args: &BusinessArgs,
     actor: &str,
@@ -152,7 +152,7 @@ pub fn admit_existing(
 
 /// How a worker's call ended, to be written under its fencing token.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Settlement {
+pub(crate) enum Settlement {
     Completed {
         result: Value,
         duration_ms: Option<i64>,
@@ -180,14 +180,14 @@ pub enum Settlement {
 
 /// The fenced write refused: the record has moved on to `current`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stale {
+pub(crate) struct Stale {
     pub current: FencingToken,
 }
 
 /// [`settle`] for a lookup's outcome: also on a key that is UNKNOWN under `token`
 /// (the lookup offered to a retry with other arguments), where [`after_lookup`] never
 /// chooses a resend.
-pub fn settle_lookup(
+pub(crate) fn settle_lookup(
     rec: &mut Record,
     token: FencingToken,
     settlement: Settlement,
@@ -305,7 +305,7 @@ pub enum Lookup {
 /// found settles the key, anything else leaves it with a person. Nor does one whose
 /// provider does not deduplicate by key: its retention is zero, so a resend is never
 /// safe.
-pub fn after_lookup(
+pub(crate) fn after_lookup(
     rec: &Record,
     lookup: Lookup,
     duration_ms: Option<i64>,
@@ -393,7 +393,7 @@ pub struct ResolveRequest {
 
 /// Why a resolution was refused.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// Someone else acted since the person looked.
     Moved,
     /// IN_PROGRESS under a live lease: it belongs to its worker.

@@ -25,7 +25,7 @@ pub struct DuplicateReview {
 
 impl DuplicateReview {
     /// The checks made before anything is written: an intended repeat needs a reason.
-    pub fn validate(&self) -> Result<(), GuardError> {
+    pub(crate) fn validate(&self) -> Result<(), GuardError> {
         let invalid = |field, message: &str| GuardError::Invalid {
             field,
             message: message.to_string(),

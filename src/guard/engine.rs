@@ -304,7 +304,7 @@ impl<S: Storage> Guard<S> {
 impl ResolveRequest {
     /// The checks [`Guard::resolve`] makes before touching the store (reason, evidence,
     /// result), for forms that want to answer before a confirmation step.
-    pub fn validate(&self) -> Result<(), GuardError> {
+    pub(crate) fn validate(&self) -> Result<(), GuardError> {
         validate_resolution(self)
     }
 }

@@ -38,7 +38,7 @@ pub enum KeyError {
 const MAX_FIELD_BYTES: usize = 512;
 
 impl Intent {
-    pub fn validate(&self) -> Result<(), KeyError> {
+    pub(crate) fn validate(&self) -> Result<(), KeyError> {
         for (field, value) in [
             ("tenant", &self.tenant),
             ("tool", &self.tool),

@@ -16,7 +16,7 @@ pub struct MoneyField {
 }
 
 /// The largest `minor_unit` a tools file may give (ISO 4217's largest is 4).
-pub const MAX_MINOR_UNIT: u8 = 4;
+pub(crate) const MAX_MINOR_UNIT: u8 = 4;
 
 impl MoneyField {
     /// Checks a tools file's values; the error names the part that is wrong.
@@ -45,7 +45,7 @@ impl MoneyField {
 
     /// The amount in `args`, in minor units, or `None` when the field is missing or
     /// not an integer. `web::filters::money` writes it as money.
-    pub fn minor_units(&self, args: &serde_json::Value) -> Option<i64> {
+    pub(crate) fn minor_units(&self, args: &serde_json::Value) -> Option<i64> {
         args.get(&self.field)?.as_i64()
     }
 }

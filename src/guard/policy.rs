@@ -70,7 +70,7 @@ impl ToolPolicy {
     /// The policy as recorded on a claim and answered over HTTP. Seconds are whole
     /// numbers when they are whole (`10`), fractions otherwise (`0.25`); a provider
     /// that does not deduplicate adds `"provider_dedupes": false`.
-    pub fn to_json(&self, tool: &str) -> Value {
+    pub(crate) fn to_json(&self, tool: &str) -> Value {
         let mut v = self.to_json_common(tool);
         if !self.provider_dedupes() {
             v["provider_dedupes"] = json!(false);

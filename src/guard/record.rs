@@ -41,17 +41,17 @@ pub struct Record {
 }
 
 impl Record {
-    pub fn lease_state(&self, now: DateTime<Utc>) -> LeaseState {
+    pub(crate) fn lease_state(&self, now: DateTime<Utc>) -> LeaseState {
         LeaseState::of(self.status, self.lease_until, now)
     }
 
     /// IN_PROGRESS with a lease that ran out: the worker died or hung mid-call.
-    pub fn lease_expired(&self, now: DateTime<Utc>) -> bool {
+    pub(crate) fn lease_expired(&self, now: DateTime<Utc>) -> bool {
         self.lease_state(now) == LeaseState::Expired
     }
 
     /// Whether a person (or a takeover) may act on this key now.
-    pub fn is_undecided(&self, now: DateTime<Utc>) -> bool {
+    pub(crate) fn is_undecided(&self, now: DateTime<Utc>) -> bool {
         self.status == Status::Unknown || self.lease_expired(now)
     }
 

@@ -22,7 +22,7 @@ const REFUSALS: [AttemptKind; 4] = [
 
 /// What the guard knows of a decision's rows against the key's newest attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Repeat {
+pub(crate) enum Repeat {
     /// Not refusals only, or unlike the newest row: write them.
     New,
     /// Refusals whose last is the same as the newest row: write no row.

@@ -119,7 +119,7 @@ impl Status {
     /// `idempotency_transitions_total{status}` counts them.
     pub const ENTERED: [Status; 3] = [Status::Done, Status::Failed, Status::Unknown];
 
-    pub fn is_terminal(self) -> bool {
+    pub(crate) fn is_terminal(self) -> bool {
         matches!(self, Status::Done | Status::Failed)
     }
 }
@@ -158,7 +158,7 @@ impl AdmissionOutcome {
     }
 
     /// A stored answer returned again: what the replay rate counts.
-    pub fn is_replay(self) -> bool {
+    pub(crate) fn is_replay(self) -> bool {
         matches!(
             self,
             AdmissionOutcome::Replay | AdmissionOutcome::ReplayFailure

@@ -17,7 +17,7 @@ use std::sync::{Mutex, PoisonError};
 
 /// Why a login was refused (`idemwatch_login_refusals_total`), as
 /// `auth::throttle::Refusal::reason` names them.
-pub const LOGIN_REFUSALS: [&str; 4] = [
+pub(crate) const LOGIN_REFUSALS: [&str; 4] = [
     "busy",
     "throttled_user",
     "throttled_address",
@@ -26,7 +26,7 @@ pub const LOGIN_REFUSALS: [&str; 4] = [
 
 /// Provider call latency buckets (seconds). Dense around the usual client deadlines
 /// of 10 s and 30 s, so `le="10"` and `le="30"` read off the share within each.
-pub const DURATION_BUCKETS: &[f64] = &[
+pub(crate) const DURATION_BUCKETS: &[f64] = &[
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0,
 ];
 
@@ -196,7 +196,7 @@ impl Metrics {
     }
 
     /// One refused sign-in (`reason`: one of [`LOGIN_REFUSALS`]).
-    pub fn login_refused(&self, reason: &str) {
+    pub(crate) fn login_refused(&self, reason: &str) {
         debug_assert!(LOGIN_REFUSALS.contains(&reason), "{reason}");
         self.families
             .idemwatch_login_refusals_total
@@ -218,7 +218,7 @@ impl Metrics {
     /// The series of one event of (tool, tenant), as [`Metrics::slot`], counting the
     /// event in `idemwatch_metrics_label_overflow_total` for each label folded into
     /// `other`.
-    pub fn event_slot(&self, tool: &str, tenant: &str) -> Slot {
+    pub(crate) fn event_slot(&self, tool: &str, tenant: &str) -> Slot {
         let (slot, folded) = self.fold(tool, tenant);
         for (label, folded) in CAPPED_LABELS.into_iter().zip([folded.tool, folded.tenant]) {
             if folded {

@@ -7,16 +7,16 @@ use chrono::{DateTime, Utc};
 
 /// Attempt rows by kind, over the whole log. A full scan: for the demo's
 /// `/demo/stats`, never for a scrape.
-pub const ATTEMPT_KINDS: &str =
+pub(crate) const ATTEMPT_KINDS: &str =
     "SELECT kind, count(*) FROM idempotency_attempts GROUP BY kind ORDER BY kind";
 
 /// Attempt rows by kind since a time, through `idempotency_attempts_occurred_at`.
-pub const ATTEMPT_KINDS_SINCE: &str = "SELECT kind, count(*) FROM idempotency_attempts \
+pub(crate) const ATTEMPT_KINDS_SINCE: &str = "SELECT kind, count(*) FROM idempotency_attempts \
     WHERE occurred_at >= $1 GROUP BY kind ORDER BY kind";
 
 /// The UNKNOWN backlog. The status is a literal so that PostgreSQL can use the
 /// partial index `idempotency_records_backlog` even with a generic plan.
-pub const UNKNOWN_BACKLOG: &str =
+pub(crate) const UNKNOWN_BACKLOG: &str =
     "SELECT count(*) FROM idempotency_records WHERE status = 'UNKNOWN'";
 
 impl Store {
@@ -42,7 +42,7 @@ impl Store {
     }
 
     /// How many keys are UNKNOWN now.
-    pub async fn unknown_backlog(&self) -> Result<i64, StoreError> {
+    pub(crate) async fn unknown_backlog(&self) -> Result<i64, StoreError> {
         Ok(on_pool!(self, pool => sqlx::query_scalar(UNKNOWN_BACKLOG).fetch_one(pool).await)?)
     }
 }

@@ -102,14 +102,14 @@ macro_rules! verify_select {
 }
 
 /// [`verify_select!`] for keys in `$1 <= key < $2`.
-pub const VERIFY: &str =
+pub(crate) const VERIFY: &str =
     verify_select!("WHERE a.key >= $1 AND a.key < $2 AND r.key >= $1 AND r.key < $2");
 
 /// [`verify_select!`] for keys from `$1` on.
-pub const VERIFY_TO_END: &str = verify_select!("WHERE a.key >= $1 AND r.key >= $1");
+pub(crate) const VERIFY_TO_END: &str = verify_select!("WHERE a.key >= $1 AND r.key >= $1");
 
 /// Rows a batch of [`Store::verify_rows`] holds.
-pub const VERIFY_BATCH: usize = 512;
+pub(crate) const VERIFY_BATCH: usize = 512;
 
 /// For [`VERIFY`] and an unfiltered [`EXPORT`], in its own transaction: the plan that streams both primary-key
 /// indexes side by side (a merge join, already in (key, seq) order, no sort) with no
@@ -121,7 +121,7 @@ pub const VERIFY_BATCH: usize = 512;
 /// picks a hash join or a bitmap scan, each followed by a sort of the whole range:
 /// those are turned off too, so the rows stream in index order. `set_config(…, true)`
 /// ends with the transaction.
-pub const SERIAL_PLAN_POSTGRES: &str = "SELECT \
+pub(crate) const SERIAL_PLAN_POSTGRES: &str = "SELECT \
     set_config('max_parallel_workers_per_gather', '0', true), \
     set_config('enable_nestloop', 'off', true), \
     set_config('enable_hashjoin', 'off', true), \
@@ -160,7 +160,7 @@ pub const SERIAL_PLAN_POSTGRES: &str = "SELECT \
 /// at 10 M attempts, and no row sent until the sort is done): 101 s of server time
 /// against the index join's 63 s there (docs/PERFORMANCE.md, "The whole log in index
 /// order").
-pub const FILTERED_EXPORT_POSTGRES: &str = "SELECT \
+pub(crate) const FILTERED_EXPORT_POSTGRES: &str = "SELECT \
     set_config('work_mem', CASE WHEN current_setting('max_parallel_workers_per_gather')::int = 0 \
         AND pg_size_bytes(current_setting('work_mem')) < 16777216 \
         THEN '16MB' ELSE current_setting('work_mem') END, true)";
@@ -189,10 +189,10 @@ macro_rules! bind_filter {
 }
 
 /// Rows a batch of [`Store::export_rows`] holds on PostgreSQL.
-pub const EXPORT_BATCH: usize = 64;
+pub(crate) const EXPORT_BATCH: usize = 64;
 
 /// Records whose attempt rows are all gone (the verifier reports them).
-pub const RECORDS_WITHOUT_ATTEMPTS: &str = "SELECT r.key FROM idempotency_records r \
+pub(crate) const RECORDS_WITHOUT_ATTEMPTS: &str = "SELECT r.key FROM idempotency_records r \
     WHERE NOT EXISTS (SELECT 1 FROM idempotency_attempts a WHERE a.key = r.key) \
     ORDER BY r.key LIMIT 100";
 
@@ -202,7 +202,7 @@ impl Store {
     /// they are used ([`RawExportRow::cells`]). On PostgreSQL the rows are read in a transaction of
     /// their own with [`export_plan`]'s settings, and handed over in batches of
     /// [`EXPORT_BATCH`]; dropping the stream stops it.
-    pub fn export_rows(
+    pub(crate) fn export_rows(
         &self,
         filter: &ExportFilter,
     ) -> BoxStream<'_, Result<RawExportRow, StoreError>> {
@@ -287,7 +287,7 @@ impl Store {
     /// task of its own reads and decodes them on one connection, so the caller checks
     /// one batch while the next is decoded, and decodes into the batches the caller
     /// gives back (`VerifyRows::give_back`). Dropping the receiver stops the reader.
-    pub fn verify_rows(&self, range: KeyRange) -> carry::VerifyRows {
+    pub(crate) fn verify_rows(&self, range: KeyRange) -> carry::VerifyRows {
         let (tx, batches) = tokio::sync::mpsc::channel(4);
         let (spent, mut spent_rx) = tokio::sync::mpsc::unbounded_channel();
         let store = self.clone();
@@ -302,7 +302,7 @@ impl Store {
     /// How many [`Store::verify_rows`] streams can read at once: each holds one
     /// connection until its range is read, and one waiting longer than the pool's
     /// acquire timeout would fail.
-    pub fn read_connections(&self) -> usize {
+    pub(crate) fn read_connections(&self) -> usize {
         let max = match self {
             Store::Postgres(pool) => pool.options().get_max_connections(),
             Store::Sqlite(pools) => pools.reader().options().get_max_connections(),
@@ -374,7 +374,7 @@ impl Store {
     }
 
     /// Up to 100 keys whose record has no attempt rows left.
-    pub async fn records_without_attempts(&self) -> Result<Vec<String>, StoreError> {
+    pub(crate) async fn records_without_attempts(&self) -> Result<Vec<String>, StoreError> {
         Ok(
             on_pool!(self, pool => sqlx::query_scalar(RECORDS_WITHOUT_ATTEMPTS).fetch_all(pool).await)?,
         )

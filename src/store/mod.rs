@@ -22,7 +22,7 @@ mod prune;
 mod records;
 mod rows;
 mod sessions;
-pub mod sql;
+pub(crate) mod sql;
 mod tail;
 mod timeline;
 pub mod url_params;
@@ -200,7 +200,7 @@ impl Store {
         }
     }
 
-    pub fn backend_of(url: &str) -> Result<Backend, StoreError> {
+    pub(crate) fn backend_of(url: &str) -> Result<Backend, StoreError> {
         let scheme = url.split(':').next().unwrap_or_default();
         match scheme {
             "postgres" | "postgresql" => Ok(Backend::Postgres),

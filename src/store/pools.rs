@@ -101,7 +101,7 @@ impl SqlitePools {
     /// Whether a read transaction on [`SqlitePools::reader`] is a snapshot beside the
     /// writer: a database file, in WAL mode. In memory (shared cache), a reader and
     /// the writer lock each other's tables instead.
-    pub fn reads_beside_writer(&self) -> bool {
+    pub(crate) fn reads_beside_writer(&self) -> bool {
         self.in_wal
     }
 

@@ -25,14 +25,14 @@ use sqlx::types::Json;
 /// from the oldest key with everything as a filter. A batch that finds fewer keys than
 /// its limit, as the last batch of every run does, then reads every record in the
 /// table. With the bound, it stops at the later cut-off.
-pub const PICK_POSTGRES: &str = "SELECT key FROM idempotency_records \
+pub(crate) const PICK_POSTGRES: &str = "SELECT key FROM idempotency_records \
     WHERE updated_at < greatest($1, $2) \
     AND ((status = 'DONE' AND updated_at < $1) OR (status = 'FAILED' AND updated_at < $2)) \
     AND provider_retention_until <= $3 \
     ORDER BY updated_at, key LIMIT $4 \
     FOR UPDATE SKIP LOCKED";
 /// The same, with SQLite's two-argument `max` for `greatest`.
-pub const PICK_SQLITE: &str = "SELECT key FROM idempotency_records \
+pub(crate) const PICK_SQLITE: &str = "SELECT key FROM idempotency_records \
     WHERE updated_at < max($1, $2) \
     AND ((status = 'DONE' AND updated_at < $1) OR (status = 'FAILED' AND updated_at < $2)) \
     AND provider_retention_until <= $3 \
@@ -40,24 +40,25 @@ pub const PICK_SQLITE: &str = "SELECT key FROM idempotency_records \
 
 /// A pruner waits at most this long for a lock (a migration, say) before giving up
 /// the batch; the next run tries again.
-pub const LOCK_TIMEOUT_POSTGRES: &str = "SET LOCAL lock_timeout = '5s'";
+pub(crate) const LOCK_TIMEOUT_POSTGRES: &str = "SET LOCAL lock_timeout = '5s'";
 
-pub const ROWS_POSTGRES: &str = concat!(
+pub(crate) const ROWS_POSTGRES: &str = concat!(
     export_select!(),
     "WHERE a.key = ANY($1) ORDER BY a.key, a.seq"
 );
-pub const ROWS_SQLITE: &str = concat!(
+pub(crate) const ROWS_SQLITE: &str = concat!(
     export_select!(),
     "WHERE a.key IN (SELECT value FROM json_each($1)) ORDER BY a.key, a.seq"
 );
 
 /// Attempts first: they reference the record.
-pub const DELETE_ATTEMPTS_POSTGRES: &str = "DELETE FROM idempotency_attempts WHERE key = ANY($1)";
-pub const DELETE_ATTEMPTS_SQLITE: &str =
+pub(crate) const DELETE_ATTEMPTS_POSTGRES: &str =
+    "DELETE FROM idempotency_attempts WHERE key = ANY($1)";
+pub(crate) const DELETE_ATTEMPTS_SQLITE: &str =
     "DELETE FROM idempotency_attempts WHERE key IN (SELECT value FROM json_each($1))";
-pub const DELETE_RECORDS_POSTGRES: &str = "DELETE FROM idempotency_records \
+pub(crate) const DELETE_RECORDS_POSTGRES: &str = "DELETE FROM idempotency_records \
     WHERE key = ANY($1) AND status IN ('DONE', 'FAILED') RETURNING status";
-pub const DELETE_RECORDS_SQLITE: &str = "DELETE FROM idempotency_records \
+pub(crate) const DELETE_RECORDS_SQLITE: &str = "DELETE FROM idempotency_records \
     WHERE key IN (SELECT value FROM json_each($1)) AND status IN ('DONE', 'FAILED') \
     RETURNING status";
 

@@ -56,7 +56,7 @@ impl Store {
         )
     }
 
-    pub async fn touch_session(&self, id_sha256: &str, now: i64) -> Result<(), StoreError> {
+    pub(crate) async fn touch_session(&self, id_sha256: &str, now: i64) -> Result<(), StoreError> {
         on_pool!(self, pool => sqlx::query(TOUCH)
             .bind(id_sha256)
             .bind(now)
@@ -67,7 +67,7 @@ impl Store {
     }
 
     /// Ends one session; whether it existed.
-    pub async fn delete_session(&self, id_sha256: &str) -> Result<bool, StoreError> {
+    pub(crate) async fn delete_session(&self, id_sha256: &str) -> Result<bool, StoreError> {
         let done = on_pool!(self, pool => sqlx::query(DELETE)
             .bind(id_sha256)
             .execute(pool)
@@ -77,7 +77,7 @@ impl Store {
     }
 
     /// Ends every session of `user`; how many there were.
-    pub async fn delete_user_sessions(&self, user: &str) -> Result<u64, StoreError> {
+    pub(crate) async fn delete_user_sessions(&self, user: &str) -> Result<u64, StoreError> {
         let done = on_pool!(self, pool => sqlx::query(DELETE_USER)
             .bind(user)
             .execute(pool)
@@ -87,7 +87,7 @@ impl Store {
     }
 
     /// Deletes sessions past `now` or idle since `idle_before`; how many.
-    pub async fn delete_ended_sessions(
+    pub(crate) async fn delete_ended_sessions(
         &self,
         now: i64,
         idle_before: i64,

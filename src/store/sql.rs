@@ -30,7 +30,7 @@ pub(crate) use select_attempts;
 
 /// The claim: one atomic statement. A concurrent claimer of the same key waits for
 /// ours to commit and then inserts nothing, so exactly one caller gets a row back.
-pub const CLAIM: &str = "\
+pub(crate) const CLAIM: &str = "\
     INSERT INTO idempotency_records (key, tenant, tool, workflow_id, step_id, intent_id, \
         business_ref, fingerprint, business_args, status, fencing_token, lease_until, \
         attempt_count, result, error, provider_retention_until, resend_safe_until, \
@@ -40,7 +40,7 @@ pub const CLAIM: &str = "\
     ON CONFLICT (key) DO NOTHING RETURNING key";
 
 /// A sealed attempt row.
-pub const INSERT_ATTEMPT: &str = "\
+pub(crate) const INSERT_ATTEMPT: &str = "\
     INSERT INTO idempotency_attempts (key, tenant, tool, seq, kind, fencing_token, actor, \
         detail, duration_ms, occurred_at, prev_hash, hash) \
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)";
@@ -49,7 +49,7 @@ pub const INSERT_ATTEMPT: &str = "\
 /// tenant (`$1`), tool (`$2`), business ref (`$3`) and fingerprint (`$4`) created
 /// since `$5`, other than the claiming key (`$6`). One probe of
 /// `idempotency_records_duplicate_probe`.
-pub const DUPLICATE_PROBE: &str = "\
+pub(crate) const DUPLICATE_PROBE: &str = "\
     SELECT key FROM idempotency_records \
     WHERE tenant = $1 AND tool = $2 AND business_ref = $3 AND fingerprint = $4 \
         AND created_at >= $5 AND key <> $6 AND business_ref IS NOT NULL \
@@ -60,7 +60,7 @@ pub const DUPLICATE_PROBE: &str = "\
 /// claimer of the same natural key waits here for ours to commit and then inserts
 /// nothing (or inserts, if ours rolled back); SQLite's BEGIN IMMEDIATE already
 /// serialises the claims. No row back: another key holds the natural key.
-pub const CLAIM_NATURAL_KEY: &str = "\
+pub(crate) const CLAIM_NATURAL_KEY: &str = "\
     INSERT INTO idempotency_natural_keys (tenant, tool, natural_key, key, created_at) \
     VALUES ($1, $2, $3, $4, $5) \
     ON CONFLICT (tenant, tool, natural_key) DO NOTHING RETURNING key";
@@ -68,10 +68,10 @@ pub const CLAIM_NATURAL_KEY: &str = "\
 /// The key that holds a natural key. Read in the same transaction right after
 /// [`CLAIM_NATURAL_KEY`] found it taken: under READ COMMITTED this statement sees the
 /// holder's committed row.
-pub const NATURAL_KEY_HOLDER: &str = "\
+pub(crate) const NATURAL_KEY_HOLDER: &str = "\
     SELECT key FROM idempotency_natural_keys WHERE tenant = $1 AND tool = $2 AND natural_key = $3";
 
-pub const INSERT_SUSPECTED_DUPLICATE: &str = "\
+pub(crate) const INSERT_SUSPECTED_DUPLICATE: &str = "\
     INSERT INTO idempotency_suspected_duplicates (key, other_key, tenant, tool, detected_at) \
     VALUES ($1, $2, $3, $4, $5)";
 
@@ -80,7 +80,7 @@ pub const INSERT_SUSPECTED_DUPLICATE: &str = "\
 /// nothing is sent after it). Read outside a
 /// transaction: under READ COMMITTED a probe inside one sees no more than this does
 /// (each statement its own snapshot).
-pub const CLAIM_PROBE_POSTGRES: &str = "\
+pub(crate) const CLAIM_PROBE_POSTGRES: &str = "\
     SELECT (SELECT key FROM idempotency_records \
             WHERE tenant = $1 AND tool = $2 AND business_ref = $3 AND fingerprint = $4 \
                 AND created_at >= $5 AND key <> $6 AND business_ref IS NOT NULL \
@@ -103,7 +103,7 @@ pub const CLAIM_PROBE_POSTGRES: &str = "\
 /// - the clock was read before the statement rather than under a lock: the statement
 ///   waits only for a concurrent claim of the same key (then it writes nothing) and
 ///   the row is its key's first, so no `occurred_at` along `seq` can run backwards.
-pub const CLAIM_AND_APPEND_POSTGRES: &str = "\
+pub(crate) const CLAIM_AND_APPEND_POSTGRES: &str = "\
     WITH claimed AS ( \
         INSERT INTO idempotency_records (key, tenant, tool, workflow_id, step_id, intent_id, \
             business_ref, fingerprint, business_args, status, fencing_token, lease_until, \
@@ -122,7 +122,7 @@ pub const CLAIM_AND_APPEND_POSTGRES: &str = "\
     SELECT key FROM claimed";
 
 /// A record by key.
-pub const GET_RECORD: &str = "\
+pub(crate) const GET_RECORD: &str = "\
     SELECT key, tenant, tool, workflow_id, step_id, intent_id, business_ref, fingerprint, \
         business_args, status, fencing_token, lease_until, attempt_count, result, error, \
         provider_retention_until, resend_safe_until, release_approved, created_at, \
@@ -132,7 +132,7 @@ pub const GET_RECORD: &str = "\
 /// Reads a record and holds it until commit. PostgreSQL locks the row; on SQLite the
 /// write transaction (`WritePool::begin_write`, BEGIN IMMEDIATE) already holds the one
 /// write lock, so the plain read ([`GET_RECORD`]) is the locked read.
-pub const LOCK_RECORD_POSTGRES: &str = "\
+pub(crate) const LOCK_RECORD_POSTGRES: &str = "\
     SELECT key, tenant, tool, workflow_id, step_id, intent_id, business_ref, fingerprint, \
         business_args, status, fencing_token, lease_until, attempt_count, result, error, \
         provider_retention_until, resend_safe_until, release_approved, created_at, \
@@ -142,7 +142,7 @@ pub const LOCK_RECORD_POSTGRES: &str = "\
 /// The fenced write of a record (`$1` its key, `$3`–`$12` what changes): it names the
 /// token the writer holds (`$2`). Inside a locked transaction the condition always
 /// holds; it is kept so that no code path can write a record without naming its token.
-pub const UPDATE_RECORD: &str = "\
+pub(crate) const UPDATE_RECORD: &str = "\
     UPDATE idempotency_records SET status = $3, fencing_token = $4, lease_until = $5, \
         attempt_count = $6, result = $7, error = $8, release_approved = $9, updated_at = $10, \
         log_seq = $11, log_hash = $12 \
@@ -156,7 +156,7 @@ pub const UPDATE_RECORD: &str = "\
 /// on. If anything was written since, or the key is gone, it matches no row and the
 /// caller takes the locked path. SQLite runs it in a `BEGIN IMMEDIATE` transaction
 /// with [`INSERT_ATTEMPT`] after it when it wrote the row.
-pub const UPDATE_RECORD_IF_HEAD: &str = "\
+pub(crate) const UPDATE_RECORD_IF_HEAD: &str = "\
     UPDATE idempotency_records SET status = $3, fencing_token = $4, lease_until = $5, \
         attempt_count = $6, result = $7, error = $8, release_approved = $9, updated_at = $10, \
         log_seq = $11, log_hash = $12 \
@@ -170,7 +170,7 @@ pub const UPDATE_RECORD_IF_HEAD: &str = "\
 /// nor an attempt without its record change; both commit or roll back together. The
 /// conditional form (a settle, outside a transaction) waits for a concurrent locker
 /// and then re-checks the condition on the row as committed (READ COMMITTED).
-pub const UPDATE_RECORD_AND_APPEND_POSTGRES: &str = "\
+pub(crate) const UPDATE_RECORD_AND_APPEND_POSTGRES: &str = "\
     WITH updated AS ( \
         UPDATE idempotency_records SET status = $3, fencing_token = $4, lease_until = $5, \
             attempt_count = $6, result = $7, error = $8, release_approved = $9, \
@@ -182,7 +182,7 @@ pub const UPDATE_RECORD_AND_APPEND_POSTGRES: &str = "\
         detail, duration_ms, occurred_at, prev_hash, hash) \
     SELECT $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24 FROM updated";
 
-pub const ATTEMPTS_OF_KEY: &str = concat!(select_attempts!(), "WHERE key = $1 ORDER BY seq");
+pub(crate) const ATTEMPTS_OF_KEY: &str = concat!(select_attempts!(), "WHERE key = $1 ORDER BY seq");
 
 /// The SQL of [`crate::guard::LeaseState::Expired`] at `$1`: the one spelling of an
 /// expired lease in every count, page and gauge.

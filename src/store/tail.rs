@@ -86,17 +86,17 @@ pub struct BacklogGroup {
 /// PostgreSQL's head: the oldest running transaction, and the rows already visible
 /// beyond it. `pg_current_snapshot()` is the statement's own snapshot, so both come
 /// from one consistent view.
-pub const TAIL_HEAD_POSTGRES: &str = "SELECT s.xmin::text::bigint AS xmin, \
+pub(crate) const TAIL_HEAD_POSTGRES: &str = "SELECT s.xmin::text::bigint AS xmin, \
     a.txid::text::bigint AS txid, a.id AS id \
     FROM (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin) s \
     LEFT JOIN idempotency_attempts a ON a.txid >= s.xmin";
-pub const TAIL_HEAD_SQLITE: &str = "SELECT COALESCE(max(id), 0) FROM idempotency_attempts";
+pub(crate) const TAIL_HEAD_SQLITE: &str = "SELECT COALESCE(max(id), 0) FROM idempotency_attempts";
 
 /// The next batch in commit order. PostgreSQL: only transactions older than every
 /// running one (see the module comment); an index range scan on (txid, id). The
 /// ORDER BY names the table's columns: a bare `txid` would be the bigint output
 /// column, which no index serves.
-pub const TAIL_BATCH_POSTGRES: &str = "SELECT id, txid::text::bigint AS txid, tool, tenant, kind, \
+pub(crate) const TAIL_BATCH_POSTGRES: &str = "SELECT id, txid::text::bigint AS txid, tool, tenant, kind, \
     detail->>'resolution' AS resolution, detail->>'previous_status' AS previous_status, \
     detail->>'suspected_duplicate_of' AS suspected_duplicate_of, duration_ms, occurred_at \
     FROM idempotency_attempts a \
@@ -105,14 +105,14 @@ pub const TAIL_BATCH_POSTGRES: &str = "SELECT id, txid::text::bigint AS txid, to
     ORDER BY a.txid, a.id LIMIT $3";
 /// SQLite: one writer at a time, so id order is commit order; a primary-key range.
 /// The same parameters as PostgreSQL's; `$1`, the txid, is always 0 here and unused.
-pub const TAIL_BATCH_SQLITE: &str = "SELECT id, 0 AS txid, tool, tenant, kind, \
+pub(crate) const TAIL_BATCH_SQLITE: &str = "SELECT id, 0 AS txid, tool, tenant, kind, \
     detail->>'resolution' AS resolution, detail->>'previous_status' AS previous_status, \
     detail->>'suspected_duplicate_of' AS suspected_duplicate_of, duration_ms, occurred_at \
     FROM idempotency_attempts WHERE id > $2 ORDER BY id LIMIT $3";
 
 /// How many of the rows the tail may not read yet [`TAIL_PENDING_POSTGRES`] looks at
 /// (its `$1`).
-pub const TAIL_PENDING_WINDOW: i64 = 1000;
+pub(crate) const TAIL_PENDING_WINDOW: i64 = 1000;
 
 /// PostgreSQL: the oldest of the committed rows the tail may not read yet, and the
 /// age of the oldest open write transaction, prepared ones included.
@@ -129,7 +129,7 @@ pub const TAIL_PENDING_WINDOW: i64 = 1000;
 /// window the figure is the oldest of the next rows in tail order, which are the
 /// rows of the oldest transactions: the same within the milliseconds between a
 /// transaction's first write and its attempt row.
-pub const TAIL_PENDING_POSTGRES: &str = "SELECT \
+pub(crate) const TAIL_PENDING_POSTGRES: &str = "SELECT \
     (SELECT min(occurred_at) FROM (SELECT a.occurred_at FROM idempotency_attempts a \
        WHERE a.txid >= pg_snapshot_xmin(pg_current_snapshot()) \
        ORDER BY a.txid, a.id LIMIT $1) pending) AS oldest_pending, \
@@ -139,7 +139,7 @@ pub const TAIL_PENDING_POSTGRES: &str = "SELECT \
 
 /// Distinct tools without reading every row: a loose index scan (one index probe per
 /// tool) on `idempotency_records_tool_updated_at`, the same text on both backends.
-pub const DISTINCT_TOOLS: &str = "WITH RECURSIVE tools(tool) AS ( \
+pub(crate) const DISTINCT_TOOLS: &str = "WITH RECURSIVE tools(tool) AS ( \
     SELECT (SELECT tool FROM idempotency_records ORDER BY tool LIMIT 1) \
     UNION ALL \
     SELECT (SELECT r.tool FROM idempotency_records r WHERE r.tool > tools.tool ORDER BY r.tool LIMIT 1) \
@@ -147,7 +147,7 @@ pub const DISTINCT_TOOLS: &str = "WITH RECURSIVE tools(tool) AS ( \
     SELECT tool FROM tools WHERE tool IS NOT NULL";
 
 /// The first `$1` tenants by name, the same way on `idempotency_records_tenant_business_ref`.
-pub const FIRST_TENANTS: &str = "WITH RECURSIVE tenants(tenant, n) AS ( \
+pub(crate) const FIRST_TENANTS: &str = "WITH RECURSIVE tenants(tenant, n) AS ( \
     SELECT (SELECT tenant FROM idempotency_records ORDER BY tenant LIMIT 1), 1 \
     UNION ALL \
     SELECT (SELECT r.tenant FROM idempotency_records r WHERE r.tenant > tenants.tenant ORDER BY r.tenant LIMIT 1), n + 1 \
@@ -157,7 +157,7 @@ pub const FIRST_TENANTS: &str = "WITH RECURSIVE tenants(tenant, n) AS ( \
 /// The backlog gauges, on the partial index `idempotency_records_backlog` (UNKNOWN and
 /// IN_PROGRESS keys only: small by design). The WHERE clause repeats the index's
 /// predicate word for word so that both planners use it. `$1` is now.
-pub const BACKLOG: &str = concat!(
+pub(crate) const BACKLOG: &str = concat!(
     "SELECT tool, tenant, \
     count(*) FILTER (WHERE status = 'UNKNOWN') AS unknown, \
     count(*) FILTER (WHERE ",
@@ -177,7 +177,7 @@ pub const BACKLOG: &str = concat!(
 /// A hot standby's replay lag in seconds; NULL on a primary. A standby that has
 /// replayed everything it received reads 0 (the timestamp of the last replayed commit
 /// alone would grow while the primary is idle).
-pub const REPLICA_LAG_POSTGRES: &str = "SELECT CASE \
+pub(crate) const REPLICA_LAG_POSTGRES: &str = "SELECT CASE \
     WHEN NOT pg_is_in_recovery() THEN NULL \
     WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0::float8 \
     ELSE COALESCE(EXTRACT(EPOCH FROM now() - pg_last_xact_replay_timestamp()), 0)::float8 END";
@@ -199,7 +199,7 @@ impl Store {
     /// The head of the attempt log now: a tail started here counts only what commits
     /// from now on.
     #[tracing::instrument(skip_all)]
-    pub async fn tail_head(&self) -> Result<TailHead, StoreError> {
+    pub(crate) async fn tail_head(&self) -> Result<TailHead, StoreError> {
         match self {
             Store::Postgres(pool) => {
                 let rows: Vec<HeadRow> = sqlx::query_as(TAIL_HEAD_POSTGRES).fetch_all(pool).await?;
@@ -303,14 +303,14 @@ impl Store {
     }
 
     /// Every tool that has a record, by name.
-    pub async fn distinct_tools(&self) -> Result<Vec<String>, StoreError> {
+    pub(crate) async fn distinct_tools(&self) -> Result<Vec<String>, StoreError> {
         let tools =
             on_pool!(self, pool => sqlx::query_scalar(DISTINCT_TOOLS).fetch_all(pool).await)?;
         Ok(tools)
     }
 
     /// The first `limit` tenants that have a record, by name.
-    pub async fn first_tenants(&self, limit: u32) -> Result<Vec<String>, StoreError> {
+    pub(crate) async fn first_tenants(&self, limit: u32) -> Result<Vec<String>, StoreError> {
         let limit = i64::from(limit);
         let tenants = on_pool!(self, pool => sqlx::query_scalar(FIRST_TENANTS).bind(limit).fetch_all(pool).await)?;
         Ok(tenants)
@@ -319,7 +319,7 @@ impl Store {
     /// The backlog per (tool, tenant); groups with no UNKNOWN or IN_PROGRESS key are
     /// absent (the caller reports them as 0).
     #[tracing::instrument(skip_all)]
-    pub async fn backlog_by_tool(
+    pub(crate) async fn backlog_by_tool(
         &self,
         now: DateTime<Utc>,
     ) -> Result<Vec<BacklogGroup>, StoreError> {

@@ -24,7 +24,7 @@ pub struct AttemptPage {
 }
 
 impl Store {
-    pub async fn attempts_page(
+    pub(crate) async fn attempts_page(
         &self,
         key: &IdempotencyKey,
         after_seq: i64,
@@ -42,7 +42,7 @@ impl Store {
     }
 
     /// The newest `limit` attempts of a key, oldest first.
-    pub async fn attempts_newest(
+    pub(crate) async fn attempts_newest(
         &self,
         key: &IdempotencyKey,
         limit: u32,

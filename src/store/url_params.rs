@@ -32,7 +32,7 @@ const KNOWN: [&str; 18] = [
 ];
 
 /// The parameters of `url` that the driver ignores, by name.
-pub fn unrecognised(url: &str) -> Vec<String> {
+pub(crate) fn unrecognised(url: &str) -> Vec<String> {
     let Ok(parsed) = url::Url::parse(url) else {
         return Vec::new();
     };
@@ -47,7 +47,7 @@ pub fn unrecognised(url: &str) -> Vec<String> {
 }
 
 /// Logs each parameter the driver will ignore, without its value.
-pub fn warn_unrecognised(url: &str) {
+pub(crate) fn warn_unrecognised(url: &str) {
     for key in unrecognised(url) {
         tracing::warn!(
             key,

@@ -48,10 +48,10 @@ use axum::response::{IntoResponse, Redirect, Response};
 use std::net::SocketAddr;
 
 /// The header a JSON request authenticated by a cookie carries its CSRF token in.
-pub const CSRF_HEADER: &str = "x-csrf-token";
+pub(crate) const CSRF_HEADER: &str = "x-csrf-token";
 
 /// On every response, error pages and static files included.
-pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
      style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; \
      base-uri 'none'";
 
@@ -101,13 +101,13 @@ impl SignedIn {
 /// The reader of the request being handled (nobody outside a request), for an error
 /// page: `IntoResponse` has no request to extract it from. Every other page takes its
 /// [`Viewer`] as an extractor.
-pub fn viewer_of_error_page() -> Viewer {
+pub(crate) fn viewer_of_error_page() -> Viewer {
     CONTEXT.try_with(Clone::clone).unwrap_or_default()
 }
 
 /// The CSRF token forms of this request must carry (bound to its CSRF cookie).
 #[derive(Debug, Clone)]
-pub struct Csrf {
+pub(crate) struct Csrf {
     pub token: String,
 }
 
@@ -124,7 +124,7 @@ fn is_public(path: &str) -> bool {
 }
 
 /// The guard's routes: they need [`Permission::Guard`] instead of `View`.
-pub fn is_guard(path: &str) -> bool {
+pub(crate) fn is_guard(path: &str) -> bool {
     path.starts_with("/api/v1/guard/")
 }
 
@@ -382,7 +382,7 @@ fn forwarded_https(headers: &HeaderMap) -> bool {
 /// HttpOnly (no script reads it), SameSite=Strict (no other site's page sends it),
 /// Path=/ and no Domain; over HTTPS `Secure` and named `__Host-…`. `max_age` None:
 /// until the browser closes; Some(0) deletes it.
-pub fn cookie_header(
+pub(crate) fn cookie_header(
     base: &str,
     value: &str,
     max_age: Option<i64>,
@@ -400,7 +400,7 @@ pub fn cookie_header(
 }
 
 /// Whether this request's cookies should be `Secure`.
-pub fn secure_cookies(state: &AppState, headers: &HeaderMap) -> bool {
+pub(crate) fn secure_cookies(state: &AppState, headers: &HeaderMap) -> bool {
     state.cookie_secure || forwarded_https(headers)
 }
 
@@ -408,7 +408,7 @@ pub fn secure_cookies(state: &AppState, headers: &HeaderMap) -> bool {
 /// session's, or its CSRF cookie's) or has expired. A bearer-token caller needs none:
 /// a browser never sends a token on its own. (`_headers`: the binding is found by the
 /// middleware, from the cookies, before the handler runs.)
-pub fn check_form_csrf(
+pub(crate) fn check_form_csrf(
     state: &AppState,
     principal: Option<&Principal>,
     _headers: &HeaderMap,
@@ -433,13 +433,13 @@ pub fn check_form_csrf(
 }
 
 /// A posted form that carries its CSRF token.
-pub trait CsrfForm {
+pub(crate) trait CsrfForm {
     fn csrf_token(&self) -> Option<&str>;
 }
 
 /// A person's posted form, read and checked: 400 naming `form` when it cannot be read,
 /// 403 ([`check_form_csrf`]) when its token is missing or wrong.
-pub fn checked_form<T: CsrfForm>(
+pub(crate) fn checked_form<T: CsrfForm>(
     state: &AppState,
     principal: &Principal,
     headers: &HeaderMap,
@@ -452,7 +452,7 @@ pub fn checked_form<T: CsrfForm>(
 
 /// A JSON request that changes something: bearer tokens need nothing more; anyone
 /// authenticated by the browser (cookie, proxy, local admin) must send `X-CSRF-Token`.
-pub fn check_api_csrf(
+pub(crate) fn check_api_csrf(
     state: &AppState,
     principal: &Principal,
     headers: &HeaderMap,
@@ -477,12 +477,12 @@ pub fn check_api_csrf(
 }
 
 /// Route middleware: only callers who may resolve keys get through.
-pub async fn require_resolve(request: Request, next: Next) -> Response {
+pub(crate) async fn require_resolve(request: Request, next: Next) -> Response {
     require(Permission::Resolve, request, next).await
 }
 
 /// Route middleware: only callers who may download exports get through.
-pub async fn require_export(request: Request, next: Next) -> Response {
+pub(crate) async fn require_export(request: Request, next: Next) -> Response {
     require(Permission::Export, request, next).await
 }
 
@@ -569,7 +569,7 @@ impl<S: Send + Sync> OptionalFromRequestParts<S> for Principal {
 
 /// The TCP peer's address; `None` for an in-process request (tests).
 #[derive(Debug, Clone, Copy)]
-pub struct ClientAddress(pub Option<std::net::IpAddr>);
+pub(crate) struct ClientAddress(pub Option<std::net::IpAddr>);
 
 impl<S: Send + Sync> FromRequestParts<S> for ClientAddress {
     type Rejection = std::convert::Infallible;

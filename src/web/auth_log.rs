@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// The `reason` label values of `idemwatch_auth_refusals_total`, all exported at 0.
-pub const AUTH_REFUSALS: [&str; 7] = [
+pub(crate) const AUTH_REFUSALS: [&str; 7] = [
     // A bearer token that is not in the auth file (401).
     "bad_token",
     // A bearer token past its `expires` (401).

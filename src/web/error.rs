@@ -63,7 +63,7 @@ pub enum Error {
 }
 
 impl Error {
-    pub fn bad_request(field: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(field: &'static str, message: impl Into<String>) -> Self {
         Error::BadRequest {
             field,
             message: message.into(),
@@ -219,7 +219,7 @@ impl IntoResponse for Error {
 }
 
 /// Whether errors on `path` are answered as problem documents (script paths).
-pub fn is_script_path(path: &str) -> bool {
+pub(crate) fn is_script_path(path: &str) -> bool {
     path.starts_with("/api/") || path.starts_with("/export/")
 }
 
@@ -228,7 +228,7 @@ pub fn is_script_path(path: &str) -> bool {
 /// (axum's extractor rejections: a body that is not JSON, a wrong content type or
 /// method, a body too large) is rewritten into one, its text as the detail. `handled`
 /// is the rest of the request's handling (`super::every_request`).
-pub async fn json_under_api(
+pub(crate) async fn json_under_api(
     script_path: bool,
     handled: impl Future<Output = Response>,
 ) -> Response {
@@ -274,7 +274,7 @@ pub async fn json_under_api(
 }
 
 /// Any path no router claims.
-pub async fn no_such_page() -> Error {
+pub(crate) async fn no_such_page() -> Error {
     Error::NotFound("There is no page at this address.".into())
 }
 

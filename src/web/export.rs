@@ -40,7 +40,7 @@ pub fn router() -> Router<AppState> {
 
 /// The query string; empty values mean "no filter".
 #[derive(Debug, Default)]
-pub struct ExportQuery {
+pub(crate) struct ExportQuery {
     since: Option<String>,
     until: Option<String>,
     tenant: Option<String>,
@@ -56,7 +56,7 @@ pub struct ExportQuery {
 /// given twice, say) is a plain-text 400 naming no field: here every refusal is the
 /// export's JSON error with the parameter named. Unknown parameters are ignored.
 impl<S: Send + Sync> FromRequestParts<S> for ExportQuery {
-    type Rejection = ExportError;
+    type Rejection = DownloadError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
@@ -93,7 +93,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ExportQuery {
 
 impl ExportQuery {
     /// `raw=true`: CSV cells as stored, formula-like ones included (docs/EXPORT.md).
-    fn csv_cells(&self) -> Result<CsvCells, ExportError> {
+    fn csv_cells(&self) -> Result<CsvCells, DownloadError> {
         match self.raw.as_deref().map(str::trim) {
             None | Some("" | "false" | "0") => Ok(CsvCells::Neutralised),
             Some("true" | "1") => Ok(CsvCells::Raw),
@@ -107,9 +107,9 @@ impl ExportQuery {
 
     /// `checkpoint=true`: a checkpoint before the rows are read, so none is unsigned;
     /// a server without a signing key refuses it rather than export unsigned rows.
-    fn signing(&self, state: &AppState) -> Result<export::Signing, ExportError> {
+    fn signing(&self, state: &AppState) -> Result<export::Signing, DownloadError> {
         let bad = |message: &str| {
-            ExportError::from(FilterError {
+            DownloadError::from(FilterError {
                 field: "checkpoint",
                 message: message.into(),
             })
@@ -131,7 +131,7 @@ impl ExportQuery {
     }
 
     /// The filter, with `until` pinned to `now` when not given.
-    fn filter(&self, now: DateTime<Utc>) -> Result<ExportFilter, ExportError> {
+    fn filter(&self, now: DateTime<Utc>) -> Result<ExportFilter, DownloadError> {
         let mut filter = ExportFilter::parse(
             now,
             self.since.as_deref(),
@@ -151,7 +151,7 @@ impl ExportQuery {
 
 /// What an export request can answer besides the file.
 #[derive(Debug, thiserror::Error)]
-pub enum ExportError {
+pub(crate) enum DownloadError {
     /// A filter that cannot be used. 400, naming the parameter.
     #[error(transparent)]
     BadRequest(#[from] FilterError),
@@ -169,36 +169,36 @@ pub enum ExportError {
     Internal,
 }
 
-impl From<StoreError> for ExportError {
+impl From<StoreError> for DownloadError {
     fn from(e: StoreError) -> Self {
         tracing::error!(error = %e, "export failed");
         if e.is_unavailable() {
-            ExportError::Unavailable
+            DownloadError::Unavailable
         } else {
-            ExportError::Internal
+            DownloadError::Internal
         }
     }
 }
 
-impl IntoResponse for ExportError {
+impl IntoResponse for DownloadError {
     fn into_response(self) -> Response {
         let (status, code, title) = match &self {
-            ExportError::BadRequest(_) | ExportError::BadFormat(_) => (
+            DownloadError::BadRequest(_) | DownloadError::BadFormat(_) => (
                 StatusCode::BAD_REQUEST,
                 "invalid",
                 "That input cannot be read",
             ),
-            ExportError::Busy => (
+            DownloadError::Busy => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "busy",
                 "Too many downloads at once",
             ),
-            ExportError::Unavailable => (
+            DownloadError::Unavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
                 "Database unavailable",
             ),
-            ExportError::Internal => (
+            DownloadError::Internal => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "internal",
                 "Something went wrong",
@@ -206,22 +206,22 @@ impl IntoResponse for ExportError {
         };
         let mut problem = Problem::new(status, code, title, self.to_string());
         match &self {
-            ExportError::BadRequest(e) => problem = problem.field(e.field),
-            ExportError::BadFormat(_) => problem = problem.field("format"),
-            ExportError::Unavailable => problem = problem.member("retry_after", 5),
+            DownloadError::BadRequest(e) => problem = problem.field(e.field),
+            DownloadError::BadFormat(_) => problem = problem.field("format"),
+            DownloadError::Unavailable => problem = problem.member("retry_after", 5),
             // Downloads take minutes: a minute before the next try.
-            ExportError::Busy => problem = problem.member("retry_after", 60),
-            ExportError::Internal => {}
+            DownloadError::Busy => problem = problem.member("retry_after", 60),
+            DownloadError::Internal => {}
         }
         problem.response()
     }
 }
 
-async fn csv(state: State<AppState>, query: ExportQuery) -> Result<Response, ExportError> {
+async fn csv(state: State<AppState>, query: ExportQuery) -> Result<Response, DownloadError> {
     download(state, query, Format::Csv).await
 }
 
-async fn ndjson(state: State<AppState>, query: ExportQuery) -> Result<Response, ExportError> {
+async fn ndjson(state: State<AppState>, query: ExportQuery) -> Result<Response, DownloadError> {
     download(state, query, Format::Ndjson).await
 }
 
@@ -229,7 +229,7 @@ async fn download(
     State(state): State<AppState>,
     query: ExportQuery,
     format: Format,
-) -> Result<Response, ExportError> {
+) -> Result<Response, DownloadError> {
     let now = SystemClock.now();
     let filter = query.filter(now)?;
     let cells = query.csv_cells()?;
@@ -239,13 +239,13 @@ async fn download(
         .exports
         .clone()
         .try_acquire_owned()
-        .map_err(|_| ExportError::Busy)?;
+        .map_err(|_| DownloadError::Busy)?;
     let (tx, mut rx) = mpsc::channel::<Result<Bytes, StoreError>>(4);
     let store = state.store.clone();
     tokio::spawn(produce(store, filter.clone(), format, cells, signing, tx));
     // Wait for the first chunk (or error) before answering, so a database that
     // cannot be read gets a proper 503 rather than a 200 with a broken body.
-    let first = rx.recv().await.ok_or(ExportError::Internal)??;
+    let first = rx.recv().await.ok_or(DownloadError::Internal)??;
     let rest = futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).map(|chunk| {
         // A failure mid-stream can only abort the body: the client sees an incomplete
         // transfer, and an NDJSON file then lacks its manifest, which verify reports.
@@ -326,13 +326,13 @@ impl ChunkSink for BodySender {
 async fn manifest(
     State(state): State<AppState>,
     query: ExportQuery,
-) -> Result<Response, ExportError> {
+) -> Result<Response, DownloadError> {
     let format: Format = query
         .format
         .as_deref()
         .unwrap_or("csv")
         .parse()
-        .map_err(ExportError::BadFormat)?;
+        .map_err(DownloadError::BadFormat)?;
     let filter = query.filter(SystemClock.now())?;
     let cells = query.csv_cells()?;
     let signing = query.signing(&state)?;
@@ -342,14 +342,14 @@ async fn manifest(
         .exports
         .clone()
         .try_acquire_owned()
-        .map_err(|_| ExportError::Busy)?;
+        .map_err(|_| DownloadError::Busy)?;
     let manifest =
         export::export_signed(&state.store, &filter, format, cells, &signing, &mut Discard)
             .await
             .map_err(|e| match e {
-                export::ExportError::Store(e) => ExportError::from(e),
+                export::ExportError::Store(e) => DownloadError::from(e),
                 // Discarding never fails.
-                export::ExportError::Io(_) => ExportError::Internal,
+                export::ExportError::Io(_) => DownloadError::Internal,
             })?;
     // Written into the body as it is serialised, not first into one string: with
     // checkpoints a whole export's manifest is ~1.7 kB of proof a key (170 MB at 100 k
@@ -413,7 +413,7 @@ pub fn file_name(filter: &ExportFilter, format: Format, now: DateTime<Utc>) -> S
 }
 
 /// The manifest URL of a download, with its filters (and the pinned `until`).
-pub fn manifest_url(filter: &ExportFilter, format: Format) -> String {
+pub(crate) fn manifest_url(filter: &ExportFilter, format: Format) -> String {
     let mut url = format!("/export/attempts.manifest?format={}", format.as_str());
     let times = [("since", filter.since), ("until", filter.until)];
     for (name, t) in times {

@@ -7,12 +7,12 @@ use serde::Serialize;
 use serde_json::Value;
 
 /// `2026-11-29 14:02:11 UTC (+00:00)`.
-pub fn utc(t: DateTime<Utc>) -> String {
+pub(crate) fn utc(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S UTC (%:z)").to_string()
 }
 
 /// `14:05 UTC`: a time of day, for chart captions.
-pub fn utc_hm(t: DateTime<Utc>) -> String {
+pub(crate) fn utc_hm(t: DateTime<Utc>) -> String {
     t.format("%H:%M UTC").to_string()
 }
 
@@ -33,7 +33,7 @@ pub fn duration(d: TimeDelta) -> String {
 }
 
 /// `t` seen from `now`: `just now`, `3 min ago`, `in 2 h 5 min`.
-pub fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
+pub(crate) fn relative(t: DateTime<Utc>, now: DateTime<Utc>) -> String {
     let d = now - t;
     if d.num_seconds().abs() < 5 {
         "just now".to_string()
@@ -54,7 +54,7 @@ pub fn duration_ms(ms: i64) -> String {
 }
 
 /// `1,234,567`.
-pub fn thousands_sep(n: i64) -> String {
+pub(crate) fn thousands_sep(n: i64) -> String {
     let digits = n.unsigned_abs().to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3 + 1);
     if n < 0 {
@@ -106,12 +106,12 @@ pub fn pretty(v: &Value) -> String {
 }
 
 /// JSON on one line, for table cells.
-pub fn compact(v: &Value) -> String {
+pub(crate) fn compact(v: &Value) -> String {
     v.to_string()
 }
 
 /// The first 12 characters of a key and an ellipsis: enough to tell keys apart on a page.
-pub fn short_key(key: &str) -> String {
+pub(crate) fn short_key(key: &str) -> String {
     match key.char_indices().nth(12) {
         Some((i, _)) => format!("{}…", &key[..i]),
         None => key.to_string(),

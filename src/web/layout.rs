@@ -38,7 +38,7 @@ impl Layout {
         }
     }
 
-    pub fn with_query(mut self, q: impl Into<String>) -> Self {
+    pub(crate) fn with_query(mut self, q: impl Into<String>) -> Self {
         self.q = q.into();
         self
     }

@@ -97,7 +97,7 @@ pub async fn check(
 /// 403 unless every key that exists is inside the token's limits (a key that does not
 /// exist is left to the handler's 404). Read one at a time: a bulk resolve lists at
 /// most 1,000 keys, each an indexed lookup.
-pub async fn keys_in_scope(
+pub(crate) async fn keys_in_scope(
     state: &AppState,
     principal: &Principal,
     keys: &[&IdempotencyKey],

@@ -7,7 +7,7 @@ use super::filters;
 use super::layout::Layout;
 use super::{AppState, Error, Viewer};
 use crate::auth::sessions::random_cookie;
-use crate::auth::throttle::Refusal;
+use crate::auth::throttle::LoginRefusal;
 use crate::auth::{
     CSRF_COOKIE, Mode, Principal, SESSION_COOKIE, cookie, cookie_name, csrf_binding,
 };
@@ -153,7 +153,7 @@ async fn login(
     let Some(signed_in) = signed_in else {
         return Ok(refused(
             &state,
-            Refusal::BadCredentials,
+            LoginRefusal::BadCredentials,
             peer,
             csrf.token,
             next,
@@ -193,7 +193,7 @@ async fn login(
 /// for a refusal that passes with time. Logged and counted.
 fn refused(
     state: &AppState,
-    refusal: Refusal,
+    refusal: LoginRefusal,
     peer: Option<std::net::IpAddr>,
     csrf_token: String,
     next: String,
@@ -202,17 +202,17 @@ fn refused(
     state.metrics.login_refused(refusal.reason());
     let wait = |s: i64| filters::duration(chrono::TimeDelta::seconds(s));
     let (message, status) = match refusal {
-        Refusal::BadCredentials => (
+        LoginRefusal::BadCredentials => (
             "Wrong user name or password.".to_string(),
             StatusCode::UNAUTHORIZED,
         ),
-        Refusal::Busy => (
+        LoginRefusal::Busy => (
             "Too many sign-ins are being checked right now, so this one was not checked. \
              Try again in a moment."
                 .to_string(),
             StatusCode::TOO_MANY_REQUESTS,
         ),
-        Refusal::ThrottledUser(s) => (
+        LoginRefusal::ThrottledUser(s) => (
             format!(
                 "Too many failed sign-ins for this user name: sign-in for it is paused for \
                  {}, and the password was not checked. Try again then, or ask an admin.",
@@ -220,7 +220,7 @@ fn refused(
             ),
             StatusCode::TOO_MANY_REQUESTS,
         ),
-        Refusal::ThrottledAddress(s) => (
+        LoginRefusal::ThrottledAddress(s) => (
             format!(
                 "Too many failed sign-ins for this user name from your address: sign-in for \
                  it from here is paused for {}, and the password was not checked. Try again \

@@ -47,7 +47,7 @@ pub const MAX_EXPORTS: usize = 4;
 /// `--hsts`: browsers use only HTTPS for this host for a year after seeing it. Not
 /// `includeSubDomains` (other hosts under the same name are not ours to decide for),
 /// nor `preload`.
-pub const HSTS: &str = "max-age=31536000";
+pub(crate) const HSTS: &str = "max-age=31536000";
 
 /// Everything a handler needs, shared through `State`: one `Arc`, so the clone each
 /// `from_fn_with_state` middleware and each `State` extractor makes per request is a
@@ -167,7 +167,7 @@ impl AppState {
     }
 
     /// The same state with sessions lasting as `settings` says.
-    pub fn with_session_settings(mut self, settings: SessionSettings) -> Self {
+    pub(crate) fn with_session_settings(mut self, settings: SessionSettings) -> Self {
         let f = self.fields();
         f.sessions = Arc::new(Sessions::new(f.store.clone(), settings));
         self

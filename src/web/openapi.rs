@@ -9,7 +9,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 
 /// The committed document, byte for byte.
-pub const DOCUMENT: &str = include_str!("../../docs/openapi.json");
+pub(crate) const DOCUMENT: &str = include_str!("../../docs/openapi.json");
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/api/v1/openapi.json", get(document))

@@ -18,7 +18,7 @@ pub const CONTENT_TYPE: &str = "application/problem+json";
 /// Marks a response whose body already is a problem document, so the middleware that
 /// rewrites other error responses (`error::json_under_api`) leaves it alone.
 #[derive(Debug, Clone, Copy)]
-pub struct Rendered;
+pub(crate) struct Rendered;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Problem {
@@ -72,7 +72,7 @@ impl Problem {
         self.members.get("retry_after").and_then(Value::as_u64)
     }
 
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let mut body = json!({
             "type": format!("urn:idemwatch:problem:{}", self.code),
             "title": self.title,
@@ -103,7 +103,7 @@ impl Problem {
         response
     }
 
-    pub fn add_headers(&self, response: &mut Response) {
+    pub(crate) fn add_headers(&self, response: &mut Response) {
         let headers = response.headers_mut();
         if let Some(seconds) = self.retry_after() {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
@@ -116,7 +116,7 @@ impl Problem {
 
 /// The code and title of a status that no handler explained (axum's own rejections:
 /// a body that is not JSON, a wrong method, a body too large).
-pub fn for_status(status: StatusCode) -> (&'static str, &'static str) {
+pub(crate) fn for_status(status: StatusCode) -> (&'static str, &'static str) {
     match status.as_u16() {
         400 | 415 | 422 => ("invalid", "That input cannot be read"),
         401 => ("unauthorized", "Sign in first"),

@@ -39,7 +39,7 @@ const BUSY: u8 = 2;
 
 /// The limits of one server: shared by every connection.
 #[derive(Debug, Clone)]
-pub struct BodyLimits {
+pub(crate) struct BodyLimits {
     deadline: Duration,
     slots: Arc<Semaphore>,
 }
@@ -80,7 +80,7 @@ impl BodyLimits {
 /// body error and answered as it does (400 for an unreadable form), so the real reason
 /// replaces its answer here.
 #[derive(Debug, Clone)]
-pub struct Verdict(Arc<AtomicU8>);
+pub(crate) struct Verdict(Arc<AtomicU8>);
 
 impl Verdict {
     pub fn apply(&self, response: Response) -> Response {

@@ -42,7 +42,7 @@ pub(super) const ATTEMPT_BUCKETS: Sql = Sql {
 impl Store {
     /// Attempt counts per tool, kind and 5-minute bucket since `since`, each with the
     /// part at or after `recent`.
-    pub async fn attempt_buckets(
+    pub(crate) async fn attempt_buckets(
         &self,
         since: DateTime<Utc>,
         recent: DateTime<Utc>,

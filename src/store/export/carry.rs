@@ -25,20 +25,20 @@ use sqlx::types::Json;
 
 /// A row as `verify` reads it: `row.detail` is not decoded (it stays `null`), `detail`
 /// holds the column's JSON text instead.
-pub struct VerifyRow {
+pub(crate) struct VerifyRow {
     pub row: ExportRow,
     pub detail: String,
 }
 
 /// The batches of one key range, and the way back for batches checked.
-pub struct VerifyRows {
+pub(crate) struct VerifyRows {
     pub(super) batches: tokio::sync::mpsc::Receiver<Result<Vec<VerifyRow>, StoreError>>,
     pub(super) spent: tokio::sync::mpsc::UnboundedSender<Vec<VerifyRow>>,
 }
 
 impl VerifyRows {
     /// The next batch, waiting for it; for a blocking thread, not the runtime's.
-    pub fn next_blocking(&mut self) -> Option<Result<Vec<VerifyRow>, StoreError>> {
+    pub(crate) fn next_blocking(&mut self) -> Option<Result<Vec<VerifyRow>, StoreError>> {
         self.batches.blocking_recv()
     }
 

@@ -65,7 +65,7 @@ impl ExportFilter {
         Ok(filter)
     }
 
-    pub fn validate(&self) -> Result<(), FilterError> {
+    pub(crate) fn validate(&self) -> Result<(), FilterError> {
         if let (Some(since), Some(until)) = (self.since, self.until)
             && since >= until
         {

@@ -4,7 +4,7 @@
 //! selects the columns in this order and is decoded by position ([`ExportCells`]).
 
 use crate::guard::binding::RecordState;
-use crate::guard::{AttemptKind, ChainFields, Detail, Intent, Status, chain_hash};
+use crate::guard::{AttemptKind, ChainFields, Detail, Intent, Status};
 use crate::store::StoreError;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -103,12 +103,12 @@ impl ExportRow {
 
     /// The key the guard derives from this row's intent; an empty or over-long field
     /// derives nothing (and so never matches).
-    pub fn derived_key(&self) -> String {
+    pub(crate) fn derived_key(&self) -> String {
         self.intent.key().map(|k| k.to_string()).unwrap_or_default()
     }
 
     /// The record's state as exported beside this row.
-    pub fn record_state(&self) -> RecordState<'_> {
+    pub(crate) fn record_state(&self) -> RecordState<'_> {
         RecordState {
             status: self.current_status,
             fingerprint: &self.fingerprint,
@@ -120,13 +120,15 @@ impl ExportRow {
     }
 
     /// Whether this row is its record's head (the newest row when exported).
-    pub fn is_head(&self) -> bool {
+    pub(crate) fn is_head(&self) -> bool {
         self.seq == self.log_seq && self.hash == self.log_hash
     }
 
-    /// The hash this row's content and `prev_hash` must have.
-    pub fn computed_hash(&self) -> String {
-        chain_hash(&self.prev_hash, self.chain_fields())
+    /// The hash this row's content and `prev_hash` must have (tests' fixtures seal
+    /// edited rows with it).
+    #[cfg(test)]
+    pub(crate) fn computed_hash(&self) -> String {
+        crate::guard::chain_hash(&self.prev_hash, self.chain_fields())
     }
 }
 
@@ -440,14 +442,14 @@ pub mod micros {
         s.serialize_str(&rfc3339(*t))
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
         let text = String::deserialize(d)?;
         DateTime::parse_from_rfc3339(&text)
             .map(|t| t.to_utc())
             .map_err(serde::de::Error::custom)
     }
 
-    pub mod option {
+    pub(crate) mod option {
         use super::*;
 
         pub fn serialize<S: Serializer>(
@@ -460,7 +462,7 @@ pub mod micros {
             }
         }
 
-        pub fn deserialize<'de, D: Deserializer<'de>>(
+        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
             d: D,
         ) -> Result<Option<DateTime<Utc>>, D::Error> {
             Option::<String>::deserialize(d)?

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use std::borrow::Cow;
 
 /// The caller as the attempt log records it, and what its token may touch.
-pub struct Caller<'a> {
+pub(crate) struct Caller<'a> {
     /// `token:NAME/worker-3`, or `local/worker-3` without an auth file: the caller's
     /// identity plus the worker id it gives, never a person's name.
     pub actor: String,
@@ -34,7 +34,7 @@ impl<'a> Caller<'a> {
     }
 
     /// 403 unless a key of `tenant` and `tool` is inside the token's scope.
-    pub fn may_call(&self, tenant: &str, tool: &str) -> Result<(), Error> {
+    pub(crate) fn may_call(&self, tenant: &str, tool: &str) -> Result<(), Error> {
         self.scope.check(tenant, tool).map_err(|outside| {
             let value = if outside == "tenant" { tenant } else { tool };
             Error::Forbidden(format!(
@@ -46,7 +46,11 @@ impl<'a> Caller<'a> {
 
     /// [`Caller::may_call`] for an existing key: a limited token reads the key's
     /// tenant and tool first (they never change).
-    pub async fn may_touch(&self, state: &AppState, key: &IdempotencyKey) -> Result<(), Error> {
+    pub(crate) async fn may_touch(
+        &self,
+        state: &AppState,
+        key: &IdempotencyKey,
+    ) -> Result<(), Error> {
         if !self.scope.is_limited() {
             return Ok(());
         }

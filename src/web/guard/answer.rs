@@ -31,7 +31,7 @@ enum Decision {
     Failed(Failed),
     Settled(Settled),
     Unknown(Unknown),
-    State(KeyState),
+    State(KeyAnswer),
 }
 
 /// `execute`: call the provider now with `key` and `args`, then settle. Also the start
@@ -87,13 +87,13 @@ struct Unknown {
 
 /// A page of a key's attempts, with the URL of the next one (null at the end).
 #[derive(Serialize)]
-pub struct AttemptPage {
+pub(crate) struct AttemptPage {
     pub attempts: Vec<crate::guard::Attempt>,
     pub next: Option<String>,
 }
 
 #[derive(Serialize)]
-struct KeyState {
+struct KeyAnswer {
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     attempts: Option<AttemptPage>,
     awaiting_person: bool,
@@ -238,7 +238,7 @@ impl Answer {
         attempts: Option<AttemptPage>,
     ) -> Self {
         let key = record.key.to_string();
-        let body = KeyState {
+        let body = KeyAnswer {
             attempts,
             awaiting_person,
             changed,

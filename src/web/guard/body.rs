@@ -67,7 +67,7 @@ fn worker(w: Option<String>) -> Result<Option<String>, Error> {
 }
 
 /// The tool name's grammar ([`MAX_TOOL_BYTES`]).
-pub fn check_tool(tool: &str) -> Result<(), Error> {
+pub(crate) fn check_tool(tool: &str) -> Result<(), Error> {
     let allowed = |c: char| c.is_ascii_alphanumeric() || "_-.:/".contains(c);
     if tool.len() > MAX_TOOL_BYTES || !tool.chars().all(allowed) {
         return Err(bad(
@@ -80,7 +80,7 @@ pub fn check_tool(tool: &str) -> Result<(), Error> {
     Ok(())
 }
 
-pub fn parse_key(text: &str) -> Result<IdempotencyKey, Error> {
+pub(crate) fn parse_key(text: &str) -> Result<IdempotencyKey, Error> {
     IdempotencyKey::parse(text).map_err(|_| {
         bad(
             "key",
@@ -183,7 +183,7 @@ fn tree(raw: &RawValue, field: &'static str) -> Result<Value, Error> {
 
 /// A result to store, read after the caller's token was checked: any JSON value with
 /// a canonical form (it is hashed in it).
-pub fn raw_result(raw: &RawValue) -> Result<Value, Error> {
+pub(crate) fn raw_result(raw: &RawValue) -> Result<Value, Error> {
     let v = tree(raw, "result")?;
     canonical_json(&v).map_err(|e| bad("result", e.to_string()))?;
     Ok(v)
@@ -214,7 +214,7 @@ fn absent(members: &[(&'static str, bool)], when: &str) -> Result<(), Error> {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct IntentWire {
+pub(crate) struct IntentWire {
     tenant: String,
     tool: String,
     workflow_id: String,
@@ -224,7 +224,7 @@ pub struct IntentWire {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AdmitWire {
+pub(crate) struct AdmitWire {
     intent: Object<IntentWire>,
     #[serde(default)]
     business_ref: Option<String>,
@@ -235,7 +235,7 @@ pub struct AdmitWire {
 
 /// `POST /api/v1/guard/admit`. `args` stays raw until [`AdmitBody::args`].
 #[derive(Debug)]
-pub struct AdmitBody {
+pub(crate) struct AdmitBody {
     pub intent: Intent,
     pub business_ref: Option<String>,
     args: Box<RawValue>,
@@ -243,7 +243,7 @@ pub struct AdmitBody {
 }
 
 impl AdmitWire {
-    pub fn validate(self) -> Result<AdmitBody, Error> {
+    pub(crate) fn validate(self) -> Result<AdmitBody, Error> {
         let i = self.intent.0;
         let intent = Intent {
             tenant: text(i.tenant, "intent.tenant", MAX_INTENT_BYTES)?,
@@ -278,7 +278,7 @@ impl AdmitBody {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SettleWire {
+pub(crate) struct SettleWire {
     key: String,
     #[serde(deserialize_with = "whole")]
     fencing_token: i64,
@@ -306,7 +306,7 @@ pub enum Reported {
 
 /// `POST /api/v1/guard/settle`.
 #[derive(Debug)]
-pub struct SettleBody {
+pub(crate) struct SettleBody {
     pub key: IdempotencyKey,
     pub fencing_token: i64,
     pub outcome: Reported,
@@ -336,7 +336,7 @@ fn duration(ms: Option<i64>) -> Result<Option<i64>, Error> {
 }
 
 impl SettleWire {
-    pub fn validate(self) -> Result<SettleBody, Error> {
+    pub(crate) fn validate(self) -> Result<SettleBody, Error> {
         let (result, error, reason) = (self.result, self.error, self.reason);
         let outcome = match self.outcome.as_deref() {
             Some("done") => {
@@ -397,7 +397,7 @@ impl Reported {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ReconcileWire {
+pub(crate) struct ReconcileWire {
     key: String,
     #[serde(deserialize_with = "whole")]
     fencing_token: i64,
@@ -415,7 +415,7 @@ pub struct ReconcileWire {
 
 /// What a lookup found; a found result stays raw until the key was checked.
 #[derive(Debug)]
-pub enum Looked {
+pub(crate) enum Looked {
     Found(Box<RawValue>),
     NotFound,
     Failed(String),
@@ -423,7 +423,7 @@ pub enum Looked {
 
 /// `POST /api/v1/guard/reconcile`.
 #[derive(Debug)]
-pub struct ReconcileBody {
+pub(crate) struct ReconcileBody {
     pub key: IdempotencyKey,
     pub fencing_token: i64,
     pub lookup: Looked,
@@ -432,7 +432,7 @@ pub struct ReconcileBody {
 }
 
 impl ReconcileWire {
-    pub fn validate(self) -> Result<ReconcileBody, Error> {
+    pub(crate) fn validate(self) -> Result<ReconcileBody, Error> {
         let (result, error) = (self.result, self.error);
         let lookup = match self.lookup.as_deref() {
             Some("found") => {
@@ -481,7 +481,7 @@ impl Looked {
 
 /// `GET /api/v1/guard/keys/{key}?after_token=N&wait=S&attempts_after=SEQ`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WaitQuery {
+pub(crate) struct WaitQuery {
     pub after_token: Option<i64>,
     pub wait: Duration,
     /// Ask for a page of the key's attempts after this `seq` (0: from the first).

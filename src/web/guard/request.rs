@@ -25,7 +25,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 
 /// A guard body: its wire struct and the check that makes it the body.
-pub trait GuardBody: Sized {
+pub(crate) trait GuardBody: Sized {
     type Wire: DeserializeOwned;
     fn validate(wire: Self::Wire) -> Result<Self, Error>;
 }
@@ -53,7 +53,7 @@ impl GuardBody for ReconcileBody {
 
 /// A guard request: who calls, its body read and checked, and the caller's slot,
 /// held until the handler returns.
-pub struct GuardRequest<T> {
+pub(crate) struct GuardRequest<T> {
     pub principal: Principal,
     pub body: T,
     _permit: Permit,

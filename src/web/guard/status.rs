@@ -16,7 +16,7 @@ use axum::extract::{RawQuery, State};
 use serde_json::{Value, json};
 
 /// The most keys one answer lists.
-pub const MAX_LIMIT: u32 = 100;
+pub(crate) const MAX_LIMIT: u32 = 100;
 const DEFAULT_LIMIT: u32 = 20;
 /// A longer value cannot be a stored one (intent fields and business refs are ≤ 512 bytes).
 const MAX_VALUE: usize = 512;

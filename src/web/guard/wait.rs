@@ -25,7 +25,7 @@ use tokio::time::Instant;
 const POLL: Duration = Duration::from_secs(1);
 
 /// Attempts in one page of the answer.
-pub const ATTEMPT_PAGE: u32 = 100;
+pub(crate) const ATTEMPT_PAGE: u32 = 100;
 
 pub async fn key_state(
     state: &AppState,
