@@ -55,54 +55,22 @@ pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src
      style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; \
      base-uri 'none'";
 
-tokio::task_local! {
-    /// The reader of the request being handled, for the one page rendered without the
-    /// request at hand: an error page, made by `Error::into_response`.
-    static CONTEXT: Viewer;
-}
+use super::layout::CONTEXT;
+pub use super::layout::{SignedIn, Viewer};
 
-/// Who reads a page: who is signed in, and the CSRF token its forms (sign out,
-/// resolve) carry. Handlers take it as an extractor (`viewer: Viewer`,
-/// `web::layout`); the authentication middleware puts it in the request.
-#[derive(Debug, Clone, Default)]
-pub struct Viewer {
-    pub user: Option<SignedIn>,
-    pub csrf_token: String,
-    /// What this request's CSRF tokens must be bound to (see the module comment).
-    csrf_binding: String,
-}
-
-#[derive(Debug, Clone)]
-pub struct SignedIn {
-    pub name: String,
-    /// `resolver, viewer`.
-    pub roles: String,
-    pub can_resolve: bool,
-    /// A login session, which the sign-out button ends.
-    pub has_session: bool,
-}
-
-impl SignedIn {
-    fn new(p: &Principal) -> Self {
-        Self {
-            name: p.name.clone(),
-            roles: p
-                .roles
-                .iter()
-                .map(|r| r.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-            can_resolve: p.can(Permission::Resolve),
-            has_session: p.via == Via::Session,
-        }
+/// What the page header says about principal `p`.
+fn signed_in_as(p: &Principal) -> SignedIn {
+    SignedIn {
+        name: p.name.clone(),
+        roles: p
+            .roles
+            .iter()
+            .map(|r| r.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        can_resolve: p.can(Permission::Resolve),
+        has_session: p.via == Via::Session,
     }
-}
-
-/// The reader of the request being handled (nobody outside a request), for an error
-/// page: `IntoResponse` has no request to extract it from. Every other page takes its
-/// [`Viewer`] as an extractor.
-pub(crate) fn viewer_of_error_page() -> Viewer {
-    CONTEXT.try_with(Clone::clone).unwrap_or_default()
 }
 
 /// The CSRF token forms of this request must carry (bound to its CSRF cookie).
@@ -283,7 +251,7 @@ pub async fn authenticate(
             // task-local scope, and the caller's name and roles copied, per request on
             // the guard's hot path: docs/PERFORMANCE.md, "Guard over HTTP").
             let context = (!is_guard(&path)).then(|| Viewer {
-                user: principal.as_ref().map(SignedIn::new),
+                user: principal.as_ref().map(signed_in_as),
                 csrf_token: csrf_token.clone(),
                 csrf_binding: binding,
             });
