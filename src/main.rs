@@ -50,6 +50,12 @@ fn init_tracing(format: &str) {
         Ok(directive) => filter.add_directive(directive),
         Err(_) => filter,
     };
+    // rmcp (mcp-proxy) logs every session's start and end at info, with the peer's
+    // whole capability struct: noise beside the proxy's own lines, unless asked for.
+    let filter = match std::env::var("IDEMWATCH_LOG") {
+        Err(_) => filter.add_directive("rmcp=warn".parse().expect("a valid directive")),
+        Ok(_) => filter,
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -2,15 +2,37 @@
 
 use super::{AuthArgs, DatabaseArgs, parse_duration};
 use crate::guard::{GuardSettings, SystemClock};
-use crate::mcp::{KeyPages, Settings, Started, UpstreamSpec};
+use crate::mcp::{
+    GuardPort, GuardToken, KeyPages, LocalGuard, RemoteGuard, Settings, Started, UpstreamHeader,
+    UpstreamSpec,
+};
 use anyhow::Context;
-use clap::Args;
+use clap::{ArgGroup, Args};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Args)]
+#[command(group(ArgGroup::new("upstream_server").required(true).args(["upstream_url", "upstream"])))]
 pub struct McpProxyArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
+    /// Guard through a running `idemwatch serve` (its base URL, `http://HOST:PORT`)
+    /// instead of opening the database: several proxies, one guard. Needs a token
+    /// with the worker role when serve has an auth file.
+    #[arg(long, env = "IDEMWATCH_GUARD_URL", conflicts_with = "database_url")]
+    pub guard_url: Option<url::Url>,
+    /// The bearer token for --guard-url (`iw_…`, the worker role).
+    #[arg(
+        long,
+        env = "IDEMWATCH_GUARD_TOKEN",
+        hide_env_values = true,
+        requires = "guard_url",
+        conflicts_with = "guard_token_file"
+    )]
+    pub guard_token: Option<GuardToken>,
+    /// A file holding the bearer token for --guard-url (its first line), so the token
+    /// is in no process list.
+    #[arg(long, env = "IDEMWATCH_GUARD_TOKEN_FILE", requires = "guard_url")]
+    pub guard_token_file: Option<std::path::PathBuf>,
     /// The tools file (the same file as `serve --tools-file`): which upstream tools are
     /// guarded, under which policy, and their `kind`, `key_argument` and `lookup`.
     #[arg(long, env = "IDEMWATCH_TOOLS_FILE")]
@@ -33,31 +55,40 @@ pub struct McpProxyArgs {
     /// worker role (docs/MCP.md).
     #[arg(long, env = "IDEMWATCH_MCP_LISTEN")]
     pub listen: Option<std::net::SocketAddr>,
+    /// Over stdio: serve the proxy's metrics at `http://ADDR/metrics` (with --listen
+    /// they are on that address already).
+    #[arg(long, env = "IDEMWATCH_MCP_METRICS_LISTEN", conflicts_with = "listen")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub auth: AuthArgs,
-    /// The upstream MCP server: a command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "UPSTREAM COMMAND")]
+    /// The upstream MCP server's Streamable HTTP endpoint (`http://HOST:PORT/mcp`),
+    /// instead of a command after `--`.
+    #[arg(long, env = "IDEMWATCH_MCP_UPSTREAM_URL")]
+    pub upstream_url: Option<url::Url>,
+    /// A header sent to the `--upstream-url` server with every request, `Name: value`
+    /// (repeatable; in the environment one per line), e.g. `Authorization: Bearer …`.
+    #[arg(
+        long = "upstream-header",
+        env = "IDEMWATCH_MCP_UPSTREAM_HEADERS",
+        value_delimiter = '\n',
+        hide_env_values = true,
+        value_name = "NAME: VALUE"
+    )]
+    pub upstream_headers: Vec<UpstreamHeader>,
+    /// The upstream MCP server: a command and its arguments, after `--` (or
+    /// `--upstream-url`).
+    #[arg(last = true, value_name = "UPSTREAM COMMAND")]
     pub upstream: Vec<String>,
 }
 
 pub async fn mcp_proxy_command(args: McpProxyArgs) -> anyhow::Result<()> {
-    let store = super::serve::open_store(&args.database).await?;
-    let (program, rest) = args
-        .upstream
-        .split_first()
-        .ok_or_else(|| anyhow::anyhow!("name the upstream MCP server's command after `--`"))?;
-    let upstream = UpstreamSpec::Command {
-        program: program.clone(),
-        args: rest.to_vec(),
-    };
+    let upstream = upstream_spec(&args)?;
+    let guard = guard_port(&args).await?;
     let settings = Settings {
         tools_file: args.tools_file.clone(),
         tenant: args.tenant.clone(),
         pages: KeyPages {
             public_url: args.public_url.as_ref().map(|u| u.to_string()),
-        },
-        guard: GuardSettings {
-            lease_margin: args.lease_margin.0,
         },
         passthrough_timeout: args.passthrough_timeout,
     };
@@ -72,9 +103,17 @@ pub async fn mcp_proxy_command(args: McpProxyArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
-    let started = Started::start(store, Arc::new(SystemClock), upstream, settings).await?;
+    let metrics_listener = match args.metrics_listen {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (--metrics-listen)"))?,
+        ),
+        None => None,
+    };
+    let started = Started::start(guard, Arc::new(SystemClock), upstream, settings).await?;
     match listening {
-        None => started.serve_stdio().await,
+        None => started.serve_stdio(metrics_listener).await,
         Some((listener, auth)) => {
             tracing::info!(address = %listener.local_addr()?, "mcp-proxy: Streamable HTTP at /mcp");
             let shutdown = async {
@@ -83,4 +122,65 @@ pub async fn mcp_proxy_command(args: McpProxyArgs) -> anyhow::Result<()> {
             started.serve_http(listener, auth, shutdown).await
         }
     }
+}
+
+/// The upstream server: exactly one of `--upstream-url` and a command after `--`
+/// (clap's group enforces "one"; this says what a URL must look like).
+fn upstream_spec(args: &McpProxyArgs) -> anyhow::Result<UpstreamSpec> {
+    if let Some(url) = &args.upstream_url {
+        // This build carries no TLS stack (one HTTP client, no OpenSSL or rustls):
+        // an https server is reached through a local TLS proxy (docs/MCP.md).
+        if url.scheme() != "http" {
+            anyhow::bail!(
+                "--upstream-url {url}: only http:// is supported (this build has no TLS); reach an https MCP server through a local TLS-terminating proxy"
+            );
+        }
+        return Ok(UpstreamSpec::Url {
+            url: url.clone(),
+            headers: args.upstream_headers.clone(),
+        });
+    }
+    if !args.upstream_headers.is_empty() {
+        anyhow::bail!(
+            "--upstream-header is sent to an --upstream-url server; an upstream command gets none"
+        );
+    }
+    let (program, rest) = args
+        .upstream
+        .split_first()
+        .context("name the upstream MCP server: a command after `--`, or --upstream-url")?;
+    Ok(UpstreamSpec::Command {
+        program: program.clone(),
+        args: rest.to_vec(),
+    })
+}
+
+/// The guard the proxy goes through: a remote `serve` (--guard-url), else the
+/// database (--database-url), opened and migrated here.
+async fn guard_port(args: &McpProxyArgs) -> anyhow::Result<Arc<dyn GuardPort>> {
+    let Some(url) = &args.guard_url else {
+        let store = super::serve::open_store(&args.database).await?;
+        return Ok(Arc::new(LocalGuard {
+            store,
+            clock: Arc::new(SystemClock),
+            settings: GuardSettings {
+                lease_margin: args.lease_margin.0,
+            },
+        }));
+    };
+    let token = match (&args.guard_token, &args.guard_token_file) {
+        (Some(token), _) => Some(token.clone()),
+        (None, Some(file)) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read --guard-token-file {}", file.display()))?;
+            let first = text.lines().next().unwrap_or_default();
+            Some(
+                first
+                    .parse()
+                    .map_err(|e| anyhow::anyhow!("--guard-token-file {}: {e}", file.display()))?,
+            )
+        }
+        (None, None) => None,
+    };
+    Ok(Arc::new(RemoteGuard::new(url, token)?))
 }

@@ -140,7 +140,7 @@ pub fn refused(why: &str) -> CallToolResult {
 }
 
 /// The guard could not be reached or refused the call as malformed.
-pub fn guard_error(tool: &str, e: &crate::guard::GuardError) -> CallToolResult {
+pub fn guard_error(tool: &str, e: &dyn std::fmt::Display) -> CallToolResult {
     error(
         format!("{tool} was not run: the idempotency guard answered: {e}"),
         json!({"decision": "error"}),

@@ -1,18 +1,19 @@
 //! One guarded `tools/call`: admit through the guard (the same steps as
-//! `/api/v1/guard/*`), call the upstream under the claimed key, settle what happened,
-//! and reconcile an UNKNOWN key through the tool's lookup before any resend.
+//! `/api/v1/guard/*`, through [`GuardPort`]: the engine here or a remote `serve`),
+//! call the upstream under the claimed key, settle what happened, and reconcile an
+//! UNKNOWN key through the tool's lookup before any resend.
 
 use super::answer::{self, KeyPages};
 use super::classify::Guarded;
-use super::context_store::WithCallContext;
 use super::intent::Caller;
 use super::lookup;
+use super::port::{Admission, AfterLookup, CallContext, Fenced, GuardCall, GuardPort, PortError};
 use super::upstream::{Upstream, UpstreamError};
 use crate::guard::{
-    Admission, BusinessArgs, CallOutcome, Clock, FencingToken, Guard, GuardError, GuardSettings,
-    IdempotencyKey, Lookup, NaturalKey, Reconciled, Status, ToolCall,
+    BusinessArgs, CallOutcome, Clock, FencingToken, GuardError, IdempotencyKey, Lookup, NaturalKey,
+    Status, ToolCall,
 };
-use crate::store::Store;
+use chrono::{DateTime, Utc};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, JsonObject};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -21,9 +22,8 @@ use std::time::{Duration, Instant};
 /// What every guarded call shares.
 #[derive(Clone)]
 pub struct Calls {
-    pub store: Store,
+    pub guard: Arc<dyn GuardPort>,
     pub clock: Arc<dyn Clock>,
-    pub settings: GuardSettings,
     pub upstream: Arc<Upstream>,
     pub pages: KeyPages,
 }
@@ -41,15 +41,26 @@ pub struct Request<'a> {
 
 /// What the guard holds while the upstream is called, and the call it holds it for.
 struct Held<'a> {
-    guard: &'a Guard<WithCallContext<Store>>,
+    guard: &'a dyn GuardCall,
     key: IdempotencyKey,
     token: FencingToken,
-    actor: String,
+    /// The deadline of the upstream call: the call timeout of the lease's policy.
+    call_timeout: Duration,
     name: &'a str,
     /// The arguments as the model sent them (free text included), without the key
     /// argument.
     arguments: &'a JsonObject,
     tool: &'a Guarded,
+}
+
+impl Held<'_> {
+    fn fenced(&self, duration_ms: Option<i64>) -> Fenced<'_> {
+        Fenced {
+            key: &self.key,
+            token: self.token,
+            duration_ms,
+        }
+    }
 }
 
 impl Calls {
@@ -75,11 +86,10 @@ impl Calls {
             "request_id": req.request_id,
             "client": req.caller.client,
         });
-        let guard = Guard::new(
-            WithCallContext::new(self.store.clone(), context),
-            self.clock.clone(),
-            self.settings.clone(),
-        );
+        let guard = self.guard.call(CallContext {
+            actor: req.caller.actor(),
+            detail: context,
+        });
         let call = ToolCall {
             intent: req
                 .caller
@@ -91,37 +101,39 @@ impl Calls {
         // A call in flight elsewhere is waited for up to this tool's call timeout.
         let deadline = Instant::now() + tool.policy.call_timeout;
         loop {
-            let admitted = match guard.admit_call(&call, &tool.policy).await {
+            let admitted = match guard.admit(&call, &tool.policy).await {
                 Ok(a) => a,
                 Err(e) => return answer::guard_error(name, &e),
             };
             let key = admitted.key;
-            let held = |token| Held {
-                guard: &guard,
+            let held = |token, call_timeout| Held {
+                guard: guard.as_ref(),
                 key: key.clone(),
                 token,
-                actor: call.actor.clone(),
+                call_timeout,
                 name,
                 arguments: &arguments,
                 tool,
             };
             return match admitted.admission {
-                Admission::New { token, .. } => self.execute(&held(token)).await,
-                Admission::TakeOver { token, .. } => self.reconcile(&held(token)).await,
+                Admission::Execute {
+                    token,
+                    call_timeout,
+                } => self.execute(&held(token, call_timeout)).await,
+                Admission::Reconcile {
+                    token,
+                    call_timeout,
+                } => self.reconcile(&held(token, call_timeout)).await,
                 Admission::Replay { result } => answer::replayed(key.as_str(), &result),
-                Admission::ReplayFailure { error } => {
-                    answer::failed_before(name, key.as_str(), &error)
-                }
+                Admission::Failed { error } => answer::failed_before(name, key.as_str(), &error),
                 Admission::Mismatch {
-                    differing_fields, ..
-                } => answer::mismatch(
-                    name,
-                    key.as_str(),
-                    &differing_fields,
-                    admitted.intent_key.is_some(),
-                ),
+                    differing_fields,
+                    natural,
+                } => answer::mismatch(name, key.as_str(), &differing_fields, natural),
                 Admission::InFlight { lease_until } => {
-                    if Instant::now() < deadline && self.wait_settled(&key, deadline).await {
+                    if Instant::now() < deadline
+                        && self.wait_settled(&key, lease_until, deadline).await
+                    {
                         continue;
                     }
                     answer::in_flight(name, key.as_str(), lease_until)
@@ -130,17 +142,24 @@ impl Calls {
         }
     }
 
-    /// Waits, reading the record, until the key is no longer in flight under a live
-    /// lease or `deadline` passes; true if it changed. Reads only: another admission
-    /// would log an `in_flight_rejected` row per poll.
-    async fn wait_settled(&self, key: &IdempotencyKey, deadline: Instant) -> bool {
+    /// Waits, reading the key's state, until it is no longer in progress, its lease
+    /// (`lease_until`, as the admission saw it) has run out, or `deadline` passes; true
+    /// if it changed. Reads only: another admission would log an `in_flight_rejected`
+    /// row per poll.
+    async fn wait_settled(
+        &self,
+        key: &IdempotencyKey,
+        lease_until: DateTime<Utc>,
+        deadline: Instant,
+    ) -> bool {
         let mut pause = Duration::from_millis(20);
         while Instant::now() < deadline {
             tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
             pause = (pause * 2).min(Duration::from_millis(500));
-            match self.store.record(key).await {
-                Ok(Some(rec)) => {
-                    if rec.status != Status::InProgress || rec.lease_until <= self.clock.now() {
+            match self.guard.key_state(key).await {
+                Ok(Some(state)) => {
+                    let lease = state.lease_until.unwrap_or(lease_until);
+                    if state.status != Status::InProgress || lease <= self.clock.now() {
                         return true;
                     }
                 }
@@ -160,7 +179,7 @@ impl Calls {
         }
         let params = CallToolRequestParams::new(name.to_string()).with_arguments(sent);
         let started = Instant::now();
-        let answer = self.upstream.call(params, tool.policy.call_timeout).await;
+        let answer = self.upstream.call(params, held.call_timeout).await;
         let duration_ms = i64::try_from(started.elapsed().as_millis()).ok();
         let key = held.key.as_str();
         let (outcome, reply) = match answer {
@@ -185,11 +204,7 @@ impl Calls {
                 (CallOutcome::Unknown { reason }, reply)
             }
         };
-        match held
-            .guard
-            .settle_call(&held.key, held.token, outcome, duration_ms, &held.actor)
-            .await
-        {
+        match held.guard.settle(held.fenced(duration_ms), outcome).await {
             Ok(_) => reply,
             Err(e) => answer::guard_error(name, &e),
         }
@@ -209,7 +224,7 @@ impl Calls {
             Some(spec) => {
                 let params = CallToolRequestParams::new(spec.tool.clone())
                     .with_arguments(lookup::arguments(spec, &held.key));
-                match self.upstream.call(params, tool.policy.call_timeout).await {
+                match self.upstream.call(params, held.call_timeout).await {
                     Ok(answer) => match lookup::read(spec, &answer) {
                         Ok(Some(effect)) => Lookup::Found(found_result(&spec.tool, effect)),
                         Ok(None) => Lookup::NotFound,
@@ -222,15 +237,15 @@ impl Calls {
         let duration_ms = i64::try_from(started.elapsed().as_millis()).ok();
         match held
             .guard
-            .report_lookup(&held.key, held.token, found, duration_ms, &held.actor)
+            .report_lookup(held.fenced(duration_ms), found)
             .await
         {
-            Ok(Reconciled::Found { result }) => answer::replayed(key, &result),
-            Ok(Reconciled::Resend { .. }) => self.execute(held).await,
-            Ok(Reconciled::Unknown { reason }) => {
+            Ok(AfterLookup::Found { result }) => answer::replayed(key, &result),
+            Ok(AfterLookup::Resend) => self.execute(held).await,
+            Ok(AfterLookup::Unknown { reason }) => {
                 answer::unknown(name, key, &reason, &self.pages, tool.lookup.is_some())
             }
-            Err(GuardError::NeedsHumanReview { .. }) => {
+            Err(PortError::Guard(GuardError::NeedsHumanReview { .. })) => {
                 answer::needs_person(name, key, &self.pages)
             }
             Err(e) => answer::guard_error(name, &e),

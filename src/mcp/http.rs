@@ -3,21 +3,26 @@
 //! `web/site.rs`, and, with an auth file, a bearer token whose principal may call the
 //! guard (the `worker` role, or `admin`), limited to its tenants and tools. Without an
 //! auth file only a loopback address is accepted (`AuthArgs::authenticator`).
+//! `/metrics` is the proxy's Prometheus text: like `serve`'s, without credentials and
+//! under any Host name (a probe path of the site rules), so Prometheus scrapes it as
+//! it scrapes `serve`.
 
 use super::server::{Proxy, Shared};
 use crate::auth::{Authenticator, Permission, Principal};
+use crate::metrics::mcp::McpMetrics;
 use axum::Router;
 use axum::extract::{ConnectInfo, Request};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-/// The router: `/mcp` for every MCP session.
-pub fn router(shared: Arc<Shared>, auth: Arc<Authenticator>) -> Router {
+/// The router: `/mcp` for every MCP session, `/metrics` for Prometheus.
+pub fn router(shared: Arc<Shared>, auth: Arc<Authenticator>, metrics: Arc<McpMetrics>) -> Router {
     // The Host check is ours (the site rules every `serve` route follows), so
     // rmcp's own loopback-only default is off.
     let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
@@ -26,17 +31,29 @@ pub fn router(shared: Arc<Shared>, auth: Arc<Authenticator>) -> Router {
         Arc::new(LocalSessionManager::default()),
         config,
     );
+    let site_auth = auth.clone();
     Router::new()
         .nest_service("/mcp", service)
         .layer(middleware::from_fn(move |req, next| {
             gate(auth.clone(), req, next)
         }))
+        .merge(metrics_router(metrics))
+        .layer(middleware::from_fn(move |req, next| {
+            site(site_auth.clone(), req, next)
+        }))
 }
 
-/// The site check, then who is calling; the principal rides in the request's
-/// extensions to the tool calls (rmcp hands them the request's parts).
-async fn gate(auth: Arc<Authenticator>, mut req: Request, next: Next) -> Response {
-    let refused = |status: StatusCode, text: String| (status, text).into_response();
+/// `/metrics` alone: merged into the `--listen` router, or served by itself on
+/// `--metrics-listen` beside a stdio session.
+pub fn metrics_router(metrics: Arc<McpMetrics>) -> Router {
+    Router::new().route(
+        "/metrics",
+        get(move || async move { crate::web::metrics_exposition(metrics.render()) }),
+    )
+}
+
+/// The site rules every route follows (Host, Origin), as `serve`'s.
+async fn site(auth: Arc<Authenticator>, req: Request, next: Next) -> Response {
     if let Err(e) = crate::web::site_check(
         auth.allowed_hosts(),
         !auth.is_configured(),
@@ -46,6 +63,13 @@ async fn gate(auth: Arc<Authenticator>, mut req: Request, next: Next) -> Respons
     ) {
         return e.into_response();
     }
+    next.run(req).await
+}
+
+/// Who is calling `/mcp` (after [`site`]); the principal rides in the request's
+/// extensions to the tool calls (rmcp hands them the request's parts).
+async fn gate(auth: Arc<Authenticator>, mut req: Request, next: Next) -> Response {
+    let refused = |status: StatusCode, text: String| (status, text).into_response();
     let peer = req
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()

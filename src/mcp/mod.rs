@@ -7,7 +7,8 @@
 //! - `classify`: which tools are guarded, passed through or refused (tools file vs
 //!   annotations);
 //! - `intent`: the key's intent (client key, else the session's arguments);
-//! - `call`: one guarded call (admit, execute, settle, reconcile);
+//! - `call`: one guarded call (admit, execute, settle, reconcile), through `port`:
+//!   the guard's engine on the database, or a remote `serve`'s guard API;
 //! - `answer`: what the model reads; `status_tool`: `idemwatch_status`;
 //! - `lookup`: the reconciliation query; `context_store`: the MCP call in the log;
 //! - `upstream`: the server behind; `server`: the server in front, over stdio or
@@ -21,6 +22,7 @@ mod context_store;
 mod http;
 mod intent;
 mod lookup;
+mod port;
 mod sep3182;
 mod server;
 mod status_tool;
@@ -28,10 +30,12 @@ mod upstream;
 
 pub use answer::KeyPages;
 pub use classify::{Disagreement, Treatment};
-pub use upstream::UpstreamSpec;
+pub use port::GuardPort;
+pub use port::local::LocalGuard;
+pub use port::remote::{GuardToken, RemoteGuard};
+pub use upstream::{UpstreamHeader, UpstreamSpec};
 
-use crate::guard::{Clock, GuardSettings, ToolPolicies};
-use crate::store::Store;
+use crate::guard::{Clock, ToolPolicies};
 use anyhow::Context;
 use rmcp::ServiceExt;
 use server::{Proxy, Shared};
@@ -46,7 +50,6 @@ pub struct Settings {
     /// The tenant of every key; else the tools file's `[mcp] tenant`.
     pub tenant: Option<String>,
     pub pages: KeyPages,
-    pub guard: GuardSettings,
     pub passthrough_timeout: Duration,
 }
 
@@ -56,10 +59,11 @@ pub struct Started {
 }
 
 impl Started {
-    /// Starts the upstream, lists its tools and classifies them against the tools file.
-    /// Every reason not to start is an error a person can act on.
+    /// Checks the guard, starts the upstream, lists its tools and classifies them
+    /// against the tools file. Every reason not to start is an error a person can act
+    /// on.
     pub async fn start(
-        store: Store,
+        guard: Arc<dyn GuardPort>,
         clock: Arc<dyn Clock>,
         upstream: UpstreamSpec,
         settings: Settings,
@@ -74,6 +78,7 @@ impl Started {
             .with_context(|| {
                 format!("no tenant: pass --tenant or set `tenant` in the [mcp] table of {shown}")
             })?;
+        guard.check(&tenant).await?;
         let upstream = Arc::new(upstream::Upstream::start(upstream).await?);
         let tools = upstream
             .list_tools()
@@ -99,9 +104,8 @@ impl Started {
             tracing::info!(tool = %name, treatment = how, "mcp-proxy tool");
         }
         let calls = call::Calls {
-            store,
+            guard,
             clock,
-            settings: settings.guard.clone(),
             upstream,
             pages: settings.pages.clone(),
         };
@@ -120,8 +124,25 @@ impl Started {
         &self.shared.classification.disagreements
     }
 
-    /// Serves one host over this process's stdin and stdout until it disconnects.
-    pub async fn serve_stdio(self) -> anyhow::Result<()> {
+    /// The proxy's metrics (docs/METRICS.md), made from what the start found.
+    fn metrics(&self) -> anyhow::Result<Arc<crate::metrics::mcp::McpMetrics>> {
+        let disagreements = self.disagreements().iter();
+        crate::metrics::mcp::McpMetrics::new(disagreements.map(|d| (d.tool.as_str(), d.annotation)))
+            .map(Arc::new)
+            .context("cannot register the proxy's metrics")
+    }
+
+    /// Serves one host over this process's stdin and stdout until it disconnects, and
+    /// the proxy's metrics at `http://<metrics>/metrics` meanwhile, if given.
+    pub async fn serve_stdio(self, metrics: Option<tokio::net::TcpListener>) -> anyhow::Result<()> {
+        if let Some(listener) = metrics {
+            let app = http::metrics_router(self.metrics()?);
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(error = %e, "the metrics listener failed");
+                }
+            });
+        }
         let proxy = Proxy::new(self.shared, new_session_id("stdio"));
         let running = proxy
             .serve(sep3182::stdio())
@@ -134,14 +155,16 @@ impl Started {
         Ok(())
     }
 
-    /// Serves hosts over Streamable HTTP at `http://<listen>/mcp` until `shutdown`.
+    /// Serves hosts over Streamable HTTP at `http://<listen>/mcp`, and the proxy's
+    /// metrics at `/metrics`, until `shutdown`.
     pub async fn serve_http(
         self,
         listener: tokio::net::TcpListener,
         auth: crate::auth::Authenticator,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let app = http::router(self.shared, Arc::new(auth));
+        let metrics = self.metrics()?;
+        let app = http::router(self.shared, Arc::new(auth), metrics);
         axum::serve(
             listener,
             app.into_make_service_with_connect_info::<std::net::SocketAddr>(),

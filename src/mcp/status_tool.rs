@@ -6,7 +6,8 @@ use super::answer::KeyPages;
 use super::call::Calls;
 use super::classify::{Guarded, Treatment};
 use super::intent::Caller;
-use crate::guard::{AttemptKind, BusinessArgs, IdempotencyKey, NaturalKey, Record, Status};
+use super::port::KeyState;
+use crate::guard::{BusinessArgs, IdempotencyKey, NaturalKey, Status};
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -59,10 +60,9 @@ pub async fn answer(
 struct Found {
     tool: Option<String>,
     has_lookup: bool,
-    record: Option<Record>,
+    state: Option<KeyState>,
     /// The key the question names or the call would use, when there is no record.
     key: Option<IdempotencyKey>,
-    awaiting_person: bool,
 }
 
 async fn find(
@@ -78,7 +78,7 @@ async fn find(
             Some(_) => Err(format!("`{name}` must be a string")),
         }
     };
-    let store_error = |e: crate::guard::StoreError| format!("the guard's database: {e}");
+    let guard_error = |e: super::port::PortError| format!("the guard: {e}");
     let (key, tool, guarded) = if let Some(key) = text("key")? {
         let key = IdempotencyKey::parse(key).map_err(|e| format!("`key`: {e}"))?;
         (key, None, None)
@@ -103,10 +103,10 @@ async fn find(
         let key = intent.key().map_err(|e| format!("`idempotencyKey`: {e}"))?;
         // Under a natural key, the call may have reached another session's key.
         if calls
-            .store
-            .record(&key)
+            .guard
+            .key_state(&key)
             .await
-            .map_err(store_error)?
+            .map_err(guard_error)?
             .is_none()
             && let Ok(Some(natural)) = NaturalKey::of(&business, &guarded.policy.natural_key)
             && let Some(holder) = natural_holder(calls, caller, name, &natural).await?
@@ -118,18 +118,8 @@ async fn find(
     } else {
         return Err("give `key`, or `tool` and `arguments`".into());
     };
-    let record = calls.store.record(&key).await.map_err(store_error)?;
-    let awaiting_person = match &record {
-        Some(rec) if rec.status == Status::Unknown && !rec.release_approved => calls
-            .store
-            .attempts(&key)
-            .await
-            .map_err(store_error)?
-            .last()
-            .is_some_and(|a| a.kind == AttemptKind::Escalated),
-        _ => false,
-    };
-    let tool = tool.or_else(|| record.as_ref().map(|r| r.intent.tool.clone()));
+    let state = calls.guard.key_state(&key).await.map_err(guard_error)?;
+    let tool = tool.or_else(|| state.as_ref().and_then(|s| s.tool.clone()));
     let has_lookup = match (guarded, &tool) {
         (Some(g), _) => g.lookup.is_some(),
         (None, Some(t)) => {
@@ -141,8 +131,7 @@ async fn find(
         tool,
         has_lookup,
         key: Some(key),
-        record,
-        awaiting_person,
+        state,
     })
 }
 
@@ -155,21 +144,21 @@ async fn natural_holder(
     let Some(reference) = super::call::business_ref(tool, &natural.fields) else {
         return Ok(None);
     };
-    let keys = calls
-        .store
-        .keys_with_business_ref(&reference, 20)
+    calls
+        .guard
+        .holder_of(super::port::NaturalRef {
+            tenant: &caller.tenant,
+            tool,
+            reference: &reference,
+        })
         .await
-        .map_err(|e| format!("the guard's database: {e}"))?;
-    Ok(keys
-        .into_iter()
-        .find(|k| k.intent.tenant == caller.tenant && k.intent.tool == tool)
-        .map(|k| k.key))
+        .map_err(|e| format!("the guard: {e}"))
 }
 
 fn describe(found: Found, pages: &KeyPages, now: chrono::DateTime<chrono::Utc>) -> Value {
     let tool = found.tool.as_deref().unwrap_or("the tool");
     let key = found.key.as_ref().map(|k| k.as_str().to_string());
-    let Some(rec) = found.record else {
+    let Some(rec) = found.state else {
         return json!({
             "key": key, "status": "NOT_FOUND",
             "next": format!("No call of {tool} with this key or these arguments is recorded (calls without an idempotencyKey or a natural key are keyed per MCP session): calling {tool} performs the action."),
@@ -184,11 +173,16 @@ fn describe(found: Found, pages: &KeyPages, now: chrono::DateTime<chrono::Utc>) 
             "{tool} was refused definitively: {}. Calling again with the same arguments returns this failure.",
             rec.error.clone().unwrap_or_default()
         ),
-        Status::InProgress if rec.lease_until > now => format!(
-            "{tool} is still running (until {} at the latest). Wait, then ask again.",
-            crate::guard::rfc3339(rec.lease_until)
-        ),
-        _ if found.awaiting_person => format!(
+        Status::InProgress if rec.lease_until.is_none_or(|until| until > now) => {
+            match rec.lease_until {
+                Some(until) => format!(
+                    "{tool} is still running (until {} at the latest). Wait, then ask again.",
+                    crate::guard::rfc3339(until)
+                ),
+                None => format!("{tool} is still running. Wait, then ask again."),
+            }
+        }
+        _ if rec.awaiting_person => format!(
             "A person decides about this key: the server no longer remembers it and shows no effect, so a resend could act twice. Do not call {tool} again; tell the user."
         ),
         _ if found.has_lookup => format!(
@@ -200,11 +194,11 @@ fn describe(found: Found, pages: &KeyPages, now: chrono::DateTime<chrono::Utc>) 
     };
     json!({
         "key": rec.key.as_str(),
-        "tool": rec.intent.tool,
+        "tool": rec.tool.or(found.tool),
         "status": rec.status.as_str(),
         "result": rec.result,
         "error": rec.error,
-        "awaiting_person": found.awaiting_person,
+        "awaiting_person": rec.awaiting_person,
         "page": page,
         "next": next,
     })

@@ -1,13 +1,16 @@
 //! The upstream MCP server the proxy fronts: a command over stdio (everything after
-//! `--`), started once and started again after it dies, so one crash of the server does
-//! not end the host's session.
+//! `--`) or a URL over Streamable HTTP (`--upstream-url`), connected once and again
+//! after the connection dies, so one crash of the server does not end the host's
+//! session.
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ErrorCode,
-    Implementation, Tool,
+    Implementation, ProtocolVersion, Tool,
 };
 use rmcp::service::{RoleClient, RunningService, ServiceError, ServiceExt};
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Mutex;
@@ -17,6 +20,55 @@ use tokio::sync::Mutex;
 pub enum UpstreamSpec {
     /// A program and its arguments, spoken to over its stdin and stdout.
     Command { program: String, args: Vec<String> },
+    /// An MCP endpoint spoken to over Streamable HTTP, with headers sent on every
+    /// request (a bearer token a remote server needs).
+    Url {
+        url: url::Url,
+        headers: Vec<UpstreamHeader>,
+    },
+}
+
+/// One `--upstream-header "Name: value"`. Its value is a secret (a bearer token, an
+/// API key): never printed.
+#[derive(Clone)]
+pub struct UpstreamHeader {
+    pub name: axum::http::HeaderName,
+    pub value: axum::http::HeaderValue,
+}
+
+impl std::fmt::Debug for UpstreamHeader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: ***", self.name)
+    }
+}
+
+/// Headers the Streamable HTTP transport sets itself; rmcp refuses a custom one.
+const TRANSPORT_HEADERS: [&str; 4] = [
+    "accept",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
+
+impl std::str::FromStr for UpstreamHeader {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, value) = s
+            .split_once(':')
+            .ok_or_else(|| format!("{s:?} is not `Name: value`"))?;
+        let name = axum::http::HeaderName::try_from(name.trim())
+            .map_err(|_| format!("{:?} is not a header name", name.trim()))?;
+        if TRANSPORT_HEADERS.contains(&name.as_str()) {
+            return Err(format!(
+                "{name} is set by the MCP transport itself and cannot be given"
+            ));
+        }
+        let mut value = axum::http::HeaderValue::try_from(value.trim())
+            .map_err(|_| format!("the value of {name} is not a valid header value"))?;
+        value.set_sensitive(true);
+        Ok(UpstreamHeader { name, value })
+    }
 }
 
 impl std::fmt::Display for UpstreamSpec {
@@ -29,6 +81,7 @@ impl std::fmt::Display for UpstreamSpec {
                 }
                 write!(f, "`")
             }
+            UpstreamSpec::Url { url, .. } => write!(f, "at {url}"),
         }
     }
 }
@@ -101,18 +154,62 @@ impl Upstream {
 }
 
 async fn connect(spec: &UpstreamSpec) -> Result<Client, String> {
-    let UpstreamSpec::Command { program, args } = spec;
-    let mut command = tokio::process::Command::new(program);
-    command.args(args);
-    let transport = TokioChildProcess::new(command)
-        .map_err(|e| format!("cannot start the upstream MCP server {spec}: {e}"))?;
     let info = ClientConfig::new(
         ClientCapabilities::default(),
         Implementation::new("idemwatch-mcp-proxy", env!("CARGO_PKG_VERSION")),
     );
-    info.serve(transport).await.map_err(|e| {
-        format!("the upstream MCP server {spec} did not complete initialize (not an MCP server, or another protocol version?): {e}")
-    })
+    let not_initialized = |e: rmcp::service::ClientInitializeError| {
+        use rmcp::service::ClientInitializeError as E;
+        // rmcp's own text names its transport's Rust type: say what happened instead.
+        let why = match e {
+            E::TransportError { error, .. } => error.error.to_string(),
+            E::ConnectionClosed(_) => "it closed the connection before answering".into(),
+            other => other.to_string(),
+        };
+        format!(
+            "the upstream MCP server {spec} did not complete initialize (it exited, or is not an MCP server): {why}"
+        )
+    };
+    match spec {
+        UpstreamSpec::Command { program, args } => {
+            let mut command = tokio::process::Command::new(program);
+            command.args(args);
+            let transport = TokioChildProcess::new(command)
+                .map_err(|e| format!("cannot start the upstream MCP server {spec}: {e}"))?;
+            known_version(spec, info.serve(transport).await.map_err(not_initialized)?)
+        }
+        UpstreamSpec::Url { url, headers } => {
+            let headers: HashMap<_, _> = headers
+                .iter()
+                .map(|h| (h.name.clone(), h.value.clone()))
+                .collect();
+            let config =
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
+            let transport = StreamableHttpClientTransport::from_config(config);
+            known_version(spec, info.serve(transport).await.map_err(not_initialized)?)
+        }
+    }
+}
+
+/// rmcp accepts whatever version the server answers `initialize` with; the proxy
+/// speaks only versions it knows, so it refuses another rather than guess at its
+/// messages.
+fn known_version(spec: &UpstreamSpec, client: Client) -> Result<Client, String> {
+    let answered = client.peer_info().map(|p| p.protocol_version.clone());
+    match answered {
+        Some(v) if !ProtocolVersion::KNOWN_VERSIONS.contains(&v) => {
+            let known: Vec<&str> = ProtocolVersion::KNOWN_VERSIONS
+                .iter()
+                .map(|k| k.as_str())
+                .collect();
+            Err(format!(
+                "the upstream MCP server {spec} speaks MCP protocol version {}, which this proxy does not (it speaks {})",
+                v.as_str(),
+                known.join(", ")
+            ))
+        }
+        _ => Ok(client),
+    }
 }
 
 /// A JSON-RPC error that says the request was not carried out; anything else may have

@@ -7,6 +7,7 @@
 pub mod backlog;
 mod labels;
 mod macros;
+pub mod mcp;
 
 pub use labels::{Folded, OTHER_TENANT, OTHER_TOOL, Slot};
 

@@ -4,7 +4,7 @@
 
 use super::sql::select_attempts;
 use super::{Store, StoreError, on_pool};
-use crate::guard::{Attempt, IdempotencyKey};
+use crate::guard::{Attempt, AttemptKind, IdempotencyKey, Record, Status};
 
 pub(super) const PAGE: &str = concat!(
     select_attempts!(),
@@ -54,5 +54,24 @@ impl Store {
             .await)?;
         attempts.reverse();
         Ok(attempts)
+    }
+
+    /// Whether a person must decide about `record`: UNKNOWN, escalated, and nobody
+    /// has released it. A refused write after the escalation (a resolve refused with
+    /// 422, a stale worker) changed nothing, so it does not end the wait: the last
+    /// attempt that wrote is what counts. The one definition the guard API's key state
+    /// and the MCP proxy's status tool read.
+    pub async fn awaiting_person(&self, record: &Record) -> Result<bool, StoreError> {
+        if record.status != Status::Unknown || record.release_approved {
+            return Ok(false);
+        }
+        // A few newest rows: a stale worker's rejected writes (bounded, and counted on
+        // one row when repeated) may sit above the escalation.
+        let newest = self.attempts_newest(&record.key, 16).await?;
+        Ok(newest
+            .iter()
+            .rev()
+            .find(|a| a.kind != AttemptKind::StaleWriteRejected)
+            .is_some_and(|a| a.kind == AttemptKind::Escalated))
     }
 }

@@ -14,7 +14,12 @@ pub fn router() -> Router<AppState> {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    match state.metrics.render() {
+    exposition(state.metrics.render())
+}
+
+/// A rendered registry as the answer to a scrape (also `mcp-proxy --listen`'s).
+pub fn exposition(rendered: Result<String, prometheus::Error>) -> Response {
+    match rendered {
         Ok(text) => (
             [(
                 header::CONTENT_TYPE,

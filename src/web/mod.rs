@@ -26,6 +26,7 @@ pub mod server;
 mod site;
 mod slow_bodies;
 /// The Host and Origin rules of every route, for another HTTP edge (the MCP proxy).
+pub use metrics::exposition as metrics_exposition;
 pub use site::check as site_check;
 
 pub use error::Error;

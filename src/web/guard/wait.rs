@@ -14,7 +14,7 @@
 use super::answer::{Answer, AttemptPage};
 use super::body::WaitQuery;
 use super::limits::Permit;
-use crate::guard::{AttemptKind, IdempotencyKey, Record, Status};
+use crate::guard::{IdempotencyKey, Record};
 use crate::web::links::link;
 use crate::web::{AppState, Error};
 use std::time::Duration;
@@ -46,7 +46,7 @@ pub async fn key_state(
             .is_some_and(|t| t != record.fencing_token.0);
         let settled = *first_status.get_or_insert(record.status) != record.status;
         if changed || settled || query.after_token.is_none() || Instant::now() >= deadline {
-            let awaiting = awaiting_person(state, &record).await?;
+            let awaiting = state.store.awaiting_person(&record).await?;
             let page = match query.attempts_after {
                 Some(after) => Some(page(state, key, after).await?),
                 None => None,
@@ -70,23 +70,6 @@ async fn read(state: &AppState, key: &IdempotencyKey) -> Result<Record, Error> {
             state.clock.now(),
         )
     })
-}
-
-/// UNKNOWN, escalated, and nobody has released it: a person must decide. A refused
-/// write after the escalation (a resolve refused with 422, a stale worker) changed
-/// nothing, so it does not end the wait: the last attempt that wrote is what counts.
-async fn awaiting_person(state: &AppState, record: &Record) -> Result<bool, Error> {
-    if record.status != Status::Unknown || record.release_approved {
-        return Ok(false);
-    }
-    // A few newest rows: a stale worker's rejected writes (bounded, and counted on one
-    // row when repeated) may sit above the escalation.
-    let newest = state.store.attempts_newest(&record.key, 16).await?;
-    Ok(newest
-        .iter()
-        .rev()
-        .find(|a| a.kind != AttemptKind::StaleWriteRejected)
-        .is_some_and(|a| a.kind == AttemptKind::Escalated))
 }
 
 /// The attempts after `after`, at most a page, and the URL of the next page.
