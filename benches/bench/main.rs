@@ -203,7 +203,7 @@ async fn main() {
             None,
         ));
         if wants("pages") {
-            pages::run(&pg, scale.keys, plan, 8, &mut figures).await;
+            pages::run(&pg, scale.keys, scale.unknown, plan, 8, &mut figures).await;
         }
         let bin = (wants("export") || wants("footprint")).then(export::release_binary);
         if let Some(bin) = &bin {

@@ -7,10 +7,13 @@ use super::report::Figure;
 use super::seed::key_of;
 use super::slices::{Plan, alternate};
 use idemwatch::guard::IdempotencyKey;
-use idemwatch::store::{Cursor, KeyFilter, Store};
+use idemwatch::store::{Cursor, HistoryRead, KeyFilter, Store};
 use idemwatch::web::{self, AppState};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The id support types for key number `i`.
+type SearchTerm = fn(u64) -> String;
 
 /// A spread of key numbers below `keys` (Fibonacci hashing of a counter).
 fn pick(next: &AtomicU64, keys: u64) -> u64 {
@@ -19,7 +22,15 @@ fn pick(next: &AtomicU64, keys: u64) -> u64 {
         % keys
 }
 
-pub async fn run(store: &Store, keys: u64, plan: Plan, clients: usize, figures: &mut Vec<Figure>) {
+/// `unknown`: the key numbers below it are UNKNOWN, with no result (no provider id).
+pub async fn run(
+    store: &Store,
+    keys: u64,
+    unknown: u64,
+    plan: Plan,
+    clients: usize,
+    figures: &mut Vec<Figure>,
+) {
     let addr = http::serve(web::app(AppState::new(store.clone()))).await;
     let pool = Pool::new(addr, clients).await;
     let next = Arc::new(AtomicU64::new(0));
@@ -30,7 +41,8 @@ pub async fn run(store: &Store, keys: u64, plan: Plan, clients: usize, figures: 
         key: key.to_string(),
     };
 
-    // Key detail: the record, its attempts, the keys with the same business ref.
+    // Key detail: the record, its attempts, the keys with the same business ref, in one
+    // read transaction (`Store::key_history`, the page's one read).
     let (p, n) = (pool.clone(), next.clone());
     let page = move || {
         let (p, n) = (p.clone(), n.clone());
@@ -45,11 +57,12 @@ pub async fn run(store: &Store, keys: u64, plan: Plan, clients: usize, figures: 
         async move {
             let i = pick(&n, keys);
             let key = IdempotencyKey::parse(&key_of(i)).unwrap();
-            let r = s.record(&key).await.unwrap().unwrap();
-            s.attempts(&key).await.unwrap();
-            s.keys_with_business_ref(r.business_ref.as_deref().unwrap(), 21)
-                .await
-                .unwrap();
+            let read = HistoryRead {
+                after: 0,
+                page: 500,
+                siblings: 21,
+            };
+            s.key_history(&key, read).await.unwrap().unwrap();
         }
     };
     push(
@@ -85,6 +98,48 @@ pub async fn run(store: &Store, keys: u64, plan: Plan, clients: usize, figures: 
         alternate(plan, clients, page, sql).await,
         clients,
     );
+
+    // The search box (`/search?q=…`, issue 50) with each id support may have of key `i`
+    // (seed.rs): the answer is the redirect to the one key found. The baseline is the
+    // store call behind it, one probe of the search terms.
+    let first = unknown.max(1000);
+    let searches: [(&str, SearchTerm); 4] = [
+        ("business ref in lower case b-n", |i| format!("b-{i}")),
+        ("number alone n", |i| i.to_string()),
+        ("provider id in the result RF_000000n", |i| {
+            format!("RF_{i:07}")
+        }),
+        ("ticket in the intent id ticket-n", |i| {
+            format!("ticket-{i}")
+        }),
+    ];
+    for (what, term) in searches {
+        let (p, n) = (pool.clone(), next.clone());
+        let page = move || {
+            let (p, n) = (p.clone(), n.clone());
+            async move {
+                let q = term(first + pick(&n, keys - first));
+                p.get(&format!("/search?q={q}"), 303).await;
+            }
+        };
+        let (s, n) = (store.clone(), next.clone());
+        let sql = move || {
+            let (s, n) = (s.clone(), n.clone());
+            async move {
+                let f = KeyFilter {
+                    search: Some(term(first + pick(&n, keys - first))),
+                    ..KeyFilter::default()
+                };
+                assert_eq!(s.list_keys(&f, None, 2).await.unwrap().keys.len(), 1);
+            }
+        };
+        push(
+            figures,
+            &format!("search box: {what} /search?q=…"),
+            alternate(plan, clients, page, sql).await,
+            clients,
+        );
+    }
 
     // The keys list 1,000 rows deep (the cursor a "next page" link carries there).
     let p = pool.clone();

@@ -33,8 +33,10 @@ fn pool(store: &Store) -> &PgPool {
 }
 
 /// Records `from..to` (key numbers). Key `i < unknown` is UNKNOWN (the backlog), the
-/// rest DONE; `attempts` is their attempt_count. Key `i` was created `i` seconds before
-/// the base time, so listings newest first run in key-number order.
+/// rest DONE with the provider's refund id `rf_000000i` in the result; `attempts` is their
+/// attempt_count. Their ids are what support searches by (the insert trigger writes the
+/// search terms): business ref `order:B-i`, intent id `refund:order-B-i:ticket-i`.
+/// Key `i` was created `i` seconds before the base time, so listings newest first run in key-number order.
 pub async fn insert_records(
     conn: &mut sqlx::PgConnection,
     from: u64,
@@ -48,11 +50,13 @@ pub async fn insert_records(
          result, error, provider_retention_until, created_at, updated_at, log_seq, log_hash) \
          SELECT {KEY_SQL}, 'tenant-' || (i % 20), \
            (ARRAY['issue_refund','send_sms','send_email','create_payout','charge_card'])[(1 + i % 5)::int], \
-           'wf-' || i, '1', 'refund:' || i, 'order:B-' || i, md5('f' || i) || md5('g' || i), \
+           'wf-' || i, '1', 'refund:order-B-' || i || ':ticket-' || i, 'order:B-' || i, \
+           md5('f' || i) || md5('g' || i), \
            jsonb_build_object('order', 'B-' || i, 'amount_p', 4500), \
            CASE WHEN i < {unknown} THEN 'UNKNOWN' ELSE 'DONE' END, 1, \
            t.base - make_interval(secs => i) + interval '30 seconds', {attempts}, \
-           CASE WHEN i < {unknown} THEN NULL ELSE '{{\"refund_id\": \"rf_bench\"}}'::jsonb END, NULL, \
+           CASE WHEN i < {unknown} THEN NULL \
+                ELSE jsonb_build_object('refund_id', 'rf_' || lpad(i::text, 7, '0')) END, NULL, \
            t.base - make_interval(secs => i) + CASE WHEN i % 3 = 0 THEN interval '-1 hour' ELSE interval '24 hours' END, \
            t.base - make_interval(secs => i), t.base - make_interval(secs => i) + interval '1 second', \
            {attempts}, md5('h' || i) || md5('j' || i) \

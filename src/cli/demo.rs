@@ -216,7 +216,10 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
         drained.send_replace(true);
     };
     let server = async {
-        let routes = crate::demo::router(demo.clone());
+        let routes = super::serve::Extra {
+            routes: crate::demo::router(demo.clone()),
+            provider_lookup: Some(crate::demo::PROVIDER_LOOKUP),
+        };
         let served = run_server(
             &serve,
             retention,

@@ -102,6 +102,23 @@ pub async fn bind(listen: SocketAddr) -> anyhow::Result<TcpListener> {
         .with_context(|| format!("cannot listen on {listen}"))
 }
 
+/// Routes beyond the service's own (the demo's), and where the key page sends a person
+/// to look a key up at its provider when those routes include such a lookup.
+pub struct Extra {
+    pub routes: Router,
+    /// A path the key is appended to (`/demo/provider/`).
+    pub provider_lookup: Option<&'static str>,
+}
+
+impl From<Router> for Extra {
+    fn from(routes: Router) -> Self {
+        Self {
+            routes,
+            provider_lookup: None,
+        }
+    }
+}
+
 /// The service: the app (with `extra` routes merged in) and every background task,
 /// until `shutdown` resolves or a task ends on its own. `serve` and `demo` both run
 /// this, so a task started here runs in the demo too. The caller owns `store` (opened
@@ -117,7 +134,7 @@ pub async fn run_server(
     tools: ToolPolicies,
     store: Store,
     listener: TcpListener,
-    extra: Router,
+    extra: impl Into<Extra>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let metrics =
@@ -130,7 +147,11 @@ pub async fn run_server(
         .with_guard(tools, args.guard.settings())
         .with_guard_limits(args.guard.limits());
     let checkpointer = args.checkpoints.checkpointer(&store, &metrics)?;
-    let state = state.with_checkpointer(checkpointer.clone());
+    let mut state = state.with_checkpointer(checkpointer.clone());
+    let extra = extra.into();
+    if let Some(prefix) = extra.provider_lookup {
+        state = state.with_provider_lookup(prefix);
+    }
     // The tailer and the backlog refresher get a small pool of their own: a guard or
     // UI burst cannot starve them of connections, nor they the guard.
     let tail_options = StoreOptions {
@@ -178,7 +199,7 @@ pub async fn run_server(
     let timeouts = args.timeouts.timeouts();
     // Inside the app's layers: the key is public (no sign-in), but it gets the Host
     // check, the security headers and a problem document for its 404 like every route.
-    let app = web::app_with(state, extra.merge(args.checkpoints.router()?));
+    let app = web::app_with(state, extra.routes.merge(args.checkpoints.router()?));
     tasks.spawn(async move {
         // The peer address: proxy headers are believed only from trusted proxies.
         let shutdown = async move {

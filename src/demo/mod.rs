@@ -24,7 +24,7 @@ pub use mcp::MCP_CLIENT;
 pub use provider::{Effect, Fault, Provider, ProviderClient, ProviderError};
 pub use scenario::{REPEAT_ORDER, SHOWCASE, Scenario};
 pub use stats::{Admissions, CallResult, DemoStats, StatusLine, clock};
-pub use web::router;
+pub use web::{PROVIDER_LOOKUP, router};
 
 use crate::guard::{Guard, GuardSettings, SystemClock};
 use crate::store::{Store, StoreError};

@@ -6,8 +6,8 @@
 
 use super::Demo;
 use crate::guard::{IdempotencyKey, MoneyField};
-use crate::web::Layout;
 use crate::web::filters::{When, money, when};
+use crate::web::{Layout, Viewer};
 use askama::Template;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -15,6 +15,10 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
+
+/// Where the demo provider looks a key up: this path and the key. The key page links
+/// it when the demo runs.
+pub const PROVIDER_LOOKUP: &str = "/demo/provider/";
 
 /// The demo's routes, with their state applied: merge into `web::app`.
 pub fn router(demo: Demo) -> Router {
@@ -54,7 +58,11 @@ struct ProviderPage {
     retention: String,
 }
 
-async fn provider_lookup(State(demo): State<Demo>, Path(key): Path<String>) -> Response {
+async fn provider_lookup(
+    State(demo): State<Demo>,
+    viewer: Viewer,
+    Path(key): Path<String>,
+) -> Response {
     let Ok(key) = IdempotencyKey::parse(&key.to_ascii_lowercase()) else {
         let text = "Not an idempotency key: 64 hex characters expected.";
         return (StatusCode::NOT_FOUND, text).into_response();
@@ -78,7 +86,7 @@ async fn provider_lookup(State(demo): State<Demo>, Path(key): Path<String>) -> R
         })
         .collect();
     let page = ProviderPage {
-        layout: Layout::new("Demo provider lookup", ""),
+        layout: Layout::new("Demo provider lookup", "", &viewer),
         key: key.to_string(),
         effects,
         retention: crate::web::filters::duration(

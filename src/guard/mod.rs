@@ -44,6 +44,9 @@ pub use natural::NaturalKey;
 pub use operation::{DEFAULT_DUPLICATE_WINDOW, ErrorClass, Operation};
 pub use policy::{ToolPolicies, ToolPolicy};
 pub use port::{Claim, ClaimChecks, PairReview, Storage, StoreError};
+/// A record for unit tests outside the guard (the key page's view).
+#[cfg(test)]
+pub(crate) use record::tests::record as sample_record;
 pub use record::{Attempt, AttemptDraft, Record};
 pub use repeats::{NOT_LOGGED, RefusalsNotLogged};
 pub use status::{

@@ -42,7 +42,7 @@ macro_rules! pair_select {
 }
 
 /// Both keys' pages: every pair a key is in, newest first.
-const PAIRS_OF_KEY: &str =
+pub(super) const PAIRS_OF_KEY: &str =
     pair_select!("WHERE d.key = $1 OR d.other_key = $1 ORDER BY d.detected_at DESC LIMIT 50");
 /// `/duplicates`: open pairs, newest first (`idempotency_suspected_duplicates_state`),
 /// of one tool when `$2` is not empty.

@@ -16,6 +16,7 @@ mod duplicates;
 mod error;
 mod evidence;
 mod export;
+mod history;
 mod pools;
 mod prune;
 mod records;
@@ -37,6 +38,7 @@ pub use export::{
     COLUMNS, ExportCells, ExportFilter, ExportRow, FilterError, JsonText, KeyRange, RawExportRow,
     micros, parse_time,
 };
+pub use history::{HistoryRead, KeyHistory, Shown};
 pub use pools::{Loan, SqlitePools, WritePool};
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use sessions::SessionRow;

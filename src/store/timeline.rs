@@ -5,18 +5,15 @@
 use super::sql::select_attempts;
 use super::{Store, StoreError, on_pool};
 use crate::guard::{Attempt, AttemptKind, IdempotencyKey, Record, Status};
-use std::collections::BTreeMap;
 
-const PAGE: &str = concat!(
+pub(super) const PAGE: &str = concat!(
     select_attempts!(),
     "WHERE key = $1 AND seq > $2 ORDER BY seq LIMIT $3"
 );
-const NEWEST: &str = concat!(
+pub(super) const NEWEST: &str = concat!(
     select_attempts!(),
     "WHERE key = $1 ORDER BY seq DESC LIMIT $2"
 );
-const KINDS: &str =
-    "SELECT kind, count(*) AS n FROM idempotency_attempts WHERE key = $1 GROUP BY kind";
 
 /// Up to `limit` attempts of a key after its attempt `after_seq`, and whether more
 /// follow.
@@ -76,21 +73,5 @@ impl Store {
             .rev()
             .find(|a| a.kind != AttemptKind::StaleWriteRejected)
             .is_some_and(|a| a.kind == AttemptKind::Escalated))
-    }
-
-    /// How many attempts of each kind a key has (the whole timeline, counted in SQL).
-    pub(crate) async fn attempt_kinds(
-        &self,
-        key: &IdempotencyKey,
-    ) -> Result<BTreeMap<AttemptKind, i64>, StoreError> {
-        let rows: Vec<(String, i64)> =
-            on_pool!(self, pool => sqlx::query_as(KINDS).bind(key.as_str()).fetch_all(pool).await)?;
-        rows.into_iter()
-            .map(|(kind, n)| {
-                kind.parse::<AttemptKind>()
-                    .map(|k| (k, n))
-                    .map_err(|e| StoreError::Corrupt(format!("attempt kind {kind:?}: {e}")))
-            })
-            .collect()
     }
 }

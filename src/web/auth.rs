@@ -55,51 +55,22 @@ pub(crate) const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src
      style-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; \
      base-uri 'none'";
 
-tokio::task_local! {
-    /// The caller of the request being handled, for the header of every page.
-    static CONTEXT: PageContext;
-}
+use super::layout::CONTEXT;
+pub use super::layout::{SignedIn, Viewer};
 
-/// What every page shows about its reader: who is signed in, and the CSRF token its
-/// forms (sign out, resolve) carry.
-#[derive(Debug, Clone, Default)]
-pub struct PageContext {
-    pub user: Option<SignedIn>,
-    pub csrf_token: String,
-    /// What this request's CSRF tokens must be bound to (see the module comment).
-    csrf_binding: String,
-}
-
-#[derive(Debug, Clone)]
-pub struct SignedIn {
-    pub name: String,
-    /// `resolver, viewer`.
-    pub roles: String,
-    pub can_resolve: bool,
-    /// A login session, which the sign-out button ends.
-    pub has_session: bool,
-}
-
-impl SignedIn {
-    fn new(p: &Principal) -> Self {
-        Self {
-            name: p.name.clone(),
-            roles: p
-                .roles
-                .iter()
-                .map(|r| r.as_str())
-                .collect::<Vec<_>>()
-                .join(", "),
-            can_resolve: p.can(Permission::Resolve),
-            has_session: p.via == Via::Session,
-        }
+/// What the page header says about principal `p`.
+fn signed_in_as(p: &Principal) -> SignedIn {
+    SignedIn {
+        name: p.name.clone(),
+        roles: p
+            .roles
+            .iter()
+            .map(|r| r.as_str())
+            .collect::<Vec<_>>()
+            .join(", "),
+        can_resolve: p.can(Permission::Resolve),
+        has_session: p.via == Via::Session,
     }
-}
-
-/// The page context of the request being handled (empty outside a request).
-/// Read by `Layout::new`, so every page gets it without each handler passing it on.
-pub(crate) fn page_context() -> PageContext {
-    CONTEXT.try_with(Clone::clone).unwrap_or_default()
 }
 
 /// The CSRF token forms of this request must carry (bound to its CSRF cookie).
@@ -279,8 +250,8 @@ pub async fn authenticate(
             // The guard's answers are JSON, never a page: no page context for them (a
             // task-local scope, and the caller's name and roles copied, per request on
             // the guard's hot path: docs/PERFORMANCE.md, "Guard over HTTP").
-            let context = (!is_guard(&path)).then(|| PageContext {
-                user: principal.as_ref().map(SignedIn::new),
+            let context = (!is_guard(&path)).then(|| Viewer {
+                user: principal.as_ref().map(signed_in_as),
                 csrf_token: csrf_token.clone(),
                 csrf_binding: binding,
             });
@@ -295,7 +266,10 @@ pub async fn authenticate(
                 request.extensions_mut().insert(state.auth_log.clone());
             }
             match context {
-                Some(context) => CONTEXT.scope(context, next.run(request)).await,
+                Some(context) => {
+                    request.extensions_mut().insert(context.clone());
+                    CONTEXT.scope(context, next.run(request)).await
+                }
                 None => next.run(request).await,
             }
         }

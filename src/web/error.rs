@@ -193,7 +193,7 @@ impl IntoResponse for Error {
             problem.response()
         } else {
             let page = ErrorPage {
-                layout: Layout::new(problem.title, ""),
+                layout: Layout::new(problem.title, "", &super::layout::viewer_of_error_page()),
                 status: status.as_u16(),
                 title: problem.title,
                 message: &problem.detail,

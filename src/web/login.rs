@@ -5,7 +5,7 @@
 use super::auth::{ClientAddress, Csrf, check_form_csrf, cookie_header, secure_cookies};
 use super::filters;
 use super::layout::Layout;
-use super::{AppState, Error};
+use super::{AppState, Error, Viewer};
 use crate::auth::sessions::random_cookie;
 use crate::auth::throttle::LoginRefusal;
 use crate::auth::{
@@ -100,7 +100,8 @@ fn render(
     status: StatusCode,
 ) -> Response {
     let page = LoginPage {
-        layout: Layout::new("Sign in", ""),
+        // Nobody is signed in on the sign-in form (a signed-in caller is sent on).
+        layout: Layout::new("Sign in", "", &Viewer::default()),
         csrf_token,
         next,
         name,

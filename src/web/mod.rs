@@ -11,6 +11,8 @@ mod guard;
 mod health;
 mod layout;
 mod limits;
+/// Who reads a page: an extractor for page handlers (the demo's too).
+pub use auth::Viewer;
 /// The page layout, for pages outside `web` (the demo's provider lookup).
 pub use layout::Layout;
 mod links;
@@ -94,6 +96,9 @@ pub struct Shared {
     pub checkpointer: Option<crate::evidence::Checkpointer>,
     /// Each guard caller's body size, requests in progress and rate (web/guard/limits.rs).
     pub guard_limiter: Arc<guard::Limiter>,
+    /// Where the key page sends a person to look a key up at its provider: a path the
+    /// key is appended to. Only the demo's provider has one (`/demo/provider/`).
+    pub provider_lookup: Option<&'static str>,
 }
 
 impl std::ops::Deref for AppState {
@@ -135,6 +140,7 @@ impl AppState {
             auth_log,
             checkpointer: None,
             guard_limiter: Arc::default(),
+            provider_lookup: None,
         }))
     }
 
@@ -197,6 +203,12 @@ impl AppState {
     /// The same state with these bounds on each guard caller (`serve --guard-*`).
     pub fn with_guard_limits(mut self, limits: GuardLimits) -> Self {
         self.fields().guard_limiter = Arc::new(guard::Limiter::new(limits));
+        self
+    }
+
+    /// The same state with a provider lookup on every key page: `prefix` + the key.
+    pub fn with_provider_lookup(mut self, prefix: &'static str) -> Self {
+        self.fields().provider_lookup = Some(prefix);
         self
     }
 

@@ -5,9 +5,8 @@
 //!
 //! Without Chromium the test fails under `CI=true` and skips loudly elsewhere.
 
-use crate::support::pg::required;
 use crate::support::server::free_port;
-use crate::support::webdriver::chromium;
+use crate::support::webdriver::{chromium_or_skip, publish_screenshots};
 use crate::ui_seed::{Seeded, seed};
 use chrono::Utc;
 use idemwatch::store::{Store, StoreOptions};
@@ -149,11 +148,7 @@ fn assert_has(dom: &str, what: &str, needle: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_person_sees_what_happened_in_a_real_browser() {
-    let Some(chromium) = chromium() else {
-        if required() {
-            panic!("Chromium is required under CI=true (apt-get install chromium)");
-        }
-        eprintln!("\n*** SKIPPED (Chromium not installed: apt-get install chromium) ***\n");
+    let Some(chromium) = chromium_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -230,7 +225,8 @@ fn check_pages(b: &Browser, s: &Seeded) {
 
     let shots = tempfile::tempdir().unwrap();
     let pages: [(&str, String, u32, u32); 8] = [
-        ("overview", "/".into(), 1280, 900),
+        // Tall enough for both charts: the last hour and the last 24 hours.
+        ("overview", "/".into(), 1280, 1150),
         (
             "keys",
             "/keys?tool=issue_refund&from=now-1d".into(),
@@ -257,13 +253,8 @@ fn check_pages(b: &Browser, s: &Seeded) {
             *height,
         );
     }
-    if std::env::var("IDEMWATCH_UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
-        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots");
-        std::fs::create_dir_all(&docs).unwrap();
-        for (name, ..) in &pages {
-            let file = format!("{name}.png");
-            std::fs::copy(shots.path().join(&file), docs.join(&file)).unwrap();
-        }
-        eprintln!("screenshots written to {}", docs.display());
-    }
+    publish_screenshots(
+        shots.path(),
+        pages.iter().map(|(name, ..)| format!("{name}.png")),
+    );
 }

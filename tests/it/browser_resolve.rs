@@ -11,22 +11,15 @@
 use crate::support::TestDb;
 use crate::support::as_key;
 use crate::support::auth::{HASH, PASSWORD, auth_file_text};
-use crate::support::pg::required;
 use crate::support::server::Server;
-use crate::support::webdriver::{Driver, chromedriver, chromium};
+use crate::support::webdriver::{Driver, browser_or_skip, publish_screenshots};
 use crate::ui_seed::seed;
 use chrono::Utc;
 use std::path::Path;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resolver_resolves_an_unknown_key_in_a_real_browser() {
-    let (Some(chromium), Some(chromedriver)) = (chromium(), chromedriver()) else {
-        let why =
-            "Chromium and chromedriver are required (apt-get install chromium chromium-driver)";
-        if required() {
-            panic!("{why} under CI=true");
-        }
-        eprintln!("\n*** SKIPPED ({why}) ***\n");
+    let Some((chromium, chromedriver)) = browser_or_skip() else {
         return;
     };
     let db = TestDb::sqlite().await;
@@ -71,14 +64,7 @@ async fn a_resolver_resolves_an_unknown_key_in_a_real_browser() {
     assert_eq!(last.detail["evidence"], "rf_8XM1");
     drop(server);
 
-    if std::env::var("IDEMWATCH_UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
-        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots");
-        std::fs::create_dir_all(&docs).unwrap();
-        for file in ["resolve-confirm.png", "key-resolved.png"] {
-            std::fs::copy(shots.path().join(file), docs.join(file)).unwrap();
-        }
-        eprintln!("screenshots written to {}", docs.display());
-    }
+    publish_screenshots(shots.path(), ["resolve-confirm.png", "key-resolved.png"]);
 }
 
 fn sign_in(d: &Driver, name: &str) {

@@ -11,22 +11,15 @@
 
 use crate::support::TestDb;
 use crate::support::as_key;
-use crate::support::pg::required;
 use crate::support::server::Server;
-use crate::support::webdriver::{Driver, chromedriver, chromium};
+use crate::support::webdriver::{Driver, browser_or_skip, publish_screenshots};
 use crate::ui_seed::seed;
 use chrono::Utc;
 use std::path::Path;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn support_finds_a_refund_by_any_id_in_a_real_browser() {
-    let (Some(chromium), Some(chromedriver)) = (chromium(), chromedriver()) else {
-        let why =
-            "Chromium and chromedriver are required (apt-get install chromium chromium-driver)";
-        if required() {
-            panic!("{why} under CI=true");
-        }
-        eprintln!("\n*** SKIPPED ({why}) ***\n");
+    let Some((chromium, chromedriver)) = browser_or_skip() else {
         return;
     };
     let db = TestDb::sqlite().await;
@@ -105,12 +98,8 @@ async fn support_finds_a_refund_by_any_id_in_a_real_browser() {
     .unwrap();
     drop(server);
 
-    if std::env::var("IDEMWATCH_UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
-        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots");
-        std::fs::create_dir_all(&docs).unwrap();
-        for file in ["support-key-found.png", "support-search.png"] {
-            std::fs::copy(shots.path().join(file), docs.join(file)).unwrap();
-        }
-        eprintln!("screenshots written to {}", docs.display());
-    }
+    publish_screenshots(
+        shots.path(),
+        ["support-key-found.png", "support-search.png"],
+    );
 }

@@ -5,7 +5,7 @@ use super::summary::summary_columns;
 use crate::store::{Store, StoreError, on_pool};
 
 /// Other keys with the same business ref, newest first (idempotency_records_business_ref).
-pub(super) const SAME_BUSINESS_REF: &str = concat!(
+pub(in crate::store) const SAME_BUSINESS_REF: &str = concat!(
     "SELECT ",
     summary_columns!(),
     " FROM idempotency_records WHERE business_ref = $1 ORDER BY created_at DESC, key DESC LIMIT $2"

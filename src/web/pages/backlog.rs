@@ -4,14 +4,16 @@
 
 use super::params::{Params, format_cursor, parse_cursor, parse_limit};
 use super::{KeyRow, Layout};
+use crate::store::{BacklogSummary, Cursor};
 use crate::web::filters::{self, When, when};
 use crate::web::links::link;
-use crate::web::{AppState, Error};
+use crate::web::{AppState, Error, Viewer};
 use askama::Template;
 use axum::Router;
 use axum::extract::{Query, State};
 use axum::response::Html;
 use axum::routing::get;
+use chrono::{DateTime, Utc};
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/backlog", get(backlog))
@@ -49,91 +51,125 @@ struct BacklogPage {
     max_batch: i64,
 }
 
+/// What `/backlog?…` asks for.
+struct BacklogQuery {
+    tool: Option<String>,
+    /// `?status=IN_PROGRESS`: the expired leases only (the Grafana panel's link);
+    /// `UNKNOWN`: the unknown keys only.
+    status: Option<String>,
+    after: Option<Cursor>,
+    limit: u32,
+    /// `limit` as given, for the links.
+    limit_text: Option<String>,
+}
+
+impl BacklogQuery {
+    fn parse(p: &Params) -> Result<Self, Error> {
+        let tool = p.text("tool")?;
+        let after = p
+            .get("after")
+            .map(|v| parse_cursor("after", v))
+            .transpose()?;
+        let limit = parse_limit(p.get("limit"))?;
+        let status = p.text("status")?;
+        if let Some(s) = status.as_deref()
+            && !matches!(s, "UNKNOWN" | "IN_PROGRESS")
+        {
+            return Err(Error::bad_request(
+                "status",
+                "expected UNKNOWN or IN_PROGRESS (expired leases)",
+            ));
+        }
+        Ok(Self {
+            tool,
+            status,
+            after,
+            limit,
+            limit_text: p.get("limit").map(str::to_string),
+        })
+    }
+}
+
 async fn backlog(
     State(state): State<AppState>,
+    viewer: Viewer,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> Result<Html<String>, Error> {
-    let p = Params(pairs);
+    let q = BacklogQuery::parse(&Params(pairs))?;
     let now = state.clock.now();
-    let tool = p.text("tool")?;
-    let after = p
-        .get("after")
-        .map(|v| parse_cursor("after", v))
-        .transpose()?;
-    let limit = parse_limit(p.get("limit"))?;
-    // `?status=IN_PROGRESS`: the expired leases only (the Grafana panel's link);
-    // `UNKNOWN`: the unknown keys only.
-    let status = p.text("status")?;
-    if let Some(s) = status.as_deref()
-        && !matches!(s, "UNKNOWN" | "IN_PROGRESS")
-    {
-        return Err(Error::bad_request(
-            "status",
-            "expected UNKNOWN or IN_PROGRESS (expired leases)",
-        ));
-    }
     let summary = state.store.backlog_summary(now).await?;
+    let (tool, status) = (q.tool.as_deref(), q.status.as_deref());
     let page = state
         .store
-        .backlog(
-            tool.as_deref(),
-            status.as_deref(),
-            after.as_ref(),
-            limit,
-            now,
-        )
+        .backlog(tool, status, q.after.as_ref(), q.limit, now)
         .await?;
-
-    let in_scope = |t: &str| tool.as_deref().is_none_or(|want| want == t);
-    let scoped = summary.iter().filter(|s| in_scope(&s.tool));
-    let (mut unknown, mut expired_leases, mut past_retention) = (0, 0, 0);
-    for s in scoped {
-        unknown += s.unknown;
-        expired_leases += s.expired_leases;
-        past_retention += s.past_retention;
-    }
-    let base = [
-        ("tool", tool.as_deref()),
-        ("status", status.as_deref()),
-        ("limit", p.get("limit")),
-    ];
-    let next = page.next.as_ref().map(|c| {
-        let cursor = format_cursor(c);
-        let mut pairs = base.to_vec();
-        pairs.push(("after", Some(cursor.as_str())));
-        link("/backlog", &pairs)
-    });
-    let view = BacklogPage {
-        layout: Layout::new("Backlog", "backlog"),
-        tools: summary
-            .iter()
-            .map(|s| ToolLine {
-                link: link("/backlog", &[("tool", Some(&s.tool))]),
-                current: tool.as_deref() == Some(s.tool.as_str()),
-                tool: s.tool.clone(),
-                unknown: s.unknown,
-                expired_leases: s.expired_leases,
-                past_retention: s.past_retention,
-                oldest: s.oldest.map(|t| when(t, now)),
-            })
-            .collect(),
-        tool: tool.clone().unwrap_or_default(),
-        unknown,
-        expired_leases,
-        past_retention,
-        rows: page.keys.iter().map(|k| KeyRow::new(k, now)).collect(),
-        next,
-        first: after.as_ref().map(|_| link("/backlog", &base)),
-        can_resolve: crate::web::auth::page_context()
-            .user
-            .is_some_and(|u| u.can_resolve),
-        in_scope: match status.as_deref() {
-            Some("UNKNOWN") => unknown,
-            Some(_) => expired_leases,
-            None => unknown + expired_leases,
-        },
-        status: status.unwrap_or_default(),
-        max_batch: super::resolve_bulk::MAX_BATCH as i64,
-    };
+    let view = BacklogPage::new(q, &summary, &page, &viewer, now);
     Ok(Html(view.render()?))
+}
+
+impl BacklogPage {
+    fn new(
+        q: BacklogQuery,
+        summary: &[BacklogSummary],
+        page: &crate::store::BacklogPage,
+        viewer: &Viewer,
+        now: DateTime<Utc>,
+    ) -> Self {
+        let BacklogQuery {
+            tool,
+            status,
+            after,
+            limit_text,
+            ..
+        } = q;
+        let in_scope = |t: &str| tool.as_deref().is_none_or(|want| want == t);
+        let scoped = summary.iter().filter(|s| in_scope(&s.tool));
+        let (mut unknown, mut expired_leases, mut past_retention) = (0, 0, 0);
+        for s in scoped {
+            unknown += s.unknown;
+            expired_leases += s.expired_leases;
+            past_retention += s.past_retention;
+        }
+        let base = [
+            ("tool", tool.as_deref()),
+            ("status", status.as_deref()),
+            ("limit", limit_text.as_deref()),
+        ];
+        let next = page.next.as_ref().map(|c| {
+            let cursor = format_cursor(c);
+            let mut pairs = base.to_vec();
+            pairs.push(("after", Some(cursor.as_str())));
+            link("/backlog", &pairs)
+        });
+        Self {
+            layout: Layout::new("Backlog", "backlog", viewer),
+            tools: summary
+                .iter()
+                .map(|s| ToolLine {
+                    link: link("/backlog", &[("tool", Some(&s.tool))]),
+                    current: tool.as_deref() == Some(s.tool.as_str()),
+                    tool: s.tool.clone(),
+                    unknown: s.unknown,
+                    expired_leases: s.expired_leases,
+                    past_retention: s.past_retention,
+                    oldest: s.oldest.map(|t| when(t, now)),
+                })
+                .collect(),
+            tool: tool.clone().unwrap_or_default(),
+            unknown,
+            expired_leases,
+            past_retention,
+            rows: page.keys.iter().map(|k| KeyRow::new(k, now)).collect(),
+            next,
+            first: after.as_ref().map(|_| link("/backlog", &base)),
+            can_resolve: viewer.user.as_ref().is_some_and(|u| u.can_resolve),
+            in_scope: match status.as_deref() {
+                Some("UNKNOWN") => unknown,
+                Some(_) => expired_leases,
+                None => unknown + expired_leases,
+            },
+            status: status.unwrap_or_default(),
+            max_batch: super::resolve_bulk::MAX_BATCH as i64,
+        }
+    }
 }

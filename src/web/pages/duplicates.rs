@@ -10,7 +10,7 @@ use super::params::parse_key;
 use crate::auth::Principal;
 use crate::guard::{DuplicateReview, DuplicateVerdict};
 use crate::web::auth::{CsrfForm, checked_form, require_resolve};
-use crate::web::{AppState, Error};
+use crate::web::{AppState, Error, Viewer};
 use askama::Template;
 use axum::Router;
 use axum::extract::rejection::{FormRejection, QueryRejection};
@@ -52,6 +52,7 @@ struct ListQuery {
 
 async fn list(
     State(state): State<AppState>,
+    viewer: Viewer,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Response, Error> {
     let Query(query) = query.map_err(|e| Error::bad_request("query", e.body_text()))?;
@@ -61,9 +62,8 @@ async fn list(
         .store
         .open_suspected_pairs(tool.as_deref(), LISTED + 1)
         .await?;
-    let ctx = crate::web::auth::page_context();
     let page = DuplicatesPage {
-        layout: Layout::new("Suspected duplicates", "duplicates"),
+        layout: Layout::new("Suspected duplicates", "duplicates", &viewer),
         tool: tool.unwrap_or_default(),
         capped: pairs.len() as i64 > LISTED,
         pairs: pairs
@@ -71,8 +71,8 @@ async fn list(
             .take(LISTED as usize)
             .map(|p| PairView::new(p, None, now))
             .collect(),
-        may_review: ctx.user.as_ref().is_some_and(|u| u.can_resolve),
-        csrf_token: ctx.csrf_token,
+        may_review: viewer.user.as_ref().is_some_and(|u| u.can_resolve),
+        csrf_token: viewer.csrf_token.clone(),
         advice: CONFIRMED_ADVICE,
     };
     Ok(Html(page.render()?).into_response())

@@ -13,10 +13,10 @@ use super::params::{
 };
 use super::{KeyRow, Layout};
 use crate::guard::{AttemptKind, Resolution, Status};
-use crate::store::{Count, KeyFilter, ResolvedAs};
+use crate::store::{Count, Cursor, KeyFilter, KeyPage as StoreKeyPage, ResolvedAs};
 use crate::web::filters::{thousands_sep, utc};
 use crate::web::links::link;
-use crate::web::{AppState, Error};
+use crate::web::{AppState, Error, Viewer};
 use askama::Template;
 use axum::Router;
 use axum::extract::{Query, State};
@@ -229,6 +229,7 @@ fn hint(name: &str) -> &'static str {
 
 async fn keys(
     State(state): State<AppState>,
+    viewer: Viewer,
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> Result<Html<String>, Error> {
     let p = Params(pairs);
@@ -243,80 +244,93 @@ async fn keys(
         .store
         .list_keys(&filter, after.as_ref(), limit)
         .await?;
-
-    // The filters as typed (`now-1h` stays relative in links), plus a non-default limit.
-    let raw: Vec<(&str, Option<&str>)> = FILTERS
-        .iter()
-        .map(|(name, _)| (*name, p.get(name)))
-        .chain([("limit", p.get("limit"))])
-        .collect();
-    let chips = FILTERS
-        .iter()
-        .filter_map(|(name, label)| {
-            let value = p.get(name)?;
-            let rest: Vec<_> = raw.iter().copied().filter(|(n, _)| n != name).collect();
-            Some(Chip {
-                label,
-                value: value.to_string(),
-                remove: link("/keys", &rest),
-            })
-        })
-        .collect();
-    let next = page.next.as_ref().map(|c| {
-        let cursor = params::format_cursor(c);
-        let mut pairs = raw.clone();
-        pairs.push(("after", Some(cursor.as_str())));
-        link("/keys", &pairs)
-    });
-    let first = after.as_ref().map(|_| link("/keys", &raw));
-    let range = describe_range(&filter, &read_entered(&p)?, &read_resolutions(&p)?);
-    let count = page.count.map(|c| match c {
-        Count::Exact(1) => "1 key".to_string(),
-        Count::Exact(n) => format!("{} keys", thousands_sep(n)),
-        Count::AtLeast(n) => format!("More than {} keys", thousands_sep(n)),
-    });
-    let other_way = if page.keys.is_empty() && after.is_none() {
-        other_way(&filter)
-    } else {
-        None
-    };
-    let field = |(name, label): &(&'static str, &'static str)| Field {
-        name,
-        label,
-        value: p.get(name).unwrap_or_default().to_string(),
-        hint: hint(name),
-    };
-    // The common search first; the engineer's filters (Grafana links fill them) folded.
-    let fields: Vec<Field> = FILTERS
-        .iter()
-        .filter(|(name, _)| !matches!(*name, "status" | "q"))
-        .map(field)
-        .collect();
-    let advanced_open = fields.iter().any(|f| !f.value.is_empty());
-    let search = filter
-        .search
-        .clone()
-        .or_else(|| filter.business_ref.clone())
-        .or_else(|| filter.key_prefix.clone())
-        .unwrap_or_default();
-    let view = KeysPage {
-        layout: Layout::new("Keys", "keys").with_query(search),
-        search: field(&FILTERS[0]),
-        fields,
-        advanced_open,
-        statuses: Status::ALL
-            .iter()
-            .map(|s| (s.as_str(), filter.status == Some(*s)))
-            .collect(),
-        chips,
-        range,
-        count,
-        rows: page.keys.iter().map(|k| KeyRow::new(k, now)).collect(),
-        next,
-        first,
-        other_way,
-    };
+    let view = KeysPage::new(&p, &filter, after.as_ref(), &page, &viewer, now)?;
     Ok(Html(view.render()?))
+}
+
+impl KeysPage {
+    /// The list `page` read for `filter` (from `p`, the query as given), after `after`.
+    fn new(
+        p: &Params,
+        filter: &KeyFilter,
+        after: Option<&Cursor>,
+        page: &StoreKeyPage,
+        viewer: &Viewer,
+        now: DateTime<Utc>,
+    ) -> Result<Self, Error> {
+        // The filters as typed (`now-1h` stays relative in links), plus a non-default limit.
+        let raw: Vec<(&str, Option<&str>)> = FILTERS
+            .iter()
+            .map(|(name, _)| (*name, p.get(name)))
+            .chain([("limit", p.get("limit"))])
+            .collect();
+        let chips = FILTERS
+            .iter()
+            .filter_map(|(name, label)| {
+                let value = p.get(name)?;
+                let rest: Vec<_> = raw.iter().copied().filter(|(n, _)| n != name).collect();
+                Some(Chip {
+                    label,
+                    value: value.to_string(),
+                    remove: link("/keys", &rest),
+                })
+            })
+            .collect();
+        let next = page.next.as_ref().map(|c| {
+            let cursor = params::format_cursor(c);
+            let mut pairs = raw.clone();
+            pairs.push(("after", Some(cursor.as_str())));
+            link("/keys", &pairs)
+        });
+        let first = after.map(|_| link("/keys", &raw));
+        let range = describe_range(filter, &read_entered(p)?, &read_resolutions(p)?);
+        let count = page.count.map(|c| match c {
+            Count::Exact(1) => "1 key".to_string(),
+            Count::Exact(n) => format!("{} keys", thousands_sep(n)),
+            Count::AtLeast(n) => format!("More than {} keys", thousands_sep(n)),
+        });
+        let other_way = if page.keys.is_empty() && after.is_none() {
+            other_way(filter)
+        } else {
+            None
+        };
+        let field = |(name, label): &(&'static str, &'static str)| Field {
+            name,
+            label,
+            value: p.get(name).unwrap_or_default().to_string(),
+            hint: hint(name),
+        };
+        // The common search first; the engineer's filters (Grafana links fill them) folded.
+        let fields: Vec<Field> = FILTERS
+            .iter()
+            .filter(|(name, _)| !matches!(*name, "status" | "q"))
+            .map(field)
+            .collect();
+        let advanced_open = fields.iter().any(|f| !f.value.is_empty());
+        let search = filter
+            .search
+            .clone()
+            .or_else(|| filter.business_ref.clone())
+            .or_else(|| filter.key_prefix.clone())
+            .unwrap_or_default();
+        Ok(KeysPage {
+            layout: Layout::new("Keys", "keys", viewer).with_query(search),
+            search: field(&FILTERS[0]),
+            fields,
+            advanced_open,
+            statuses: Status::ALL
+                .iter()
+                .map(|s| (s.as_str(), filter.status == Some(*s)))
+                .collect(),
+            chips,
+            range,
+            count,
+            rows: page.keys.iter().map(|k| KeyRow::new(k, now)).collect(),
+            next,
+            first,
+            other_way,
+        })
+    }
 }
 
 /// What the list selects on: last activity, an attempt of some kinds, a transition into

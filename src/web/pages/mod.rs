@@ -8,6 +8,8 @@ mod counted;
 mod diff;
 mod duplicates;
 mod key_detail;
+mod key_steps;
+mod key_view;
 mod keys;
 mod overview;
 mod pairs;

@@ -8,7 +8,7 @@ use crate::guard::AttemptKind;
 use crate::store::{AttemptBucket, BUCKET_SECONDS, BacklogSummary};
 use crate::web::filters::{self, When, percent, when};
 use crate::web::links::link;
-use crate::web::{AppState, Error};
+use crate::web::{AppState, Error, Viewer};
 use askama::Template;
 use axum::Router;
 use axum::extract::State;
@@ -194,132 +194,141 @@ impl OverviewCache {
     }
 }
 
-async fn overview(State(state): State<AppState>) -> Result<Html<String>, Error> {
-    let Snapshot {
-        at: now,
-        rows,
-        summary,
-    } = state.overview.get(&state).await?;
-    let day_ago = now - TimeDelta::days(1);
+async fn overview(State(state): State<AppState>, viewer: Viewer) -> Result<Html<String>, Error> {
+    let snapshot = state.overview.get(&state).await?;
+    let page = OverviewPage::new(snapshot, &viewer, state.clock.now());
+    Ok(Html(page.render()?))
+}
 
-    let first = day_ago.timestamp().div_euclid(BUCKET_SECONDS);
-    let buckets = (now.timestamp().div_euclid(BUCKET_SECONDS) - first + 1) as usize;
-    let chart_start = DateTime::from_timestamp(first * BUCKET_SECONDS, 0).unwrap_or(day_ago);
-    // The last hour's buckets: the current one and the 11 before it.
-    let hour_buckets = (3600 / BUCKET_SECONDS) as usize;
-    let hour_first = buckets.saturating_sub(hour_buckets);
-    let hour_start = chart_start + TimeDelta::seconds(hour_first as i64 * BUCKET_SECONDS);
+impl OverviewPage {
+    /// The page of `snapshot`'s counts (taken at its own time), shown at `shown_at`.
+    fn new(snapshot: Snapshot, viewer: &Viewer, shown_at: DateTime<Utc>) -> Self {
+        let Snapshot {
+            at: now,
+            rows,
+            summary,
+        } = snapshot;
+        let day_ago = now - TimeDelta::days(1);
 
-    let mut traffic: BTreeMap<String, (Window, Window, Vec<Point>)> = BTreeMap::new();
-    for r in &rows {
-        // A kind this version does not know (a newer writer) is left out, not fatal.
-        let Ok(kind) = r.kind.parse::<AttemptKind>() else {
-            continue;
-        };
-        let (hour, day, series) = traffic.entry(r.tool.clone()).or_insert_with(|| {
-            (
-                Window::default(),
-                Window::default(),
-                vec![Point::default(); buckets],
-            )
-        });
-        hour.add(kind, r.n_recent);
-        day.add(kind, r.n);
-        let Some(point) = usize::try_from(r.bucket - first)
-            .ok()
-            .and_then(|i| series.get_mut(i))
-        else {
-            continue;
-        };
-        if kind.admission_outcome().is_some() {
-            point.requests += r.n;
+        let first = day_ago.timestamp().div_euclid(BUCKET_SECONDS);
+        let buckets = (now.timestamp().div_euclid(BUCKET_SECONDS) - first + 1) as usize;
+        let chart_start = DateTime::from_timestamp(first * BUCKET_SECONDS, 0).unwrap_or(day_ago);
+        // The last hour's buckets: the current one and the 11 before it.
+        let hour_buckets = (3600 / BUCKET_SECONDS) as usize;
+        let hour_first = buckets.saturating_sub(hour_buckets);
+        let hour_start = chart_start + TimeDelta::seconds(hour_first as i64 * BUCKET_SECONDS);
+
+        let mut traffic: BTreeMap<String, (Window, Window, Vec<Point>)> = BTreeMap::new();
+        for r in &rows {
+            // A kind this version does not know (a newer writer) is left out, not fatal.
+            let Ok(kind) = r.kind.parse::<AttemptKind>() else {
+                continue;
+            };
+            let (hour, day, series) = traffic.entry(r.tool.clone()).or_insert_with(|| {
+                (
+                    Window::default(),
+                    Window::default(),
+                    vec![Point::default(); buckets],
+                )
+            });
+            hour.add(kind, r.n_recent);
+            day.add(kind, r.n);
+            let Some(point) = usize::try_from(r.bucket - first)
+                .ok()
+                .and_then(|i| series.get_mut(i))
+            else {
+                continue;
+            };
+            if kind.admission_outcome().is_some() {
+                point.requests += r.n;
+            }
+            match kind {
+                AttemptKind::Replayed | AttemptKind::ReplayedFailure => point.replays += r.n,
+                AttemptKind::PayloadMismatch => point.conflicts += r.n,
+                _ => {}
+            }
         }
-        match kind {
-            AttemptKind::Replayed | AttemptKind::ReplayedFailure => point.replays += r.n,
-            AttemptKind::PayloadMismatch => point.conflicts += r.n,
-            _ => {}
+        let mut backlog: BTreeMap<String, Backlog> = BTreeMap::new();
+        for s in summary {
+            backlog.insert(
+                s.tool,
+                Backlog {
+                    unknown: s.unknown,
+                    expired_leases: s.expired_leases,
+                    past_retention: s.past_retention,
+                    oldest_unknown: s.oldest_unknown,
+                },
+            );
         }
-    }
-    let mut backlog: BTreeMap<String, Backlog> = BTreeMap::new();
-    for s in summary {
-        backlog.insert(
-            s.tool,
-            Backlog {
-                unknown: s.unknown,
-                expired_leases: s.expired_leases,
-                past_retention: s.past_retention,
-                oldest_unknown: s.oldest_unknown,
-            },
-        );
-    }
-    let mut tools: Vec<String> = traffic.keys().chain(backlog.keys()).cloned().collect();
-    tools.sort();
-    tools.dedup();
+        let mut tools: Vec<String> = traffic.keys().chain(backlog.keys()).cloned().collect();
+        tools.sort();
+        tools.dedup();
 
-    let mut page = OverviewPage {
-        layout: Layout::new("Overview", "overview"),
-        cards: Vec::new(),
-        hour: Window::default(),
-        day: Window::default(),
-        unknown: 0,
-        expired_leases: 0,
-        past_retention: 0,
-        chart_start: when(chart_start, now),
-        hour_start: when(hour_start, now),
-        spiking: Vec::new(),
-        counted: when(now, state.clock.now()),
-    };
-    for (n, tool) in tools.into_iter().enumerate() {
-        let (hour, day, series) = traffic.get(&tool).cloned().unwrap_or_else(|| {
-            (
-                Window::default(),
-                Window::default(),
-                vec![Point::default(); buckets],
-            )
-        });
-        let b = backlog.remove(&tool).unwrap_or_default();
-        page.hour.merge(&hour);
-        page.day.merge(&day);
-        page.unknown += b.unknown;
-        page.expired_leases += b.expired_leases;
-        page.past_retention += b.past_retention;
-        let replay_keys = Drill::new(&tool, "outcome", "replay,replay_failure");
-        if hour.spiking() {
-            page.spiking.push(Spiking {
-                tool: tool.clone(),
-                ratio: hour.ratio(),
-                replays: hour.replays,
-                requests: hour.requests,
-                keys: replay_keys.hour.clone(),
+        let mut page = OverviewPage {
+            layout: Layout::new("Overview", "overview", viewer),
+            cards: Vec::new(),
+            hour: Window::default(),
+            day: Window::default(),
+            unknown: 0,
+            expired_leases: 0,
+            past_retention: 0,
+            chart_start: when(chart_start, now),
+            hour_start: when(hour_start, now),
+            spiking: Vec::new(),
+            counted: when(now, shown_at),
+        };
+        for (n, tool) in tools.into_iter().enumerate() {
+            let (hour, day, series) = traffic.get(&tool).cloned().unwrap_or_else(|| {
+                (
+                    Window::default(),
+                    Window::default(),
+                    vec![Point::default(); buckets],
+                )
+            });
+            let b = backlog.remove(&tool).unwrap_or_default();
+            page.hour.merge(&hour);
+            page.day.merge(&day);
+            page.unknown += b.unknown;
+            page.expired_leases += b.expired_leases;
+            page.past_retention += b.past_retention;
+            let replay_keys = Drill::new(&tool, "outcome", "replay,replay_failure");
+            if hour.spiking() {
+                page.spiking.push(Spiking {
+                    tool: tool.clone(),
+                    ratio: hour.ratio(),
+                    replays: hour.replays,
+                    requests: hour.requests,
+                    keys: replay_keys.hour.clone(),
+                });
+            }
+            page.cards.push(ToolCard {
+                n,
+                hour_chart: replay_chart(&series[hour_first..], hour_start, BUCKET_SECONDS),
+                chart: replay_chart(&series, chart_start, BUCKET_SECONDS),
+                hour,
+                day,
+                unknown: b.unknown,
+                expired_leases: b.expired_leases,
+                past_retention: b.past_retention,
+                oldest_unknown: b.oldest_unknown.map(|t| when(t, now)),
+                keys_hour: link("/keys", &[("tool", Some(&tool)), ("from", Some("now-1h"))]),
+                keys_day: link("/keys", &[("tool", Some(&tool)), ("from", Some("now-1d"))]),
+                replay_keys,
+                conflict_keys: Drill::new(&tool, "outcome", "conflict"),
+                takeover_keys: Drill::new(&tool, "outcome", "takeover"),
+                escalation_keys: Drill::new(&tool, "attempt_kind", "escalated"),
+                backlog: link("/backlog", &[("tool", Some(&tool))]),
+                expired: link(
+                    "/keys",
+                    &[("tool", Some(&tool)), ("status", Some("IN_PROGRESS"))],
+                ),
+                tool,
             });
         }
-        page.cards.push(ToolCard {
-            n,
-            hour_chart: replay_chart(&series[hour_first..], hour_start, BUCKET_SECONDS),
-            chart: replay_chart(&series, chart_start, BUCKET_SECONDS),
-            hour,
-            day,
-            unknown: b.unknown,
-            expired_leases: b.expired_leases,
-            past_retention: b.past_retention,
-            oldest_unknown: b.oldest_unknown.map(|t| when(t, now)),
-            keys_hour: link("/keys", &[("tool", Some(&tool)), ("from", Some("now-1h"))]),
-            keys_day: link("/keys", &[("tool", Some(&tool)), ("from", Some("now-1d"))]),
-            replay_keys,
-            conflict_keys: Drill::new(&tool, "outcome", "conflict"),
-            takeover_keys: Drill::new(&tool, "outcome", "takeover"),
-            escalation_keys: Drill::new(&tool, "attempt_kind", "escalated"),
-            backlog: link("/backlog", &[("tool", Some(&tool))]),
-            expired: link(
-                "/keys",
-                &[("tool", Some(&tool)), ("status", Some("IN_PROGRESS"))],
-            ),
-            tool,
-        });
+        // What is wrong now first: tools whose replays spike, then those with keys past
+        // retention, then the rest, each group by name.
+        page.cards
+            .sort_by_key(|c| (!c.hour.spiking(), c.past_retention == 0));
+        page
     }
-    // What is wrong now first: tools whose replays spike, then those with keys past
-    // retention, then the rest, each group by name.
-    page.cards
-        .sort_by_key(|c| (!c.hour.spiking(), c.past_retention == 0));
-    Ok(Html(page.render()?))
 }

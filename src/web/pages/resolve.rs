@@ -13,7 +13,7 @@ use crate::auth::Principal;
 use crate::guard::{GuardError, IdempotencyKey, Record, Resolution, ResolveRequest, Status};
 use crate::web::auth::{Csrf, CsrfForm, checked_form, require_resolve};
 use crate::web::filters::{When, compact, pretty, short_key, when};
-use crate::web::{AppState, Error};
+use crate::web::{AppState, Error, Viewer};
 use askama::Template;
 use axum::Router;
 use axum::extract::rejection::FormRejection;
@@ -253,6 +253,42 @@ struct ConfirmPage {
     csrf_token: String,
 }
 
+impl ConfirmPage {
+    /// Step 1 of a resolve: what `req` would change, from `before` to `after`.
+    fn new(
+        viewer: &Viewer,
+        before: &Record,
+        after: &Record,
+        req: &ResolveRequest,
+        form: ResolveForm,
+        csrf_token: String,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            layout: Layout::new(
+                format!("Confirm: {}", label(req.resolution)),
+                "keys",
+                viewer,
+            ),
+            s: KeyState::new(before, now),
+            resolution: label(req.resolution),
+            meaning: meaning(req.resolution),
+            changes: changes(before, after, now),
+            reason: req.reason.clone(),
+            evidence: req.evidence.clone(),
+            result: after
+                .result
+                .as_ref()
+                .filter(|_| req.resolution == Resolution::Done)
+                .map(pretty),
+            actor: req.actor.clone(),
+            expected_token: before.fencing_token.0,
+            form,
+            csrf_token,
+        }
+    }
+}
+
 pub fn meaning(r: Resolution) -> &'static str {
     match r {
         Resolution::Done => {
@@ -291,6 +327,7 @@ struct RefusedPage {
 
 async fn resolve(
     State(state): State<AppState>,
+    viewer: Viewer,
     principal: Principal,
     csrf: Csrf,
     headers: HeaderMap,
@@ -307,7 +344,7 @@ async fn resolve(
         .ok_or_else(|| Error::NotFound(format!("No key {key} is recorded.")))?;
     let req = match form.request(principal.actor()) {
         Ok(req) => req,
-        Err(e) => return form_again(&record, &form, e, now, csrf.token),
+        Err(e) => return form_again(&viewer, &record, &form, e, now, csrf.token),
     };
     let guard = &state.guard;
 
@@ -315,27 +352,10 @@ async fn resolve(
         // Step 1: nothing is written; the guard says what it would do.
         return match guard.preview_resolve(&record, &req) {
             Ok(after) => {
-                let page = ConfirmPage {
-                    layout: Layout::new(format!("Confirm: {}", label(req.resolution)), "keys"),
-                    s: KeyState::new(&record, now),
-                    resolution: label(req.resolution),
-                    meaning: meaning(req.resolution),
-                    changes: changes(&record, &after, now),
-                    reason: req.reason.clone(),
-                    evidence: req.evidence.clone(),
-                    result: after
-                        .result
-                        .as_ref()
-                        .filter(|_| req.resolution == Resolution::Done)
-                        .map(pretty),
-                    actor: req.actor.clone(),
-                    expected_token: record.fencing_token.0,
-                    form,
-                    csrf_token: csrf.token,
-                };
+                let page = ConfirmPage::new(&viewer, &record, &after, &req, form, csrf.token, now);
                 Ok(Html(page.render()?).into_response())
             }
-            Err(e) => refused(&state, &key, e, &form, csrf.token, false).await,
+            Err(e) => refused(&state, &viewer, &key, e, &form, csrf.token, false).await,
         };
     }
 
@@ -345,16 +365,17 @@ async fn resolve(
             "expected_token",
             "the confirmation must carry the fencing token you saw; start again from the key page",
         );
-        return form_again(&record, &form, e, now, csrf.token);
+        return form_again(&viewer, &record, &form, e, now, csrf.token);
     }
     match guard.resolve(&key, &req).await {
         Ok(_) => Ok(Redirect::to(&format!("/keys/{key}#timeline-h")).into_response()),
-        Err(e) => refused(&state, &key, e, &form, csrf.token, true).await,
+        Err(e) => refused(&state, &viewer, &key, e, &form, csrf.token, true).await,
     }
 }
 
 /// 400: the form again with the values typed and the field to correct.
 fn form_again(
+    viewer: &Viewer,
     record: &Record,
     form: &ResolveForm,
     e: Error,
@@ -368,6 +389,7 @@ fn form_again(
         layout: Layout::new(
             format!("Resolve key {}", short_key(record.key.as_str())),
             "keys",
+            viewer,
         ),
         s: KeyState::new(record, now),
         form: FormView::new(record, now, csrf_token).with_values(form, (field, message)),
@@ -378,6 +400,7 @@ fn form_again(
 /// A refusal: 409 or 422 with the key's state now; 400 re-shows the form.
 async fn refused(
     state: &AppState,
+    viewer: &Viewer,
     key: &IdempotencyKey,
     e: GuardError,
     form: &ResolveForm,
@@ -394,7 +417,7 @@ async fn refused(
     let status = error.status();
     let title = match (&error, status) {
         (Error::BadRequest { .. }, _) => {
-            return form_again(&current, form, error, now, csrf_token);
+            return form_again(viewer, &current, form, error, now, csrf_token);
         }
         (_, StatusCode::CONFLICT) if current.status == Status::InProgress => {
             "A worker holds this key"
@@ -404,7 +427,7 @@ async fn refused(
         _ => return Err(error),
     };
     let page = RefusedPage {
-        layout: Layout::new(title, "keys"),
+        layout: Layout::new(title, "keys", viewer),
         status: status.as_u16(),
         title,
         message: error.to_string(),

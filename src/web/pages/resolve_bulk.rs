@@ -15,7 +15,7 @@ use crate::auth::Principal;
 use crate::guard::{FencingToken, IdempotencyKey, Resolution, ResolveRequest};
 use crate::web::auth::{Csrf, check_form_csrf, require_resolve};
 use crate::web::limits::keys_in_scope;
-use crate::web::{AppState, Error};
+use crate::web::{AppState, Error, Viewer};
 use askama::Template;
 use axum::Router;
 use axum::extract::rejection::FormRejection;
@@ -105,6 +105,7 @@ struct ResultPage {
 
 async fn bulk(
     State(state): State<AppState>,
+    viewer: Viewer,
     principal: Principal,
     csrf: Csrf,
     headers: HeaderMap,
@@ -129,18 +130,7 @@ async fn bulk(
         expected_token,
     };
     request(None).validate()?;
-    let listed: Vec<&str> =
-        p.0.iter()
-            .filter(|(k, v)| k == "key" && !v.trim().is_empty())
-            .map(|(_, v)| v.as_str())
-            .collect();
-    check_size(listed.len(), "key")?;
-    let selected = distinct(
-        listed
-            .into_iter()
-            .map(Item::parse)
-            .collect::<Result<_, _>>()?,
-    )?;
+    let selected = listed_items(&p)?;
     // A token limited to some tenants or tools acts on none of the list unless every
     // key is inside its limits (docs/AUTH.md, "Token limits").
     let keys: Vec<&IdempotencyKey> = selected.iter().map(|i| &i.key).collect();
@@ -149,40 +139,11 @@ async fn bulk(
     if p.get("confirm") == Some("yes") {
         // Exactly the listed keys, each under the token shown for it.
         check_size(selected.len(), "key")?;
-        let guard = &state.guard;
-        let mut outcomes = Vec::with_capacity(selected.len());
-        for item in &selected {
-            let done = guard.resolve(&item.key, &request(Some(item.token))).await;
-            let short = crate::web::filters::short_key(item.key.as_str());
-            outcomes.push(match done {
-                Ok(_) => Outcome {
-                    key: item.key.to_string(),
-                    short,
-                    result: "Resolved",
-                    ok: true,
-                    why: String::new(),
-                },
-                Err(e) => {
-                    let e = Error::from(e);
-                    Outcome {
-                        key: item.key.to_string(),
-                        short,
-                        result: match e.status().as_u16() {
-                            409 => "Conflict: changed since you looked",
-                            422 => "Not resolvable",
-                            404 => "Not found",
-                            _ => "Failed",
-                        },
-                        ok: false,
-                        why: e.to_string(),
-                    }
-                }
-            });
-        }
+        let outcomes = resolve_each(&state, &selected, request).await;
         let resolved = outcomes.iter().filter(|o| o.ok).count();
         tracing::info!(user = %principal.name, resolved, refused = outcomes.len() - resolved, "bulk resolve");
         let page = ResultPage {
-            layout: Layout::new("Bulk resolve: result", "backlog"),
+            layout: Layout::new("Bulk resolve: result", "backlog", &viewer),
             resolution: label(resolution),
             resolved,
             refused: outcomes.len() - resolved,
@@ -192,6 +153,85 @@ async fn bulk(
     }
 
     // Step 1: find the keys and show them; nothing is written.
+    let (scope, rows) = to_confirm(&state, &principal, &p, selected).await?;
+    let page = ConfirmPage {
+        layout: Layout::new("Confirm bulk resolve", "backlog", &viewer),
+        scope,
+        resolution: label(resolution),
+        resolution_value: resolution.as_str(),
+        meaning: meaning(resolution),
+        reason: p.get("reason").unwrap_or_default().to_string(),
+        rows,
+        csrf_token: csrf.token,
+    };
+    Ok(Html(page.render()?).into_response())
+}
+
+/// The keys ticked (`key=KEY.TOKEN`, each once).
+fn listed_items(p: &Params) -> Result<Vec<Item>, Error> {
+    let listed: Vec<&str> =
+        p.0.iter()
+            .filter(|(k, v)| k == "key" && !v.trim().is_empty())
+            .map(|(_, v)| v.as_str())
+            .collect();
+    check_size(listed.len(), "key")?;
+    distinct(
+        listed
+            .into_iter()
+            .map(Item::parse)
+            .collect::<Result<_, _>>()?,
+    )
+}
+
+/// Resolves each of `selected` under its own token, one guard call each: how each ended.
+async fn resolve_each(
+    state: &AppState,
+    selected: &[Item],
+    request: impl Fn(Option<FencingToken>) -> ResolveRequest,
+) -> Vec<Outcome> {
+    let mut outcomes = Vec::with_capacity(selected.len());
+    for item in selected {
+        let done = state
+            .guard
+            .resolve(&item.key, &request(Some(item.token)))
+            .await;
+        let short = crate::web::filters::short_key(item.key.as_str());
+        outcomes.push(match done {
+            Ok(_) => Outcome {
+                key: item.key.to_string(),
+                short,
+                result: "Resolved",
+                ok: true,
+                why: String::new(),
+            },
+            Err(e) => {
+                let e = Error::from(e);
+                Outcome {
+                    key: item.key.to_string(),
+                    short,
+                    result: match e.status().as_u16() {
+                        409 => "Conflict: changed since you looked",
+                        422 => "Not resolvable",
+                        404 => "Not found",
+                        _ => "Failed",
+                    },
+                    ok: false,
+                    why: e.to_string(),
+                }
+            }
+        });
+    }
+    outcomes
+}
+
+/// The keys the confirmation lists, each with its state now, and what they are: the
+/// backlog keys of the filter (`scope=filter`), or the keys ticked.
+async fn to_confirm(
+    state: &AppState,
+    principal: &Principal,
+    p: &Params,
+    selected: Vec<Item>,
+) -> Result<(String, Vec<Row>), Error> {
     let now = state.clock.now();
     let (scope, rows) = if p.get("scope") == Some("filter") {
         let tool = p.text("tool")?;
@@ -209,7 +249,7 @@ async fn bulk(
             ));
         }
         let keys: Vec<&IdempotencyKey> = page.keys.iter().map(|k| &k.key).collect();
-        keys_in_scope(&state, &principal, &keys).await?;
+        keys_in_scope(state, principal, &keys).await?;
         let scope = match &tool {
             Some(t) => format!("all {} backlog keys of tool {t}", page.keys.len()),
             None => format!("all {} backlog keys", page.keys.len()),
@@ -250,17 +290,7 @@ async fn bulk(
             .await?
             .map(|r| KeyState::new(&r, now));
     }
-    let page = ConfirmPage {
-        layout: Layout::new("Confirm bulk resolve", "backlog"),
-        scope,
-        resolution: label(resolution),
-        resolution_value: resolution.as_str(),
-        meaning: meaning(resolution),
-        reason: p.get("reason").unwrap_or_default().to_string(),
-        rows,
-        csrf_token: csrf.token,
-    };
-    Ok(Html(page.render()?).into_response())
+    Ok((scope, rows))
 }
 
 /// Each key once. A key listed twice would be resolved once and then refused as a

@@ -13,7 +13,7 @@
 //! - raw HTML in the Markdown is shown as text, never passed through.
 
 use super::Layout;
-use crate::web::{AppState, Error};
+use crate::web::{AppState, Error, Viewer};
 use askama::Template;
 use axum::Router;
 use axum::extract::{Path, Query};
@@ -166,12 +166,12 @@ struct DocPage {
     html: &'static str,
 }
 
-fn page(title: &str, name: &str) -> Result<Response, Error> {
+fn page(title: &str, name: &str, viewer: &Viewer) -> Result<Response, Error> {
     let html = RENDERED
         .get(name)
         .ok_or_else(|| Error::NotFound(format!("no document {name}")))?;
     let page = DocPage {
-        layout: Layout::new(title, "runbook"),
+        layout: Layout::new(title, "runbook", viewer),
         html,
     };
     Ok(Html(page.render()?).into_response())
@@ -184,7 +184,7 @@ struct RunbookQuery {
     alert: Option<String>,
 }
 
-async fn runbook(Query(q): Query<RunbookQuery>) -> Result<Response, Error> {
+async fn runbook(viewer: Viewer, Query(q): Query<RunbookQuery>) -> Result<Response, Error> {
     if let Some(alert) = q.alert {
         let id = anchor(&alert);
         let known = RENDERED["RUNBOOK.md"].contains(&format!(" id=\"{id}\""));
@@ -195,14 +195,14 @@ async fn runbook(Query(q): Query<RunbookQuery>) -> Result<Response, Error> {
         };
         return Ok(Redirect::to(&to).into_response());
     }
-    page("Runbook", "RUNBOOK.md")
+    page("Runbook", "RUNBOOK.md", &viewer)
 }
 
-async fn doc(Path(name): Path<String>) -> Result<Response, Error> {
+async fn doc(viewer: Viewer, Path(name): Path<String>) -> Result<Response, Error> {
     if name == "RUNBOOK.md" {
         return Ok(Redirect::permanent(RUNBOOK_PATH).into_response());
     }
-    page(name.trim_end_matches(".md"), &name)
+    page(name.trim_end_matches(".md"), &name, &viewer)
 }
 
 #[cfg(test)]

@@ -139,6 +139,16 @@ async fn the_demo_escalates_a_forgotten_key_within_a_minute_and_uses_the_http_gu
         page.contains("escalated"),
         "the key page shows the escalation"
     );
+    // ... and links the demo provider's lookup of the key, which answers (issue 50).
+    let lookup = format!("/demo/provider/{escalated}");
+    assert!(
+        page.contains(&format!(
+            "<a href=\"{lookup}\">Look this key up at the (demo) provider</a>"
+        )),
+        "the key page links the demo provider's lookup"
+    );
+    let (status, body) = get(&addr, &lookup).await.unwrap();
+    assert_eq!(status, 200, "{body}");
 
     // Part of the traffic went through the demo's own HTTP guard API: rows written
     // by the server for a local HTTP worker, next to the in-process ones.

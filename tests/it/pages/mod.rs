@@ -3,6 +3,7 @@
 
 mod errors;
 mod key_list;
+mod key_moment;
 mod key_page;
 mod overview;
 mod search;

@@ -34,6 +34,51 @@ pub fn chromedriver() -> Option<PathBuf> {
         .find(|p| p.exists())
 }
 
+/// Chromium and chromedriver, for a test that drives a browser. Without them the test
+/// fails under `CI=true`, and elsewhere says loudly that it is skipped and gets `None`.
+pub fn browser_or_skip() -> Option<(PathBuf, PathBuf)> {
+    match (chromium(), chromedriver()) {
+        (Some(chromium), Some(chromedriver)) => Some((chromium, chromedriver)),
+        _ => {
+            skip(
+                "Chromium and chromedriver are required (apt-get install chromium chromium-driver)",
+            );
+            None
+        }
+    }
+}
+
+/// Chromium alone (`--dump-dom`, `--screenshot`), or `None` as [`browser_or_skip`].
+pub fn chromium_or_skip() -> Option<PathBuf> {
+    let found = chromium();
+    if found.is_none() {
+        skip("Chromium is required (apt-get install chromium)");
+    }
+    found
+}
+
+fn skip(why: &str) {
+    if super::pg::required() {
+        panic!("{why} under CI=true");
+    }
+    eprintln!("\n*** SKIPPED ({why}) ***\n");
+}
+
+/// Under `IDEMWATCH_UPDATE_SCREENSHOTS=1`: copies `files` from `dir` to
+/// docs/screenshots/ (commit the result).
+pub fn publish_screenshots<S: AsRef<str>>(dir: &Path, files: impl IntoIterator<Item = S>) {
+    if !std::env::var("IDEMWATCH_UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
+        return;
+    }
+    let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/screenshots");
+    std::fs::create_dir_all(&docs).unwrap();
+    for file in files {
+        let file = file.as_ref();
+        std::fs::copy(dir.join(file), docs.join(file)).unwrap();
+    }
+    eprintln!("screenshots written to {}", docs.display());
+}
+
 /// One chromedriver process with one browser session; both end when dropped.
 pub struct Driver {
     child: Child,
