@@ -51,6 +51,17 @@ async fn key(
     Query(pairs): Query<Vec<(String, String)>>,
 ) -> Result<Json<KeyView>, Error> {
     let key = parse_key(&path_key(key)?)?;
+    // The JSON API takes `after` as the integer its schema declares: an empty value is a
+    // client's mistake, not "from the first" as the page's own links may send it.
+    if pairs
+        .iter()
+        .any(|(k, v)| k == "after" && v.trim().is_empty())
+    {
+        return Err(Error::bad_request(
+            "after",
+            "after must be an attempt number (0 or more), not empty".to_string(),
+        ));
+    }
     let after = parse_after(&pairs)?;
     view(&state, &key, after).await.map(Json)
 }
