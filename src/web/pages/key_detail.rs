@@ -1,8 +1,8 @@
 //! `/keys/{key}`: one key's record, its attempt timeline, and the other keys with the
 //! same business ref. Answers "what happened to order A-88214?". The page is one read
-//! ([`crate::store::Store::key_history`]) shown by a pure view ([`KeyPage`]).
+//! ([`crate::store::Store::key_history`]) shown by a pure view ([`KeyPageView`]).
 
-use super::key_view::{Context, KeyPage, SIBLINGS};
+use super::key_view::{Context, KeyPageView, SIBLINGS};
 use super::params::parse_key_prefix;
 use crate::guard::IdempotencyKey;
 use crate::store::HistoryRead;
@@ -72,7 +72,7 @@ async fn key_page(
         ))
     })?;
     let money = state.tools.amount(&history.record.intent.tool);
-    let page = KeyPage::new(
+    let page = KeyPageView::new(
         history,
         Context {
             money,

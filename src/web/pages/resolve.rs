@@ -91,7 +91,7 @@ impl ResolveForm {
 }
 
 /// A key's state as the resolve pages show it.
-pub struct KeyState {
+pub struct KeyStateView {
     pub key: String,
     pub short: String,
     pub tool: String,
@@ -107,7 +107,7 @@ pub struct KeyState {
     pub release_approved: bool,
 }
 
-impl KeyState {
+impl KeyStateView {
     pub fn new(r: &Record, now: DateTime<Utc>) -> Self {
         let retention = Retention::new(r.resend_safe_until, r.provider_retention_until, now);
         Self {
@@ -146,7 +146,7 @@ pub struct FormView {
 
 impl FormView {
     pub fn new(r: &Record, now: DateTime<Utc>, csrf_token: String) -> Self {
-        let state = KeyState::new(r, now);
+        let state = KeyStateView::new(r, now);
         Self {
             action: format!("/keys/{}/resolve", r.key),
             csrf_token,
@@ -188,22 +188,22 @@ impl FormView {
 #[template(path = "resolve.html")]
 struct FormPage {
     layout: Layout,
-    s: KeyState,
+    s: KeyStateView,
     form: FormView,
 }
 
 /// One line of "what will change".
-pub struct Change {
+pub struct FieldChange {
     pub field: &'static str,
     pub before: String,
     pub after: String,
 }
 
-fn changes(before: &Record, after: &Record, now: DateTime<Utc>) -> Vec<Change> {
+fn changes(before: &Record, after: &Record, now: DateTime<Utc>) -> Vec<FieldChange> {
     let mut out = Vec::new();
     let mut add = |field, b: String, a: String| {
         if b != a {
-            out.push(Change {
+            out.push(FieldChange {
                 field,
                 before: b,
                 after: a,
@@ -236,16 +236,16 @@ fn changes(before: &Record, after: &Record, now: DateTime<Utc>) -> Vec<Change> {
 
 #[derive(Template)]
 #[template(path = "resolve_confirm.html")]
-struct ConfirmPage {
+struct ResolveConfirmPage {
     layout: Layout,
-    s: KeyState,
+    s: KeyStateView,
     resolution: &'static str,
     /// One sentence on what the resolution means for the next retry.
     meaning: &'static str,
     reason: String,
     evidence: Option<String>,
     result: Option<String>,
-    changes: Vec<Change>,
+    changes: Vec<FieldChange>,
     actor: String,
     /// Carried unchanged to the second post.
     form: ResolveForm,
@@ -253,7 +253,7 @@ struct ConfirmPage {
     csrf_token: String,
 }
 
-impl ConfirmPage {
+impl ResolveConfirmPage {
     /// Step 1 of a resolve: what `req` would change, from `before` to `after`.
     fn new(
         viewer: &Viewer,
@@ -270,7 +270,7 @@ impl ConfirmPage {
                 "keys",
                 viewer,
             ),
-            s: KeyState::new(before, now),
+            s: KeyStateView::new(before, now),
             resolution: label(req.resolution),
             meaning: meaning(req.resolution),
             changes: changes(before, after, now),
@@ -319,7 +319,7 @@ struct RefusedPage {
     title: &'static str,
     message: String,
     /// The key as it is now.
-    s: KeyState,
+    s: KeyStateView,
     /// Whether the guard wrote the refused try to the attempt log (only the
     /// confirming post reaches the guard's write path).
     logged: bool,
@@ -352,7 +352,8 @@ async fn resolve(
         // Step 1: nothing is written; the guard says what it would do.
         return match guard.preview_resolve(&record, &req) {
             Ok(after) => {
-                let page = ConfirmPage::new(&viewer, &record, &after, &req, form, csrf.token, now);
+                let page =
+                    ResolveConfirmPage::new(&viewer, &record, &after, &req, form, csrf.token, now);
                 Ok(Html(page.render()?).into_response())
             }
             Err(e) => refused(&state, &viewer, &key, e, &form, csrf.token, false).await,
@@ -391,7 +392,7 @@ fn form_again(
             "keys",
             viewer,
         ),
-        s: KeyState::new(record, now),
+        s: KeyStateView::new(record, now),
         form: FormView::new(record, now, csrf_token).with_values(form, (field, message)),
     };
     Ok((StatusCode::BAD_REQUEST, Html(page.render()?)).into_response())
@@ -431,7 +432,7 @@ async fn refused(
         status: status.as_u16(),
         title,
         message: error.to_string(),
-        s: KeyState::new(&current, now),
+        s: KeyStateView::new(&current, now),
         logged,
     };
     Ok((status, Html(page.render()?)).into_response())

@@ -10,7 +10,7 @@
 use super::Layout;
 use super::params::Params;
 use super::params::{parse_key, parse_resolution};
-use super::resolve::{KeyState, label, meaning};
+use super::resolve::{KeyStateView, label, meaning};
 use crate::auth::Principal;
 use crate::guard::{FencingToken, IdempotencyKey, Resolution, ResolveRequest};
 use crate::web::auth::{Csrf, check_form_csrf, require_resolve};
@@ -66,12 +66,12 @@ impl Item {
 /// One row of the confirmation table.
 struct Row {
     item: Item,
-    state: Option<KeyState>,
+    state: Option<KeyStateView>,
 }
 
 #[derive(Template)]
 #[template(path = "resolve_bulk_confirm.html")]
-struct ConfirmPage {
+struct BulkConfirmPage {
     layout: Layout,
     /// "the 12 keys you selected" / "all 37 backlog keys of issue_refund".
     scope: String,
@@ -84,7 +84,7 @@ struct ConfirmPage {
 }
 
 /// How one key of a confirmed batch ended.
-struct Outcome {
+struct BulkResultRow {
     key: String,
     short: String,
     /// "Resolved", or the refusal's title.
@@ -100,7 +100,7 @@ struct ResultPage {
     resolution: &'static str,
     resolved: usize,
     refused: usize,
-    outcomes: Vec<Outcome>,
+    outcomes: Vec<BulkResultRow>,
 }
 
 async fn bulk(
@@ -154,7 +154,7 @@ async fn bulk(
 
     // Step 1: find the keys and show them; nothing is written.
     let (scope, rows) = to_confirm(&state, &principal, &p, selected).await?;
-    let page = ConfirmPage {
+    let page = BulkConfirmPage {
         layout: Layout::new("Confirm bulk resolve", "backlog", &viewer),
         scope,
         resolution: label(resolution),
@@ -188,7 +188,7 @@ async fn resolve_each(
     state: &AppState,
     selected: &[Item],
     request: impl Fn(Option<FencingToken>) -> ResolveRequest,
-) -> Vec<Outcome> {
+) -> Vec<BulkResultRow> {
     let mut outcomes = Vec::with_capacity(selected.len());
     for item in selected {
         let done = state
@@ -197,7 +197,7 @@ async fn resolve_each(
             .await;
         let short = crate::web::filters::short_key(item.key.as_str());
         outcomes.push(match done {
-            Ok(_) => Outcome {
+            Ok(_) => BulkResultRow {
                 key: item.key.to_string(),
                 short,
                 result: "Resolved",
@@ -206,7 +206,7 @@ async fn resolve_each(
             },
             Err(e) => {
                 let e = Error::from(e);
-                Outcome {
+                BulkResultRow {
                     key: item.key.to_string(),
                     short,
                     result: match e.status().as_u16() {
@@ -288,7 +288,7 @@ async fn to_confirm(
             .store
             .record(&row.item.key)
             .await?
-            .map(|r| KeyState::new(&r, now));
+            .map(|r| KeyStateView::new(&r, now));
     }
     Ok((scope, rows))
 }
