@@ -44,6 +44,16 @@ pub fn parse_after(pairs: &[(String, String)]) -> Result<i64, Error> {
     }
 }
 
+/// A prefix or an upper-case key: the keys it stands for.
+fn prefix_redirect(text: &str) -> Result<Response, Error> {
+    let prefix = parse_key_prefix("key", text)?;
+    let to = match prefix.len() {
+        64 => format!("/keys/{prefix}"),
+        _ => link("/keys", &[("key", Some(&prefix))]),
+    };
+    Ok(Redirect::to(&to).into_response())
+}
+
 async fn key_page(
     State(state): State<AppState>,
     viewer: Viewer,
@@ -52,13 +62,7 @@ async fn key_page(
 ) -> Result<Response, Error> {
     let after = parse_after(&pairs)?;
     let Ok(key) = IdempotencyKey::parse(&key) else {
-        // A prefix or an upper-case key: show the keys it stands for.
-        let prefix = parse_key_prefix("key", &key)?;
-        let to = match prefix.len() {
-            64 => format!("/keys/{prefix}"),
-            _ => link("/keys", &[("key", Some(&prefix))]),
-        };
-        return Ok(Redirect::to(&to).into_response());
+        return prefix_redirect(&key);
     };
     let now = state.clock.now();
     let read = HistoryRead {

@@ -52,8 +52,9 @@ impl CsrfForm for ResolveForm {
 }
 
 impl ResolveForm {
-    /// The guard's request, or the first field that cannot be read.
-    fn request(&self, actor: String) -> Result<ResolveRequest, Error> {
+    /// The guard's request, or the first field that cannot be read. A confirming post
+    /// (`confirm`) must say which state the person confirmed: its fencing token.
+    fn request(&self, actor: String, confirm: bool) -> Result<ResolveRequest, Error> {
         let resolution = params::parse_resolution(self.resolution.as_deref())?;
         let text = |v: &Option<String>| {
             v.as_deref()
@@ -86,6 +87,12 @@ impl ResolveForm {
             expected_token,
         };
         req.validate()?;
+        if confirm && req.expected_token.is_none() {
+            return Err(Error::bad_request(
+                "expected_token",
+                "the confirmation must carry the fencing token you saw; start again from the key page",
+            ));
+        }
         Ok(req)
     }
 }
@@ -337,41 +344,35 @@ async fn resolve(
     let form = checked_form(&state, &principal, &headers, form)?;
     let key = params::parse_key(&key)?;
     let now = state.clock.now();
-    let record = state
-        .store
-        .record(&key)
-        .await?
-        .ok_or_else(|| Error::NotFound(format!("No key {key} is recorded.")))?;
-    let req = match form.request(principal.actor()) {
+    let record = record_of(&state, &key).await?;
+    let confirm = form.confirm.as_deref() == Some("yes");
+    let req = match form.request(principal.actor(), confirm) {
         Ok(req) => req,
         Err(e) => return form_again(&viewer, &record, &form, e, now, csrf.token),
     };
-    let guard = &state.guard;
+    // Step 1 writes nothing (the guard says what it would do); step 2 writes.
+    let done = if confirm {
+        state.guard.resolve(&key, &req).await.map(|_| None)
+    } else {
+        state.guard.preview_resolve(&record, &req).map(Some)
+    };
+    match done {
+        Ok(Some(after)) => {
+            let page =
+                ResolveConfirmPage::new(&viewer, &record, &after, &req, form, csrf.token, now);
+            Ok(Html(page.render()?).into_response())
+        }
+        Ok(None) => Ok(Redirect::to(&format!("/keys/{key}#timeline-h")).into_response()),
+        Err(e) => refused(&state, &viewer, &key, e, &form, csrf.token, confirm).await,
+    }
+}
 
-    if form.confirm.as_deref() != Some("yes") {
-        // Step 1: nothing is written; the guard says what it would do.
-        return match guard.preview_resolve(&record, &req) {
-            Ok(after) => {
-                let page =
-                    ResolveConfirmPage::new(&viewer, &record, &after, &req, form, csrf.token, now);
-                Ok(Html(page.render()?).into_response())
-            }
-            Err(e) => refused(&state, &viewer, &key, e, &form, csrf.token, false).await,
-        };
-    }
-
-    // Step 2: the confirmation must say which state the person confirmed.
-    if req.expected_token.is_none() {
-        let e = Error::bad_request(
-            "expected_token",
-            "the confirmation must carry the fencing token you saw; start again from the key page",
-        );
-        return form_again(&viewer, &record, &form, e, now, csrf.token);
-    }
-    match guard.resolve(&key, &req).await {
-        Ok(_) => Ok(Redirect::to(&format!("/keys/{key}#timeline-h")).into_response()),
-        Err(e) => refused(&state, &viewer, &key, e, &form, csrf.token, true).await,
-    }
+async fn record_of(state: &AppState, key: &IdempotencyKey) -> Result<Record, Error> {
+    state
+        .store
+        .record(key)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("No key {key} is recorded.")))
 }
 
 /// 400: the form again with the values typed and the field to correct.
@@ -409,11 +410,7 @@ async fn refused(
     logged: bool,
 ) -> Result<Response, Error> {
     let now = state.clock.now();
-    let current = state
-        .store
-        .record(key)
-        .await?
-        .ok_or_else(|| Error::NotFound(format!("No key {key} is recorded.")))?;
+    let current = record_of(state, key).await?;
     let error = Error::from(e);
     let status = error.status();
     let title = match (&error, status) {
@@ -453,7 +450,7 @@ mod tests {
     }
 
     fn field(f: &ResolveForm) -> &'static str {
-        match f.request("sam".into()) {
+        match f.request("sam".into(), false) {
             Err(Error::BadRequest { field, .. }) => field,
             other => panic!("{other:?}"),
         }
@@ -485,7 +482,7 @@ mod tests {
                 "{\"refund_id\":\"rf_8XM1\"}",
             )
         };
-        let req = f.request("sam".into()).unwrap();
+        let req = f.request("sam".into(), false).unwrap();
         assert_eq!(req.resolution, Resolution::Done);
         assert_eq!(req.reason, "checked");
         assert_eq!(req.evidence.as_deref(), Some("rf_8XM1"));
