@@ -440,25 +440,15 @@ pub(crate) fn secure_cookies(state: &AppState, headers: &HeaderMap) -> bool {
 pub(crate) fn check_form_csrf(
     state: &AppState,
     principal: Option<&Principal>,
-    _headers: &HeaderMap,
     token: Option<&str>,
 ) -> Result<(), Error> {
-    if principal.is_some_and(|p| p.via == Via::Token) {
-        return Ok(());
-    }
-    let now = state.sessions.now();
-    let binding = request_csrf_binding();
-    let ok = token.is_some_and(|t| state.auth.csrf_valid(binding.as_deref(), t, now));
-    if ok {
-        Ok(())
-    } else {
-        state.auth_log.refused("csrf", || {
-            tracing::info!("form refused: missing or wrong CSRF token");
-        });
-        Err(Error::Forbidden(
-            "This form's security token is missing or out of date (CSRF check). Nothing was changed: reload the page and submit it again.".into(),
-        ))
-    }
+    check_csrf(
+        state,
+        principal,
+        token,
+        "form refused: missing or wrong CSRF token",
+        "This form's security token is missing or out of date (CSRF check). Nothing was changed: reload the page and submit it again.",
+    )
 }
 
 /// A posted form that carries its CSRF token.
@@ -471,11 +461,10 @@ pub(crate) trait CsrfForm {
 pub(crate) fn checked_form<T: CsrfForm>(
     state: &AppState,
     principal: &Principal,
-    headers: &HeaderMap,
     form: Result<axum::extract::Form<T>, axum::extract::rejection::FormRejection>,
 ) -> Result<T, Error> {
     let axum::extract::Form(form) = form.map_err(|e| Error::bad_request("form", e.body_text()))?;
-    check_form_csrf(state, Some(principal), headers, form.csrf_token())?;
+    check_form_csrf(state, Some(principal), form.csrf_token())?;
     Ok(form)
 }
 
@@ -486,23 +475,35 @@ pub(crate) fn check_api_csrf(
     principal: &Principal,
     headers: &HeaderMap,
 ) -> Result<(), Error> {
-    if principal.via == Via::Token {
+    check_csrf(
+        state,
+        Some(principal),
+        headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()),
+        "JSON request refused: missing or wrong X-CSRF-Token",
+        "A request signed in by the browser (not by a bearer token) must carry the X-CSRF-Token header (GET /api/v1/csrf gives one). Nothing was changed.",
+    )
+}
+
+/// Bearer tokens need no CSRF token (a browser never adds one); anyone else's `token`
+/// must be this request's. A refusal is counted and logged (`log`) in bursts: 403
+/// saying `message`.
+fn check_csrf(
+    state: &AppState,
+    principal: Option<&Principal>,
+    token: Option<&str>,
+    log: &'static str,
+    message: &str,
+) -> Result<(), Error> {
+    if principal.is_some_and(|p| p.via == Via::Token) {
         return Ok(());
     }
-    let token = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
-    let binding = request_csrf_binding();
     let now = state.sessions.now();
-    let ok = token.is_some_and(|t| state.auth.csrf_valid(binding.as_deref(), t, now));
-    if ok {
-        Ok(())
-    } else {
-        state.auth_log.refused("csrf", || {
-            tracing::info!("JSON request refused: missing or wrong X-CSRF-Token");
-        });
-        Err(Error::Forbidden(
-            "A request signed in by the browser (not by a bearer token) must carry the X-CSRF-Token header (GET /api/v1/csrf gives one). Nothing was changed.".into(),
-        ))
+    let binding = request_csrf_binding();
+    if token.is_some_and(|t| state.auth.csrf_valid(binding.as_deref(), t, now)) {
+        return Ok(());
     }
+    state.auth_log.refused("csrf", || tracing::info!("{log}"));
+    Err(Error::Forbidden(message.into()))
 }
 
 /// Route middleware: only callers who may resolve keys get through.
