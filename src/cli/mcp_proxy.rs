@@ -160,13 +160,14 @@ fn upstream_spec(args: &McpProxyArgs) -> anyhow::Result<UpstreamSpec> {
 async fn guard_port(args: &McpProxyArgs) -> anyhow::Result<Arc<dyn GuardPort>> {
     let Some(url) = &args.guard_url else {
         let store = super::serve::open_store(&args.database).await?;
-        return Ok(Arc::new(LocalGuard {
+        let settings = GuardSettings {
+            lease_margin: args.lease_margin.0,
+        };
+        return Ok(Arc::new(LocalGuard::new(
             store,
-            clock: Arc::new(SystemClock),
-            settings: GuardSettings {
-                lease_margin: args.lease_margin.0,
-            },
-        }));
+            Arc::new(SystemClock),
+            settings,
+        )));
     };
     let token = match (&args.guard_token, &args.guard_token_file) {
         (Some(token), _) => Some(token.clone()),

@@ -152,7 +152,7 @@ impl GuardPort for RemoteGuard {
     }
 
     fn call(&self, context: CallContext) -> Box<dyn GuardCall> {
-        Box::new(remote_steps::RemoteCall::new(self.clone(), &context.actor))
+        Box::new(remote_steps::RemoteCall::new(self.clone(), context))
     }
 
     fn key_state<'a>(&'a self, key: &'a IdempotencyKey) -> Step<'a, Option<KeyState>> {
