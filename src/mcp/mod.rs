@@ -20,6 +20,7 @@ mod answer;
 mod call;
 mod classify;
 mod http;
+mod http_client;
 mod intent;
 mod lookup;
 mod port;
@@ -30,6 +31,7 @@ mod upstream;
 
 pub use answer::KeyPages;
 pub use classify::{Disagreement, Treatment};
+pub use http_client::is_loopback;
 pub use port::GuardPort;
 pub use port::local::LocalGuard;
 pub use port::remote::{GuardToken, RemoteGuard};

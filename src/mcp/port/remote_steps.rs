@@ -364,7 +364,7 @@ mod tests {
     use super::*;
 
     fn guard() -> RemoteGuard {
-        RemoteGuard::new(&"http://127.0.0.1:9".parse().unwrap(), None).unwrap()
+        RemoteGuard::new(&"http://127.0.0.1:9".parse().unwrap(), None, None).unwrap()
     }
 
     fn reply(status: u16, body: Value) -> Reply {
