@@ -3,6 +3,7 @@
 //! replays spiked as a full-height red band. Only geometry is computed here;
 //! `templates/overview.html` writes the SVG, and a sentence says the same in words.
 
+use crate::guard::AttemptKind;
 use crate::web::filters::{percent, thousands_sep, utc_hm};
 use chrono::{DateTime, Utc};
 use std::fmt::Write;
@@ -28,6 +29,22 @@ pub struct Point {
     pub requests: i64,
     pub replays: i64,
     pub conflicts: i64,
+}
+
+impl Point {
+    /// Counts `n` attempts of `kind`: an admission is a request (as
+    /// `idempotency_requests_total` counts them); a replay returned a stored result or
+    /// error; a conflict is a payload mismatch.
+    pub fn add(&mut self, kind: AttemptKind, n: i64) {
+        if kind.admission_outcome().is_some() {
+            self.requests += n;
+        }
+        match kind {
+            AttemptKind::Replayed | AttemptKind::ReplayedFailure => self.replays += n,
+            AttemptKind::PayloadMismatch => self.conflicts += n,
+            _ => {}
+        }
+    }
 }
 
 pub struct Bar {

@@ -23,8 +23,8 @@ pub fn router() -> Router<AppState> {
     Router::new().route("/", get(overview))
 }
 
-/// Admissions and what became of them in one window. A request is one admission to
-/// the guard (`idempotency_requests_total`); a replay returned a stored result or error.
+/// Admissions and what became of them in one window (what counts as what:
+/// [`Point::add`]), and the takeovers and escalations among them.
 #[derive(Debug, Clone, Default)]
 struct WindowTraffic {
     requests: i64,
@@ -36,12 +36,12 @@ struct WindowTraffic {
 
 impl WindowTraffic {
     fn add(&mut self, kind: AttemptKind, n: i64) {
-        if kind.admission_outcome().is_some() {
-            self.requests += n;
-        }
+        let mut counted = Point::default();
+        counted.add(kind, n);
+        self.requests += counted.requests;
+        self.replays += counted.replays;
+        self.conflicts += counted.conflicts;
         match kind {
-            AttemptKind::Replayed | AttemptKind::ReplayedFailure => self.replays += n,
-            AttemptKind::PayloadMismatch => self.conflicts += n,
             AttemptKind::TakenOver => self.takeovers += n,
             AttemptKind::Escalated => self.escalations += n,
             _ => {}
@@ -232,14 +232,7 @@ impl OverviewPage {
             else {
                 continue;
             };
-            if kind.admission_outcome().is_some() {
-                point.requests += r.n;
-            }
-            match kind {
-                AttemptKind::Replayed | AttemptKind::ReplayedFailure => point.replays += r.n,
-                AttemptKind::PayloadMismatch => point.conflicts += r.n,
-                _ => {}
-            }
+            point.add(kind, r.n);
         }
         let mut backlog: BTreeMap<String, BacklogSummary> =
             summary.into_iter().map(|s| (s.tool.clone(), s)).collect();
