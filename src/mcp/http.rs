@@ -7,7 +7,7 @@
 //! under any Host name (a probe path of the site rules), so Prometheus scrapes it as
 //! it scrapes `serve`.
 
-use super::server::{Proxy, Shared};
+use super::server::{Proxy, ProxyState};
 use crate::auth::{Authenticator, Permission, Principal};
 use crate::metrics::mcp::McpMetrics;
 use axum::Router;
@@ -22,7 +22,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// The router: `/mcp` for every MCP session, `/metrics` for Prometheus.
-pub fn router(shared: Arc<Shared>, auth: Arc<Authenticator>, metrics: Arc<McpMetrics>) -> Router {
+pub fn router(
+    shared: Arc<ProxyState>,
+    auth: Arc<Authenticator>,
+    metrics: Arc<McpMetrics>,
+) -> Router {
     // The Host check is ours (the site rules every `serve` route follows), so
     // rmcp's own loopback-only default is off.
     let config = StreamableHttpServerConfig::default().disable_allowed_hosts();

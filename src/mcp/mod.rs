@@ -41,7 +41,7 @@ use crate::guard::{Clock, ToolPolicies};
 pub use crate::metrics::mcp::McpMetrics;
 use anyhow::Context;
 use rmcp::ServiceExt;
-use server::{Proxy, Shared};
+use server::{Proxy, ProxyState};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,7 +58,7 @@ pub struct Settings {
 
 /// A started proxy: the upstream is running and its tools are classified.
 pub struct Started {
-    shared: Arc<Shared>,
+    shared: Arc<ProxyState>,
 }
 
 impl Started {
@@ -113,7 +113,7 @@ impl Started {
             pages: settings.pages.clone(),
         };
         Ok(Started {
-            shared: Arc::new(Shared {
+            shared: Arc::new(ProxyState {
                 calls,
                 upstream_tools: tools,
                 classification,

@@ -4,7 +4,7 @@
 use super::answer;
 use super::call::{Calls, Request};
 use super::classify::{Classification, Treatment};
-use super::intent::Caller;
+use super::intent::Session;
 use super::status_tool;
 use super::upstream::UpstreamError;
 use rmcp::model::{
@@ -23,7 +23,7 @@ use std::time::Duration;
 pub const CLIENT_KEY: &str = "idempotencyKey";
 
 /// What every session of one proxy shares.
-pub struct Shared {
+pub struct ProxyState {
     pub calls: Calls,
     pub upstream_tools: Vec<Tool>,
     pub classification: Classification,
@@ -35,26 +35,26 @@ pub struct Shared {
 /// One MCP session of the proxy.
 #[derive(Clone)]
 pub struct Proxy {
-    shared: Arc<Shared>,
+    shared: Arc<ProxyState>,
     session: String,
 }
 
 impl Proxy {
-    pub fn new(shared: Arc<Shared>, session: String) -> Self {
+    pub fn new(shared: Arc<ProxyState>, session: String) -> Self {
         Self { shared, session }
     }
 
-    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Caller {
+    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Session {
         let client = ctx
             .peer
             .peer_info()
             .map(|info| info.client_info.name.clone())
             .filter(|name| !name.trim().is_empty())
             .unwrap_or_else(|| "unnamed-client".to_string());
-        Caller {
+        Session {
             tenant: self.shared.tenant.clone(),
             client,
-            session: super::http::session_id(ctx).unwrap_or_else(|| self.session.clone()),
+            id: super::http::session_id(ctx).unwrap_or_else(|| self.session.clone()),
         }
     }
 
