@@ -6,7 +6,6 @@
 use super::answer::{self, KeyPages};
 use super::classify::Guarded;
 use super::intent::Session;
-use super::lookup;
 use super::port::{Admission, AfterLookup, CallContext, Fenced, GuardCall, GuardPort, PortError};
 use super::upstream::{Upstream, UpstreamError};
 use crate::guard::{
@@ -197,7 +196,7 @@ impl Calls {
             // The tool ran and said it failed: the server's own definitive answer.
             Ok(result) => (
                 CallOutcome::Failed {
-                    error: lookup::text_of(&result),
+                    error: super::lookup::text_of(&result),
                 },
                 result,
             ),
@@ -274,9 +273,9 @@ impl Calls {
             )),
             Some(spec) => {
                 let params = CallToolRequestParams::new(spec.tool.clone())
-                    .with_arguments(lookup::arguments(spec, &held.key));
+                    .with_arguments(super::lookup::arguments(spec, &held.key));
                 match self.upstream.call(params, held.call_timeout).await {
-                    Ok(answer) => match lookup::read(spec, &answer) {
+                    Ok(answer) => match super::lookup::read(spec, &answer) {
                         Ok(Some(effect)) => Lookup::Found(found_result(&spec.tool, effect)),
                         Ok(None) => Lookup::NotFound,
                         Err(why) => Lookup::Failed(why),

@@ -41,7 +41,7 @@ use crate::guard::{Clock, ToolPolicies};
 pub use crate::metrics::mcp::McpMetrics;
 use anyhow::Context;
 use rmcp::ServiceExt;
-use server::{Proxy, ProxyState};
+use server::{Proxy, ProxyState, new_session_id};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -203,10 +203,4 @@ impl Started {
         .await
         .context("the MCP HTTP server failed")
     }
-}
-
-/// A session id where the transport has none (stdio: one per connection), or before
-/// the HTTP transport has named the session.
-fn new_session_id(transport: &str) -> String {
-    format!("{transport}-{:016x}", rand::random::<u64>())
 }
