@@ -108,6 +108,9 @@ def strip(text):
 
 def expand(tree):
     """`a::{b, c::{d, e}}` -> [[a, b], [a, c, d], [a, c, e]]."""
+    # `X as Y` keeps X: marked before the spaces go (a name such as `classify`
+    # holds the letters `as` too).
+    tree = re.sub(r"\s+as\s+\w+", "", tree)
     tree = re.sub(r"\s+", "", tree)
     paths = []
 
@@ -133,9 +136,7 @@ def expand(tree):
                 segs = [x for x in head.split("::") if x]
                 walk(prefix + segs, inner)
             else:
-                p = re.sub(r"\bas\w+$", "", p.replace("as", " as ")).strip()
                 segs = [x.strip() for x in p.split("::") if x.strip()]
-                segs = [re.sub(r"\s+as\s+\w+$", "", x) for x in segs]
                 if segs:
                     paths.append(prefix + segs)
 
