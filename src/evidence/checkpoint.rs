@@ -12,8 +12,8 @@ use super::merkle::{Hash, leaf_hash};
 use crate::base::canonical::{MAX_SAFE_INTEGER, canonical_json, write_string};
 use crate::base::hash::sha256_hex;
 use crate::guard::GENESIS_HASH;
-/// The types are the store's, which reads and writes them; what they mean is here.
-pub use crate::store::{Checkpoint, CheckpointBody, Leaf};
+/// The types are the evidence port's (the store reads and writes them); what they mean is here.
+pub use super::port::{Checkpoint, CheckpointBody, Leaf};
 use chrono::{DateTime, Utc};
 use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
 use std::fmt::Write as _;
