@@ -1,6 +1,7 @@
 //! Rows into domain values: [`Record`] and [`Attempt`] (and the tailer's and the
-//! backlog's rows) decode straight from a row of either backend, so their columns are declared once (the domain struct) and listed
-//! once (`store/sql.rs`), with no row struct repeating them in between.
+//! backlog's rows) decode straight from a row of either backend, so their columns are
+//! declared once (the domain struct) and listed once (`store/sql.rs`), with no row
+//! struct repeating them in between.
 
 use crate::guard::{Attempt, FencingToken, Intent, Record};
 use crate::metrics::port::BacklogGroup;
