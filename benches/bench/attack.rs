@@ -13,6 +13,7 @@ use super::export::{proc_kb, release_binary};
 use super::http::Client;
 use super::report::{Figure, Latencies};
 use super::seed;
+use super::shared_attack::{admit_body, post_admit};
 use idemwatch::auth::secrets;
 use idemwatch::guard::IdempotencyKey;
 use idemwatch::store::Store;
@@ -22,7 +23,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const WORKER: &str = "iw_attack_worker";
 const READER: &str = "iw_attack_reader";
@@ -93,39 +93,6 @@ async fn ready(addr: SocketAddr) {
     }
 }
 
-/// An admit of `bytes` whose arguments are `[0]` cells: the shape that grows most when
-/// read as a tree (the review's 3.3 GiB).
-fn big_admit(bytes: usize) -> Arc<Vec<u8>> {
-    let head = r#"{"intent":{"tenant":"acme","tool":"issue_refund","workflow_id":"attack","step_id":"1","intent_id":"big"},"args":{"cells":["#;
-    let cells = (bytes - head.len() - 4) / 4;
-    let mut body = head.as_bytes().to_vec();
-    body.extend(std::iter::repeat_n(&b"[0],"[..], cells).flatten());
-    body.extend(b"[0]]}}");
-    Arc::new(body)
-}
-
-/// One big admit on a fresh connection, as the review sent them: the status, or 0 when
-/// the server closed the connection first (it refuses a body it will not read).
-async fn post_big(addr: SocketAddr, body: &[u8]) -> u16 {
-    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
-        return 0;
-    };
-    let head = format!(
-        "POST /api/v1/guard/admit HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {WORKER}\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(head.as_bytes()).await;
-    let _ = stream.write_all(body).await;
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw).await;
-    String::from_utf8_lossy(&raw)
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
-
 /// Claims K, lets its lease run out and takes it over: K's token is 2, so a settle under
 /// token 1 is refused as stale.
 async fn hammered_key(addr: SocketAddr) -> String {
@@ -159,12 +126,17 @@ fn attack(
     counts: &Counts,
 ) -> tokio::task::JoinSet<()> {
     let mut tasks = tokio::task::JoinSet::new();
-    let body = big_admit(1_900_000);
+    // The test's body (tests/it/guard_memory.rs): `[0]` cells, 1.9 MB.
+    let body = Arc::new(admit_body(1_900_000, 1_900_000 / 4 - 100, 0).into_bytes());
     for _ in 0..32 {
         let (stop, counts, body) = (stop.clone(), counts.clone(), body.clone());
         tasks.spawn(async move {
             while !stop.load(Ordering::Relaxed) {
-                count(&counts, "big admit", post_big(addr, &body).await);
+                count(
+                    &counts,
+                    "big admit",
+                    post_admit(&addr.to_string(), WORKER, &body).await,
+                );
             }
         });
     }

@@ -36,6 +36,8 @@ mod pg;
 mod probe;
 mod report;
 mod seed;
+#[path = "../../tests/it/support/attack.rs"]
+mod shared_attack;
 mod slices;
 mod soak;
 mod soak_diag;

@@ -190,11 +190,11 @@ async fn start_proxy(store: &Store, upstream: &Upstream, dir: &tempfile::TempDir
         pages: KeyPages::default(),
         passthrough_timeout: Duration::from_secs(10),
     };
-    let guard = Arc::new(LocalGuard {
-        store: store.clone(),
-        clock: Arc::new(SystemClock),
-        settings: GuardSettings::default(),
-    });
+    let guard = Arc::new(LocalGuard::new(
+        store.clone(),
+        Arc::new(SystemClock),
+        GuardSettings::default(),
+    ));
     let started = Started::start(guard, Arc::new(SystemClock), spec, settings);
     Arc::new(started.await.expect("the proxy starts"))
 }

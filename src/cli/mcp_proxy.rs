@@ -15,11 +15,21 @@ use std::sync::Arc;
 pub struct McpProxyArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
-    /// Guard through a running `idemwatch serve` (its base URL, `http://HOST:PORT`)
-    /// instead of opening the database: several proxies, one guard. Needs a token
-    /// with the worker role when serve has an auth file.
+    /// Guard through a running `idemwatch serve` (its base URL, `http://HOST:PORT`, or
+    /// `https://…` behind a TLS-terminating proxy) instead of opening the database:
+    /// several proxies, one guard. Needs a token with the worker role when serve has
+    /// an auth file.
     #[arg(long, env = "IDEMWATCH_GUARD_URL", conflicts_with = "database_url")]
     pub guard_url: Option<url::Url>,
+    /// A PEM file of CA certificates an https --guard-url's certificate must chain to,
+    /// instead of the system's trust store.
+    #[arg(long, env = "IDEMWATCH_GUARD_CA_FILE", requires = "guard_url")]
+    pub guard_ca_file: Option<std::path::PathBuf>,
+    /// Let --guard-url be http:// to a host other than this one: the token and every
+    /// call's arguments and results then cross the network in clear. Without it such
+    /// a URL is refused at start (docs/MCP.md).
+    #[arg(long, env = "IDEMWATCH_GUARD_ALLOW_HTTP", requires = "guard_url")]
+    pub guard_allow_http: bool,
     /// The bearer token for --guard-url (`iw_…`, the worker role).
     #[arg(
         long,
@@ -61,10 +71,18 @@ pub struct McpProxyArgs {
     pub metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub auth: AuthArgs,
-    /// The upstream MCP server's Streamable HTTP endpoint (`http://HOST:PORT/mcp`),
-    /// instead of a command after `--`.
+    /// The upstream MCP server's Streamable HTTP endpoint (`http://HOST:PORT/mcp` or
+    /// `https://…`), instead of a command after `--`.
     #[arg(long, env = "IDEMWATCH_MCP_UPSTREAM_URL")]
     pub upstream_url: Option<url::Url>,
+    /// A PEM file of CA certificates an https --upstream-url's certificate must chain
+    /// to, instead of the system's trust store.
+    #[arg(
+        long,
+        env = "IDEMWATCH_MCP_UPSTREAM_CA_FILE",
+        requires = "upstream_url"
+    )]
+    pub upstream_ca_file: Option<std::path::PathBuf>,
     /// A header sent to the `--upstream-url` server with every request, `Name: value`
     /// (repeatable; in the environment one per line), e.g. `Authorization: Bearer …`.
     #[arg(
@@ -128,17 +146,16 @@ pub async fn mcp_proxy_command(args: McpProxyArgs) -> anyhow::Result<()> {
 /// (clap's group enforces "one"; this says what a URL must look like).
 fn upstream_spec(args: &McpProxyArgs) -> anyhow::Result<UpstreamSpec> {
     if let Some(url) = &args.upstream_url {
-        // This build carries no TLS stack (one HTTP client, no OpenSSL or rustls):
-        // an https server is reached through a local TLS proxy (docs/MCP.md).
-        if url.scheme() != "http" {
-            anyhow::bail!(
-                "--upstream-url {url}: only http:// is supported (this build has no TLS); reach an https MCP server through a local TLS-terminating proxy"
-            );
-        }
         return Ok(UpstreamSpec::Url {
             url: url.clone(),
             headers: args.upstream_headers.clone(),
+            ca_file: args.upstream_ca_file.clone(),
         });
+    }
+    if args.upstream_ca_file.is_some() {
+        anyhow::bail!(
+            "--upstream-ca-file is for an https:// --upstream-url server; an upstream command is spoken to over stdio"
+        );
     }
     if !args.upstream_headers.is_empty() {
         anyhow::bail!(
@@ -160,13 +177,14 @@ fn upstream_spec(args: &McpProxyArgs) -> anyhow::Result<UpstreamSpec> {
 async fn guard_port(args: &McpProxyArgs) -> anyhow::Result<Arc<dyn GuardPort>> {
     let Some(url) = &args.guard_url else {
         let store = super::serve::open_store(&args.database).await?;
-        return Ok(Arc::new(LocalGuard {
+        let settings = GuardSettings {
+            lease_margin: args.lease_margin.0,
+        };
+        return Ok(Arc::new(LocalGuard::new(
             store,
-            clock: Arc::new(SystemClock),
-            settings: GuardSettings {
-                lease_margin: args.lease_margin.0,
-            },
-        }));
+            Arc::new(SystemClock),
+            settings,
+        )));
     };
     let token = match (&args.guard_token, &args.guard_token_file) {
         (Some(token), _) => Some(token.clone()),
@@ -182,5 +200,18 @@ async fn guard_port(args: &McpProxyArgs) -> anyhow::Result<Arc<dyn GuardPort>> {
         }
         (None, None) => None,
     };
-    Ok(Arc::new(RemoteGuard::new(url, token)?))
+    // serve speaks plain HTTP; across a network it belongs behind TLS (docs/MCP.md).
+    if url.scheme() == "http" && !crate::mcp::is_loopback(url) {
+        if !args.guard_allow_http {
+            anyhow::bail!(
+                "--guard-url {url} is plain http:// to another host: the guard token and every call's arguments and results would cross the network in clear. Put serve behind a TLS-terminating proxy and use https://, or pass --guard-allow-http on a network you trust"
+            );
+        }
+        tracing::warn!(url = %url, "--guard-url is plain http:// to another host (--guard-allow-http): the token crosses the network in clear");
+    }
+    Ok(Arc::new(RemoteGuard::new(
+        url,
+        token,
+        args.guard_ca_file.as_deref(),
+    )?))
 }

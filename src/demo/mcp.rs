@@ -202,14 +202,14 @@ async fn start_proxy(shared: &TrafficContext, dir: &tempfile::TempDir) -> anyhow
         pages: KeyPages::default(),
         passthrough_timeout: call_timeout,
     };
-    let guard = Arc::new(LocalGuard {
-        store: shared.guard.store().clone(),
-        clock: Arc::new(SystemClock),
-        settings: GuardSettings {
+    let guard = Arc::new(LocalGuard::new(
+        shared.guard.store().clone(),
+        Arc::new(SystemClock),
+        GuardSettings {
             lease_margin: chrono::TimeDelta::from_std(config.lease_margin())
                 .unwrap_or(chrono::TimeDelta::MAX),
         },
-    });
+    ));
     Started::start(
         guard,
         Arc::new(SystemClock),

@@ -76,6 +76,21 @@ impl<S: Storage> Guard<S> {
         self
     }
 
+    /// The same guard writing through `store` (a view of its own store, such as
+    /// [`super::WithContext`] for one caller): the waiters, the claimed records and
+    /// the refusal counter are shared, so a claim made through one view is settled
+    /// through another in a single write, and a long poll hears it.
+    pub fn over<T: Storage>(&self, store: T) -> Guard<T> {
+        Guard {
+            store,
+            clock: self.clock.clone(),
+            settings: self.settings.clone(),
+            changes: self.changes.clone(),
+            heads: self.heads.clone(),
+            not_logged: self.not_logged.clone(),
+        }
+    }
+
     pub fn store(&self) -> &S {
         &self.store
     }

@@ -9,6 +9,7 @@
 pub mod binding;
 mod call;
 mod chain;
+mod context;
 mod deadline;
 mod decide;
 mod duplicates;
@@ -33,6 +34,7 @@ pub use crate::base::clock::{Clock, ManualClock, SystemClock};
 pub use crate::base::time::rfc3339;
 pub use call::{Admitted, CallOutcome, Outcome, Reconciled, ToolCall};
 pub use chain::{ChainFields, Detail, GENESIS_HASH, chain_hash, chain_hash_is, seal};
+pub use context::{CONTEXT_MEMBER, WithContext};
 pub use deadline::{LeaseState, RETENTION_MARGIN, resend_safe, resend_safe_until};
 pub use decide::{Admission, Lookup, ResolveRequest, differing_fields};
 pub use duplicates::DuplicateReview;

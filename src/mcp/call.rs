@@ -81,14 +81,9 @@ impl Calls {
             Ok(natural) => natural.and_then(|n| business_ref(name, &n.fields)),
             Err(e) => return answer::guard_error(name, &e),
         };
-        let context = json!({
-            "session_id": req.caller.session,
-            "request_id": req.request_id,
-            "client": req.caller.client,
-        });
         let guard = self.guard.call(CallContext {
             actor: req.caller.actor(),
-            detail: context,
+            detail: req.caller.context(&req.request_id),
         });
         let call = ToolCall {
             intent: req

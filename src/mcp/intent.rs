@@ -12,6 +12,12 @@
 //! `idempotencyKey` from the host or, under a natural key, other natural-key values.
 
 use crate::guard::{Fingerprint, Intent};
+use serde_json::{Value, json};
+
+/// The longest text of each member of the attempt context: the client's name and a
+/// JSON-RPC request id are the client's to choose, and `serve` takes a context of at
+/// most 1 KiB (docs/GUARD.md).
+const MAX_CONTEXT_TEXT: usize = 200;
 
 /// Who is calling and in which session.
 #[derive(Debug, Clone)]
@@ -27,6 +33,16 @@ impl Caller {
     /// `mcp:<client name>`: the attempt log's actor.
     pub fn actor(&self) -> String {
         format!("mcp:{}", self.client)
+    }
+
+    /// The call in the attempt log (`detail.context`): the session, the JSON-RPC
+    /// request id and the client, each cut to [`MAX_CONTEXT_TEXT`] bytes.
+    pub fn context(&self, request_id: &str) -> Value {
+        json!({
+            "session_id": cut(&self.session, MAX_CONTEXT_TEXT),
+            "request_id": cut(request_id, MAX_CONTEXT_TEXT),
+            "client": cut(&self.client, MAX_CONTEXT_TEXT),
+        })
     }
 
     pub fn intent(&self, tool: &str, client_key: Option<&str>, args: &Fingerprint) -> Intent {
@@ -50,6 +66,15 @@ impl Caller {
             intent_id,
         }
     }
+}
+
+/// `text`'s first `max` bytes at most, cut on a character boundary.
+pub fn cut(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 #[cfg(test)]
@@ -81,5 +106,15 @@ mod tests {
         let mut other = caller("s1");
         other.client = "cursor".into();
         assert_ne!(k(caller("s1"), "refund"), k(other, "refund"));
+    }
+
+    #[test]
+    fn the_attempt_context_stays_within_what_serve_takes() {
+        let mut long = caller("s-1");
+        long.client = "é".repeat(300);
+        let context = long.context(&"9".repeat(500)).to_string();
+        assert!(context.len() < 1024, "{}", context.len());
+        assert_eq!(cut("aé", 2), "a");
+        assert_eq!(caller("s-1").context("7")["session_id"], "s-1");
     }
 }

@@ -10,7 +10,8 @@
 //! - `call`: one guarded call (admit, execute, settle, reconcile), through `port`:
 //!   the guard's engine on the database, or a remote `serve`'s guard API;
 //! - `answer`: what the model reads; `status_tool`: `idemwatch_status`;
-//! - `lookup`: the reconciliation query; `context_store`: the MCP call in the log;
+//! - `lookup`: the reconciliation query (the MCP call reaches the log as the attempt
+//!   context, `guard::WithContext`);
 //! - `upstream`: the server behind; `server`: the server in front, over stdio or
 //!   Streamable HTTP (`http`); `sep3182`: the
 //!   proposal's key and capability, which rmcp does not model, at the stdio boundary.
@@ -18,8 +19,8 @@
 mod answer;
 mod call;
 mod classify;
-mod context_store;
 mod http;
+mod http_client;
 mod intent;
 mod lookup;
 mod port;
@@ -30,6 +31,7 @@ mod upstream;
 
 pub use answer::KeyPages;
 pub use classify::{Disagreement, Treatment};
+pub use http_client::is_loopback;
 pub use port::GuardPort;
 pub use port::local::LocalGuard;
 pub use port::remote::{GuardToken, RemoteGuard};

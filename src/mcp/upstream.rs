@@ -25,6 +25,9 @@ pub enum UpstreamSpec {
     Url {
         url: url::Url,
         headers: Vec<UpstreamHeader>,
+        /// The CA certificates an https server's must chain to, instead of the
+        /// system's (`--upstream-ca-file`, `http_client.rs`).
+        ca_file: Option<std::path::PathBuf>,
     },
     /// An MCP server in this process (the demo's simulated server, the benchmark's),
     /// spoken to over an in-memory pipe.
@@ -180,7 +183,7 @@ async fn connect(spec: &UpstreamSpec) -> Result<Client, String> {
         use rmcp::service::ClientInitializeError as E;
         // rmcp's own text names its transport's Rust type: say what happened instead.
         let why = match e {
-            E::TransportError { error, .. } => error.error.to_string(),
+            E::TransportError { error, .. } => transport_error(&*error.error),
             E::ConnectionClosed(_) => "it closed the connection before answering".into(),
             other => other.to_string(),
         };
@@ -201,16 +204,38 @@ async fn connect(spec: &UpstreamSpec) -> Result<Client, String> {
                 .map_err(|e| format!("cannot start the upstream MCP server {spec}: {e}"))?;
             known_version(spec, info.serve(transport).await.map_err(not_initialized)?)
         }
-        UpstreamSpec::Url { url, headers } => {
+        UpstreamSpec::Url {
+            url,
+            headers,
+            ca_file,
+        } => {
             let headers: HashMap<_, _> = headers
                 .iter()
                 .map(|h| (h.name.clone(), h.value.clone()))
                 .collect();
             let config =
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
-            let transport = StreamableHttpClientTransport::from_config(config);
+            let http = super::http_client::client_builder(
+                url,
+                ca_file.as_deref(),
+                super::http_client::UPSTREAM,
+            )
+            .and_then(|b| Ok(b.build()?))
+            .map_err(|e| format!("{e:#}"))?;
+            let transport = StreamableHttpClientTransport::with_client(http, config);
             known_version(spec, info.serve(transport).await.map_err(not_initialized)?)
         }
+    }
+}
+
+/// A transport's error with its causes: rmcp's HTTP client error names only the URL
+/// and keeps reqwest's error (the refused certificate, the refused connection) out of
+/// its chain.
+fn transport_error(e: &(dyn std::error::Error + Send + Sync + 'static)) -> String {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    match e.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+        Some(StreamableHttpError::Client(inner)) => super::http_client::error_chain(inner),
+        _ => super::http_client::error_chain(e),
     }
 }
 

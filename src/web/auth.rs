@@ -40,9 +40,10 @@ use crate::auth::{
     AuthError, CSRF_COOKIE, Mode, Permission, Principal, SESSION_COOKIE, Via, cookie, cookie_name,
     csrf_binding,
 };
+use crate::store::SessionRow;
 use axum::extract::{ConnectInfo, FromRequestParts, OptionalFromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Method, header};
+use axum::http::{HeaderMap, HeaderValue, Method, Uri, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use std::net::SocketAddr;
@@ -129,9 +130,7 @@ pub async fn authenticate(
     let public = is_public(&path);
     let headers = request.headers();
     let secure = secure_cookies(&state, headers);
-
     let csrf = makes_csrf(&path);
-
     // The browser's CSRF cookie, or a new one for this response to set.
     let sent = csrf
         .then(|| cookie(headers, &cookie_name(CSRF_COOKIE, secure)))
@@ -146,57 +145,19 @@ pub async fn authenticate(
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip().to_canonical());
     let now = state.sessions.now();
-    let mut principal = match state.auth.authenticate(headers, peer, now) {
+    let principal = match state.auth.authenticate(headers, peer, now) {
         Ok(p) => p,
         Err(_) if public => None,
-        Err(e) => {
-            let reason = match e {
-                AuthError::BadToken => "bad_token",
-                AuthError::ExpiredToken { .. } => "expired_token",
-                AuthError::DuplicateIdentity(_) => "duplicate_identity",
-            };
-            state.auth_log.refused(reason, || {
-                tracing::info!(path, error = %e, "refused credentials");
-            });
-            let message = match e {
-                AuthError::BadToken => {
-                    "The bearer token is not valid: it is not in the auth file (or was removed)."
-                        .to_string()
-                }
-                AuthError::ExpiredToken { name, expired } => format!(
-                    "The bearer token {name:?} expired at {expired}: make a new one with `idemwatch new-token` (docs/AUTH.md)."
-                ),
-                AuthError::DuplicateIdentity(header) => format!(
-                    "The {header} header came more than once, so who is calling is unclear: the proxy in front must replace it, not append to it (docs/AUTH.md)."
-                ),
-            };
-            return Error::Unauthorized(message).into_response();
-        }
+        Err(e) => return bad_credentials(&state, &path, e),
     };
-    // Built-in mode: the session the cookie names, if it is still live.
-    let mut session = None;
-    // The cookie's name is looked for (a new `String`) only where a session can count.
-    if let (None, Some(Mode::Builtin), false) =
-        (&principal, state.auth.mode(), skips_session(&path))
-        && let Some(value) = cookie(headers, &cookie_name(SESSION_COOKIE, secure))
-    {
-        match state.sessions.find(value).await {
-            Ok(Some(row)) => match state.auth.session_principal(&row) {
-                Some(p) => {
-                    principal = Some(p);
-                    session = Some(row);
-                }
-                None => {
-                    tracing::info!(user = ?row.user_name, "session ended: the user was removed or changed password");
-                    if let Err(e) = state.sessions.end(value).await {
-                        return Error::from(e).into_response();
-                    }
-                }
-            },
-            Ok(None) => {}
-            Err(e) => return Error::from(e).into_response(),
-        }
-    }
+    let (principal, session) = match principal {
+        Some(p) => (Some(p), None),
+        None => match session_of(&state, headers, secure, &path).await {
+            Ok(Some((p, row))) => (Some(p), Some(row)),
+            Ok(None) => (None, None),
+            Err(e) => return e.into_response(),
+        },
+    };
     let (binding, csrf_token) = if csrf {
         let binding = match &session {
             Some(row) => row.csrf_sha256.clone(),
@@ -209,71 +170,160 @@ pub async fn authenticate(
         // an empty binding), though none of them checks one.
         (String::new(), String::new())
     };
+    let signed_in = !public && principal.is_some();
+    let response = match refusal(
+        &state,
+        (request.method(), request.uri()),
+        &path,
+        public,
+        principal.as_ref(),
+    )
+    .await
+    {
+        Some(refused) => refused,
+        None => {
+            if csrf {
+                let token = csrf_token.clone();
+                request.extensions_mut().insert(Csrf { token });
+            }
+            let viewer = (!is_guard(&path)).then(|| Viewer {
+                user: principal.as_ref().map(signed_in_as),
+                csrf_token,
+                csrf_binding: binding,
+            });
+            run(&state, request, next, principal, viewer).await
+        }
+    };
+    finish(response, signed_in, issued, secure)
+}
 
+/// 401 for credentials that were sent but do not stand (counted, logged in bursts).
+fn bad_credentials(state: &AppState, path: &str, e: AuthError) -> Response {
+    let reason = match e {
+        AuthError::BadToken => "bad_token",
+        AuthError::ExpiredToken { .. } => "expired_token",
+        AuthError::DuplicateIdentity(_) => "duplicate_identity",
+    };
+    state.auth_log.refused(reason, || {
+        tracing::info!(path, error = %e, "refused credentials");
+    });
+    let message = match e {
+        AuthError::BadToken => {
+            "The bearer token is not valid: it is not in the auth file (or was removed)."
+                .to_string()
+        }
+        AuthError::ExpiredToken { name, expired } => format!(
+            "The bearer token {name:?} expired at {expired}: make a new one with `idemwatch new-token` (docs/AUTH.md)."
+        ),
+        AuthError::DuplicateIdentity(header) => format!(
+            "The {header} header came more than once, so who is calling is unclear: the proxy in front must replace it, not append to it (docs/AUTH.md)."
+        ),
+    };
+    Error::Unauthorized(message).into_response()
+}
+
+/// Built-in mode: the session the cookie names, if it is still live, and whose it is.
+/// The cookie's name is looked for (a new `String`) only where a session can count.
+async fn session_of(
+    state: &AppState,
+    headers: &HeaderMap,
+    secure: bool,
+    path: &str,
+) -> Result<Option<(Principal, SessionRow)>, Error> {
+    if state.auth.mode() != Some(Mode::Builtin) || skips_session(path) {
+        return Ok(None);
+    }
+    let Some(value) = cookie(headers, &cookie_name(SESSION_COOKIE, secure)) else {
+        return Ok(None);
+    };
+    let Some(row) = state.sessions.find(value).await? else {
+        return Ok(None);
+    };
+    match state.auth.session_principal(&row) {
+        Some(p) => Ok(Some((p, row))),
+        None => {
+            tracing::info!(user = ?row.user_name, "session ended: the user was removed or changed password");
+            state.sessions.end(value).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Why the request may not go on (not signed in, a role missing, a token's limits),
+/// or `None`. A 403 is counted and logged in bursts.
+async fn refusal(
+    state: &AppState,
+    (method, uri): (&Method, &Uri),
+    path: &str,
+    public: bool,
+    principal: Option<&Principal>,
+) -> Option<Response> {
     // Signing out needs no role: a user whose roles were all removed can still end
     // their session.
     let sign_out = path == "/logout";
-    let signed_in = !public && principal.is_some();
-    let refusal = match &principal {
-        _ if public => None,
-        None => Some(not_signed_in(&state, &request, &path)),
-        Some(p) if is_guard(&path) && !p.can(Permission::Guard) => Some(
-            Error::Forbidden(format!(
-                "Calling the guard needs a bearer token with the worker (or admin) role; {} has none (sessions and proxy users cannot call it). See docs/AUTH.md.",
-                p.name
-            ))
-            .into_response(),
-        ),
-        Some(p) if !is_guard(&path) && !p.can(Permission::View) && !sign_out => Some(
-            Error::Forbidden(format!(
-                "Reading idemwatch needs one of the roles viewer, resolver, auditor or admin; {} has none. Ask an admin to add a role (docs/AUTH.md).",
-                p.name
-            ))
-            .into_response(),
-        ),
-        Some(p) if !is_guard(&path) => super::limits::check(&state, p, &path, request.uri().query())
+    let guard = is_guard(path);
+    let refused = match principal {
+        _ if public => return None,
+        None => return Some(not_signed_in(state, method, uri, path)),
+        Some(p) if guard && !p.can(Permission::Guard) => Error::Forbidden(format!(
+            "Calling the guard needs a bearer token with the worker (or admin) role; {} has none (sessions and proxy users cannot call it). See docs/AUTH.md.",
+            p.name
+        ))
+        .into_response(),
+        Some(p) if !guard && !p.can(Permission::View) && !sign_out => Error::Forbidden(format!(
+            "Reading idemwatch needs one of the roles viewer, resolver, auditor or admin; {} has none. Ask an admin to add a role (docs/AUTH.md).",
+            p.name
+        ))
+        .into_response(),
+        Some(p) if !guard => super::limits::check(state, p, path, uri.query())
             .await
-            .err()
-            .map(IntoResponse::into_response),
-        Some(_) => None,
+            .err()?
+            .into_response(),
+        Some(_) => return None,
     };
-    if let (Some(refused), Some(p)) = (&refusal, &principal)
+    if let Some(p) = principal
         && refused.status() == axum::http::StatusCode::FORBIDDEN
     {
         state.auth_log.refused("forbidden", || {
             tracing::info!(user = %p.name, path, "forbidden");
         });
     }
-    let mut response = match refusal {
-        Some(refused) => refused,
-        None => {
-            // The guard's answers are JSON, never a page: no page context for them (a
-            // task-local scope, and the caller's name and roles copied, per request on
-            // the guard's hot path: docs/PERFORMANCE.md, "Guard over HTTP").
-            let context = (!is_guard(&path)).then(|| Viewer {
-                user: principal.as_ref().map(signed_in_as),
-                csrf_token: csrf_token.clone(),
-                csrf_binding: binding,
-            });
-            if csrf {
-                request.extensions_mut().insert(Csrf { token: csrf_token });
-            }
-            if let Some(p) = principal {
-                request.extensions_mut().insert(p);
-            }
-            if !is_guard(&path) {
-                // For `require`, a route layer without the state.
-                request.extensions_mut().insert(state.auth_log.clone());
-            }
-            match context {
-                Some(context) => {
-                    request.extensions_mut().insert(context.clone());
-                    CONTEXT.scope(context, next.run(request)).await
-                }
-                None => next.run(request).await,
-            }
+    Some(refused)
+}
+
+/// Runs the rest of the request with what handlers read: the principal, and for pages
+/// the viewer. The guard's answers are JSON, never a page: no page context for them (a
+/// task-local scope, and the caller's name and roles copied, per request on the
+/// guard's hot path: docs/PERFORMANCE.md, "Guard over HTTP").
+async fn run(
+    state: &AppState,
+    mut request: Request,
+    next: Next,
+    principal: Option<Principal>,
+    viewer: Option<Viewer>,
+) -> Response {
+    if let Some(p) = principal {
+        request.extensions_mut().insert(p);
+    }
+    match viewer {
+        Some(viewer) => {
+            // For `require`, a route layer without the state.
+            request.extensions_mut().insert(state.auth_log.clone());
+            request.extensions_mut().insert(viewer.clone());
+            CONTEXT.scope(viewer, next.run(request)).await
         }
-    };
+        None => next.run(request).await,
+    }
+}
+
+/// What every answer gets: `no-store` for a signed-in person's, and the CSRF cookie
+/// issued for this browser unless the handler set its own (sign-in rotates it).
+fn finish(
+    mut response: Response,
+    signed_in: bool,
+    issued: Option<String>,
+    secure: bool,
+) -> Response {
     // What a signed-in person sees must not stay in a shared or back-button cache
     // after they sign out (downloads already say `no-store`).
     if signed_in && !response.headers().contains_key(header::CACHE_CONTROL) {
@@ -281,19 +331,14 @@ pub async fn authenticate(
             .headers_mut()
             .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
-    // Unless the handler set its own (sign-in rotates it).
-    let sets_csrf = |response: &Response| {
-        response
-            .headers()
-            .get_all(header::SET_COOKIE)
-            .iter()
-            .any(|v| {
-                v.as_bytes()
-                    .starts_with(cookie_name(CSRF_COOKIE, secure).as_bytes())
-            })
-    };
+    let name = cookie_name(CSRF_COOKIE, secure);
+    let sets_csrf = response
+        .headers()
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .any(|v| v.as_bytes().starts_with(name.as_bytes()));
     let new_cookie = issued
-        .filter(|_| !sets_csrf(&response))
+        .filter(|_| !sets_csrf)
         .and_then(|value| cookie_header(CSRF_COOKIE, &value, None, secure));
     if let Some(v) = new_cookie {
         response.headers_mut().append(header::SET_COOKIE, v);
@@ -317,12 +362,11 @@ fn request_csrf_binding() -> Option<String> {
 }
 
 /// 401, or in built-in mode a page request goes to the login form and comes back.
-fn not_signed_in(state: &AppState, request: &Request, path: &str) -> Response {
-    let page_read = matches!(*request.method(), Method::GET | Method::HEAD);
+fn not_signed_in(state: &AppState, method: &Method, uri: &Uri, path: &str) -> Response {
+    let page_read = matches!(*method, Method::GET | Method::HEAD);
     match state.auth.mode() {
         Some(Mode::Builtin) if page_read && !is_api(path) => {
-            let back = request
-                .uri()
+            let back = uri
                 .path_and_query()
                 .map_or(path, |pq| pq.as_str());
             Redirect::to(&link("/login", &[("next", Some(back))])).into_response()

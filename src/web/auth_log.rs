@@ -38,11 +38,11 @@ pub const INTERVAL: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct AuthLog {
     metrics: Arc<Metrics>,
-    windows: Mutex<HashMap<&'static str, Window>>,
+    windows: Mutex<HashMap<&'static str, Burst>>,
 }
 
 #[derive(Debug, Clone, Copy)]
-struct Window {
+struct Burst {
     start: Instant,
     logged: u32,
     left_out: u64,
@@ -86,7 +86,7 @@ impl AuthLog {
     /// first one line for the refusals the last one left out.
     fn admit(&self, reason: &'static str, now: Instant) -> bool {
         let mut windows = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
-        let w = windows.entry(reason).or_insert(Window {
+        let w = windows.entry(reason).or_insert(Burst {
             start: now,
             logged: 0,
             left_out: 0,
@@ -100,7 +100,7 @@ impl AuthLog {
                     "refusals not logged one by one (see idemwatch_auth_refusals_total)"
                 );
             }
-            *w = Window {
+            *w = Burst {
                 start: now,
                 logged: 0,
                 left_out: 0,

@@ -36,14 +36,6 @@ pub enum Error {
     /// 404: no such key, page or file. The text says what was looked for.
     #[error("{0}")]
     NotFound(String),
-    /// 409: the key changed since the person looked at it, or a worker holds it now.
-    /// Nothing was overwritten.
-    #[error("{0}")]
-    Conflict(String),
-    /// 422: the request is well formed but the key is not in a state it applies to
-    /// (already decided; release after the provider forgot the key).
-    #[error("{0}")]
-    Unprocessable(String),
     /// 503: the database cannot be reached now; the page says to retry.
     #[error("the database is unavailable")]
     Unavailable(#[source] StoreError),
@@ -77,8 +69,6 @@ impl Error {
             Error::Forbidden(_) => StatusCode::FORBIDDEN,
             Error::MisdirectedHost(_) => StatusCode::MISDIRECTED_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
-            Error::Conflict(_) => StatusCode::CONFLICT,
-            Error::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Error::Unavailable(_) | Error::ReadOnly(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Error::Refused(p) => p.status,
@@ -101,8 +91,6 @@ impl Error {
             Error::Unauthorized(_) => "unauthorized",
             Error::Forbidden(_) => "forbidden",
             Error::NotFound(_) => "not_found",
-            Error::Conflict(_) => "conflict",
-            Error::Unprocessable(_) => "unprocessable",
             Error::Unavailable(_) => "unavailable",
             Error::ReadOnly(_) => "read_only",
             Error::MisdirectedHost(_) => "misdirected_host",
@@ -125,8 +113,6 @@ impl Error {
             Error::Forbidden(why) => ("Not allowed", why.clone()),
             Error::MisdirectedHost(why) => ("Not served under this name", why.clone()),
             Error::NotFound(what) => ("Not found", what.clone()),
-            Error::Conflict(what) => ("Someone else acted first", what.clone()),
-            Error::Unprocessable(why) => ("Not possible for this key", why.clone()),
             Error::Unavailable(_) => (
                 "Database unavailable",
                 "The database cannot be reached right now. Nothing was changed; try again in a moment."

@@ -240,23 +240,10 @@ async fn download(
         .clone()
         .try_acquire_owned()
         .map_err(|_| DownloadError::Busy)?;
-    let (tx, mut rx) = mpsc::channel::<Result<Bytes, StoreError>>(4);
+    let (tx, rx) = mpsc::channel::<Result<Bytes, StoreError>>(4);
     let store = state.store.clone();
     tokio::spawn(produce(store, filter.clone(), format, cells, signing, tx));
-    // Wait for the first chunk (or error) before answering, so a database that
-    // cannot be read gets a proper 503 rather than a 200 with a broken body.
-    let first = rx.recv().await.ok_or(DownloadError::Internal)??;
-    let rest = futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).map(|chunk| {
-        // A failure mid-stream can only abort the body: the client sees an incomplete
-        // transfer, and an NDJSON file then lacks its manifest, which verify reports.
-        chunk.map_err(|e| std::io::Error::other(e.to_string()))
-    });
-    let rest = rest.map(move |chunk| {
-        let _held = &permit;
-        chunk
-    });
-    let body = Body::from_stream(futures::stream::once(async { Ok(first) }).chain(rest));
-    let mut response = Response::new(body);
+    let mut response = Response::new(body(rx, permit).await?);
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -267,26 +254,48 @@ async fn download(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    let disposition = format!(
-        "attachment; filename=\"{}\"",
-        file_name(&filter, format, now)
-    );
-    if let Ok(v) = HeaderValue::from_str(&disposition) {
-        headers.insert(header::CONTENT_DISPOSITION, v);
-    }
-    let link = format!(
-        "<{}>; rel=\"describedby\"; type=\"application/json\"",
-        manifest_url(&filter, format)
-            + if cells == CsvCells::Raw {
-                "&raw=true"
-            } else {
-                ""
-            }
-    );
-    if let Ok(v) = HeaderValue::from_str(&link) {
-        headers.insert(header::LINK, v);
+    let name = file_name(&filter, format, now);
+    let raw = if cells == CsvCells::Raw {
+        "&raw=true"
+    } else {
+        ""
+    };
+    let manifest = manifest_url(&filter, format) + raw;
+    let named = [
+        (
+            header::CONTENT_DISPOSITION,
+            format!("attachment; filename=\"{name}\""),
+        ),
+        (
+            header::LINK,
+            format!("<{manifest}>; rel=\"describedby\"; type=\"application/json\""),
+        ),
+    ];
+    for (name, value) in named {
+        if let Ok(v) = HeaderValue::from_str(&value) {
+            headers.insert(name, v);
+        }
     }
     Ok(response)
+}
+
+/// The download's body: the chunks `produce` sends, holding `permit` until the last.
+/// It waits for the first chunk (or error) before answering, so a database that
+/// cannot be read gets a proper 503 rather than a 200 with a broken body.
+async fn body(
+    mut rx: mpsc::Receiver<Result<Bytes, StoreError>>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> Result<Body, DownloadError> {
+    let first = rx.recv().await.ok_or(DownloadError::Internal)??;
+    let rest = futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).map(move |chunk| {
+        let _held = &permit;
+        // A failure mid-stream can only abort the body: the client sees an incomplete
+        // transfer, and an NDJSON file then lacks its manifest, which verify reports.
+        chunk.map_err(|e| std::io::Error::other(e.to_string()))
+    });
+    Ok(Body::from_stream(
+        futures::stream::once(async { Ok(first) }).chain(rest),
+    ))
 }
 
 /// Encodes the rows into the body's channel (the export pipeline, chunks of about

@@ -9,7 +9,7 @@ use super::{AppState, Error, Viewer};
 use crate::auth::sessions::random_cookie;
 use crate::auth::throttle::LoginRefusal;
 use crate::auth::{
-    CSRF_COOKIE, Mode, Principal, SESSION_COOKIE, cookie, cookie_name, csrf_binding,
+    CSRF_COOKIE, Mode, Principal, SESSION_COOKIE, SignIn, cookie, cookie_name, csrf_binding,
 };
 use askama::Template;
 use axum::Router;
@@ -128,43 +128,51 @@ async fn login(
     }
     let name = form.name.unwrap_or_default().trim().to_string();
     let password = form.password.unwrap_or_default();
+    match check_password(&state, &name, password, peer).await? {
+        Ok(signed_in) => start_session(&state, &headers, &signed_in, &next).await,
+        Err(refusal) => Ok(refused(&state, refusal, peer, csrf.token, next, name)),
+    }
+}
+
+/// Who `name` is if `password` is theirs, or why they were not checked or not let in.
+async fn check_password(
+    state: &AppState,
+    name: &str,
+    password: String,
+    peer: Option<std::net::IpAddr>,
+) -> Result<Result<SignIn, LoginRefusal>, Error> {
     let now = state.clock.now().timestamp();
     // Throttled names and addresses, and a flood beyond the password check slots,
     // are refused before hashing: argon2 costs ~19 MiB and tens of ms of CPU.
-    let slot = match state.logins.admit(&name, peer, now) {
+    let slot = match state.logins.admit(name, peer, now) {
         Ok(slot) => slot,
-        Err(refusal) => return Ok(refused(&state, refusal, peer, csrf.token, next, name)),
+        Err(refusal) => return Ok(Err(refusal)),
     };
     // Off the async workers, on the password checking threads; the slot is held
     // until the hash is done, even if the browser gives up first.
     let auth = state.auth.clone();
-    let who = name.clone();
+    let who = name.to_string();
     let signed_in = state
         .logins
         .check(slot, move || auth.login(&who, &password))
         .await
         .ok_or_else(|| Error::Internal("the password check failed".into()))?;
-    state.logins.record(
-        &name,
-        peer,
-        state.clock.now().timestamp(),
-        signed_in.is_some(),
-    );
-    let Some(signed_in) = signed_in else {
-        return Ok(refused(
-            &state,
-            LoginRefusal::BadCredentials,
-            peer,
-            csrf.token,
-            next,
-            name,
-        ));
-    };
-    // A new session id and a new CSRF cookie, whatever the browser brought: a
-    // session id planted before sign-in (fixation) is ended, not reused, and tokens
-    // from before sign-in are bound to the old cookie.
-    let secure = secure_cookies(&state, &headers);
-    if let Some(old) = cookie(&headers, &cookie_name(SESSION_COOKIE, secure)) {
+    let now = state.clock.now().timestamp();
+    state.logins.record(name, peer, now, signed_in.is_some());
+    Ok(signed_in.ok_or(LoginRefusal::BadCredentials))
+}
+
+/// A new session id and a new CSRF cookie, whatever the browser brought: a session id
+/// planted before sign-in (fixation) is ended, not reused, and tokens from before
+/// sign-in are bound to the old cookie.
+async fn start_session(
+    state: &AppState,
+    headers: &HeaderMap,
+    signed_in: &SignIn,
+    next: &str,
+) -> Result<Response, Error> {
+    let secure = secure_cookies(state, headers);
+    if let Some(old) = cookie(headers, &cookie_name(SESSION_COOKIE, secure)) {
         state.sessions.end(old).await?;
     }
     let csrf_cookie = random_cookie();
@@ -176,8 +184,8 @@ async fn login(
             &csrf_binding(&csrf_cookie),
         )
         .await?;
-    tracing::info!(user = %state.auth.loggable_name(&name), "signed in");
-    let mut response = Redirect::to(&next).into_response();
+    tracing::info!(user = %state.auth.loggable_name(&signed_in.name), "signed in");
+    let mut response = Redirect::to(next).into_response();
     let lifetime = state.sessions.settings().lifetime.num_seconds();
     let cookies = [
         cookie_header(SESSION_COOKIE, &session, Some(lifetime), secure),

@@ -4,6 +4,7 @@
 //! identical refusals, and a key's attempts a page at a time.
 
 use crate::both_backends;
+use crate::support::TestDb;
 use crate::support::fixture::refund;
 use crate::support::guard_api::{GuardApi, Http, tools};
 use axum::body::Body;
@@ -14,24 +15,19 @@ use idemwatch::web::{self, GuardLimits};
 use serde_json::json;
 use tower::ServiceExt;
 
-/// The same app as `api`'s, with these bounds on each caller.
-fn limited(api: &GuardApi, limits: GuardLimits) -> Http {
-    Http {
-        app: web::app(api.state.clone().with_guard_limits(limits)),
-        bearer: None,
-    }
+/// A guard API on `db` and an app like its own whose every caller has the default
+/// bounds as `set` changes them.
+fn limited(db: &TestDb, set: impl FnOnce(&mut GuardLimits)) -> (GuardApi, Http) {
+    let api = GuardApi::new(db);
+    let mut limits = GuardLimits::default();
+    set(&mut limits);
+    let app = web::app(api.state.clone().with_guard_limits(limits));
+    (api, Http { app, bearer: None })
 }
 
 both_backends!(
     async fn a_caller_past_its_rate_gets_429_with_retry_after_and_nothing_is_written(db: TestDb) {
-        let api = GuardApi::new(&db);
-        let http = limited(
-            &api,
-            GuardLimits {
-                rate: 3,
-                ..GuardLimits::default()
-            },
-        );
+        let (_api, http) = limited(&db, |l| l.rate = 3);
         for n in 0..3 {
             let r = http.admit(&refund(&format!("R-{n}"), 100, "1")).await;
             assert_eq!(r.status, StatusCode::OK, "{:?}", r.json);
@@ -50,14 +46,7 @@ both_backends!(
 
 both_backends!(
     async fn the_listing_of_keys_is_under_the_callers_rate_too(db: TestDb) {
-        let api = GuardApi::new(&db);
-        let http = limited(
-            &api,
-            GuardLimits {
-                rate: 2,
-                ..GuardLimits::default()
-            },
-        );
+        let (_api, http) = limited(&db, |l| l.rate = 2);
         let list = || http.raw(Method::GET, "/api/v1/guard/keys?workflow_id=wf", None, "");
         for _ in 0..2 {
             let r = list().await;
@@ -71,14 +60,7 @@ both_backends!(
 
 both_backends!(
     async fn a_caller_with_all_its_requests_in_progress_gets_429_until_one_ends(db: TestDb) {
-        let api = GuardApi::new(&db);
-        let http = limited(
-            &api,
-            GuardLimits {
-                concurrency: 1,
-                ..GuardLimits::default()
-            },
-        );
+        let (_api, http) = limited(&db, |l| l.concurrency = 1);
         // A request whose body is still arriving holds the caller's one slot.
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
         let stream = tokio_stream_of(rx);

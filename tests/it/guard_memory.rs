@@ -7,49 +7,11 @@
 //! figure measured is in the commit message, and a healthy run stays far below it.
 
 use crate::support::TestDb;
+use crate::support::attack::{admit_body, post_admit};
 use crate::support::server::{Server, refund_tools_file, send_raw};
 use idemwatch::auth::secrets;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const MIB: u64 = 1024 * 1024;
-
-/// An admit body of about `bytes`, for tenant `acme`, with `cells` arguments that are
-/// `[0]` (every 4 bytes a value and a vector: what grows most read as a tree) padded
-/// with strings to the size.
-fn admit_body(bytes: usize, cells: usize, n: usize) -> String {
-    // Each cell and its comma: `[0],` (4 bytes), or `["xx…"],` padded to the size.
-    let cell = match (bytes / cells.max(1)).saturating_sub(6) {
-        0 => "[0]".to_string(),
-        pad => format!("[\"{}\"]", "x".repeat(pad + 1)),
-    };
-    let list = vec![cell.as_str(); cells].join(",");
-    format!(
-        r#"{{"intent":{{"tenant":"acme","tool":"issue_refund","workflow_id":"w","step_id":"1","intent_id":"mem-{n}"}},"args":{{"order":"M-{n}","cells":[{list}]}}}}"#
-    )
-}
-
-/// POSTs `body` to the admit route as the worker token; the status, or 0 when the
-/// server closed the connection before answering (it may refuse a body it will not
-/// read before the client has sent it).
-async fn post(addr: &str, body: &str) -> u16 {
-    let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
-        return 0;
-    };
-    let head = format!(
-        "POST /api/v1/guard/admit HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer iw_bots\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(head.as_bytes()).await;
-    let _ = stream.write_all(body.as_bytes()).await;
-    let mut raw = Vec::new();
-    let _ = stream.read_to_end(&mut raw).await;
-    String::from_utf8_lossy(&raw)
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
 
 /// The peak resident set of `pid` (`VmHWM`), in bytes.
 fn peak_rss(pid: u32) -> u64 {
@@ -99,7 +61,7 @@ async fn a_worker_token_flooding_large_admits_keeps_serve_under_300_mib() {
         let mut tasks = tokio::task::JoinSet::new();
         for n in 0..32 {
             let (addr, big) = (server.addr.clone(), big.clone());
-            tasks.spawn(async move { post(&addr, &big[n]).await });
+            tasks.spawn(async move { post_admit(&addr, "iw_bots", big[n].as_bytes()).await });
         }
         while let Some(status) = tasks.join_next().await {
             let status = status.unwrap();
@@ -117,7 +79,7 @@ async fn a_worker_token_flooding_large_admits_keeps_serve_under_300_mib() {
     for n in 0..32 {
         let addr = server.addr.clone();
         let body = admit_body(250 * 1024, values / 2, 100 + n);
-        tasks.spawn(async move { post(&addr, &body).await });
+        tasks.spawn(async move { post_admit(&addr, "iw_bots", body.as_bytes()).await });
     }
     let mut admitted = 0;
     while let Some(status) = tasks.join_next().await {

@@ -25,6 +25,7 @@ mod guard_clock;
 mod guard_faults;
 mod guard_http;
 mod guard_http_auth;
+mod guard_http_context;
 mod guard_http_csrf;
 mod guard_http_input;
 mod guard_http_status;

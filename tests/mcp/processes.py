@@ -46,9 +46,12 @@ def running(argv, env, what):
         process.wait(10)
 
 
-def http_upstream(env, token=None):
-    """The refund server over Streamable HTTP; yields its base URL (the endpoint is /mcp)."""
+def http_upstream(env, token=None, tls=None):
+    """The refund server over Streamable HTTP; yields its base URL (the endpoint is /mcp).
+    `tls`: (certificate, key) PEM files to serve HTTPS with (the URL is still http://…)."""
     extra = {"REFUND_TOKEN": token} if token else {}
+    if tls:
+        extra |= {"REFUND_CERT": str(tls[0]), "REFUND_KEY": str(tls[1])}
     return running([sys.executable, str(HERE / "refund_server_http.py")],
                    {"REFUND_DB": str(env.refunds), "REFUND_CONTROL": str(env.control_file), **extra},
                    "the HTTP refund server")

@@ -5,6 +5,8 @@ same durable effect table (REFUND_DB).
   REFUND_PORT     the port on 127.0.0.1 (required)
   REFUND_TOKEN    if set, every request needs `Authorization: Bearer <REFUND_TOKEN>`
                   (401 otherwise), as a remote MCP server behind a token does
+  REFUND_CERT, REFUND_KEY
+                  if set, HTTPS with this certificate and key (PEM files)
 """
 
 import os
@@ -31,4 +33,6 @@ def with_token(app):
 
 if __name__ == "__main__":
     app = server.streamable_http_app(host="127.0.0.1")
-    uvicorn.run(with_token(app), host="127.0.0.1", port=int(os.environ["REFUND_PORT"]), log_level="warning")
+    tls = {"ssl_certfile": os.environ["REFUND_CERT"], "ssl_keyfile": os.environ["REFUND_KEY"]} \
+        if os.environ.get("REFUND_CERT") else {}
+    uvicorn.run(with_token(app), host="127.0.0.1", port=int(os.environ["REFUND_PORT"]), log_level="warning", **tls)

@@ -74,7 +74,7 @@ async def test_a_transport_retry_of_the_same_request_after_the_connection_droppe
     assert env.effects() == 1
     kinds = [k for k, _, _ in env.attempts()]
     assert kinds.count("claimed") == 1 and "resent" not in kinds, kinds
-    request_ids = {d["mcp"]["request_id"] for _, _, d in env.attempts()}
+    request_ids = {d["context"]["request_id"] for _, _, d in env.attempts()}
     assert request_ids == {"7"}, request_ids
 
 
@@ -87,7 +87,7 @@ async def test_a_reissue_with_a_new_request_id_replays_and_the_log_names_both_re
     assert env.effects() == 1
     rows = env.attempts()
     assert [k for k, _, _ in rows] == ["claimed", "completed", "replayed"], rows
-    claimed, replayed = rows[0][2]["mcp"], rows[2][2]["mcp"]
+    claimed, replayed = rows[0][2]["context"], rows[2][2]["context"]
     assert claimed["session_id"] == replayed["session_id"]
     assert claimed["request_id"] != replayed["request_id"]
 

@@ -34,10 +34,19 @@ def proxy_args(env, guard, upstream, *extra):
             *extra]
 
 
+def through_args(env, guard, upstream, through):
+    """The proxy's arguments through serve (its guard API), or on serve's database."""
+    args = proxy_args(env, guard, upstream, *(["--guard-token", TOKEN] if through == "serve" else []))
+    if through == "database":
+        at = args.index("--guard-url")
+        args[at:at + 2] = ["--database-url", f"sqlite://{env.guard_db}?mode=rwc"]
+    return args
+
+
 @contextlib.asynccontextmanager
-async def host(env, guard, upstream, name, *extra, proxy_env=None, errlog=None):
+async def host(env, guard, upstream, name, *extra, proxy_env=None, errlog=None, args=None):
     params = StdioServerParameters(
-        command=BIN, args=proxy_args(env, guard, upstream, *extra),
+        command=BIN, args=args or proxy_args(env, guard, upstream, *extra),
         env={"IDEMWATCH_LOG": "warn", "PATH": os.environ.get("PATH", ""), **(proxy_env or {})})
     async with stdio_client(params, **({"errlog": errlog} if errlog else {})) as (read, write):
         async with ClientSession(read, write, client_info=Implementation(name=name, version="1")) as s:
@@ -81,6 +90,29 @@ async def test_two_proxies_through_one_serve_make_one_effect(env):
     actors = [a["actor"] for a in state["attempts"]]
     assert actors[0] == "token:proxies/mcp:desk-a", actors
     assert "token:proxies/mcp:desk-b" in actors, actors
+
+
+@pytest.mark.parametrize("through", ["serve", "database"])
+async def test_the_session_and_request_ids_reach_the_attempt_log_through_either_guard(env, through):
+    # The same call through serve's guard API (the proxy sends them as `context`) and
+    # through the in-process guard: the same `detail.context` on every row, read back
+    # from serve's JSON API for the key.
+    with http_upstream(env) as upstream, serve(env, auth(env)) as guard:
+        async with host(env, guard, upstream, "desk-ctx", args=through_args(env, guard, upstream, through)) as h:
+            first = await h.call_tool("issue_refund", REFUND)
+            again = await h.call_tool("issue_refund", REFUND)
+        key = first.meta["io.idemwatch/guard"]["key"] if first.meta else again.meta["io.idemwatch/guard"]["key"]
+        state = key_state(guard, key)
+    assert not first.is_error, first
+    assert again.meta["io.idemwatch/guard"]["replayed"] is True
+    rows = [(a["kind"], a["detail"].get("context")) for a in state["attempts"]]
+    assert [k for k, _ in rows] == ["claimed", "completed", "replayed"], rows
+    contexts = [c for _, c in rows]
+    assert all(c and set(c) == {"session_id", "request_id", "client"} for c in contexts), rows
+    assert {c["client"] for c in contexts} == {"desk-ctx"}
+    # One stdio session; the claim and the settle are one JSON-RPC request, the replay another.
+    assert len({c["session_id"] for c in contexts}) == 1 and contexts[0]["session_id"].startswith("stdio-")
+    assert contexts[0]["request_id"] == contexts[1]["request_id"] != contexts[2]["request_id"], rows
 
 
 async def test_a_429_from_the_guard_is_waited_out_by_its_retry_after(env):
@@ -128,12 +160,7 @@ async def test_a_forgotten_key_waits_for_a_person_and_the_status_tool_says_so(en
     env.tools.write_text(env.tools.read_text().replace('key_retention = "24h"', 'key_retention = "2s"'))
     env.control(delay_s=1.5, forget_after_s=0.5)
     with http_upstream(env) as upstream, serve(env, auth(env)) as guard:
-        extra = ["--guard-token", TOKEN] if through == "serve" else []
-        args = proxy_args(env, guard, upstream, *extra)
-        if through == "database":
-            args[args.index("--guard-url"):args.index("--guard-url") + 2] = [
-                "--database-url", f"sqlite://{env.guard_db}?mode=rwc"]
-        params = StdioServerParameters(command=BIN, args=args,
+        params = StdioServerParameters(command=BIN, args=through_args(env, guard, upstream, through),
                                        env={"IDEMWATCH_LOG": "warn", "PATH": os.environ.get("PATH", "")})
         async with stdio_client(params) as (read, write):
             async with ClientSession(read, write, client_info=Implementation(name="desk", version="1")) as h:

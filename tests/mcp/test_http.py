@@ -85,7 +85,7 @@ async def test_two_http_sessions_share_one_refund_through_the_natural_key(env):
     assert not first.is_error, first
     assert (again.meta or {})["io.idemwatch/guard"]["replayed"] is True
     assert env.effects() == 1
-    sessions = {d["mcp"]["session_id"] for _, _, d in env.attempts()}
+    sessions = {d["context"]["session_id"] for _, _, d in env.attempts()}
     assert len(sessions) == 2, sessions
 
 

@@ -121,7 +121,7 @@ async def test_a_timeout_is_unknown_then_the_lookup_finds_the_effect_and_nothing
     assert kinds == ["claimed", "marked_unknown", "taken_over", "reconciled_found"], kinds
     _, actor, detail = env.attempts()[0]
     assert actor == "mcp:test-host"
-    assert detail["mcp"]["session_id"].startswith("stdio-") and detail["mcp"]["request_id"]
+    assert detail["context"]["session_id"].startswith("stdio-") and detail["context"]["request_id"]
 
 
 async def test_a_key_the_upstream_forgot_goes_to_a_person_and_is_never_resent(env):

@@ -86,7 +86,8 @@ async def test_upstream_headers_carry_the_bearer_token_a_remote_server_needs(env
 @pytest.mark.parametrize("argv, message", [
     (["--upstream-url", "http://127.0.0.1:9/mcp", "--", "python3", "x.py"], "cannot be used with"),
     ([], "required arguments were not provided"),
-    (["--upstream-url", "https://mcp.example/mcp"], "only http:// is supported"),
+    (["--upstream-url", "http://127.0.0.1:9/mcp", "--upstream-ca-file", "ca.pem"], "is for an https:// server"),
+    (["--upstream-ca-file", "ca.pem", "--", "python3", "x.py"], "--upstream-url"),
     (["--upstream-url", "http://127.0.0.1:9/mcp", "--upstream-header", "no colon"], "is not `Name: value`"),
     (["--upstream-url", "http://127.0.0.1:9/mcp", "--upstream-header", "Mcp-Session-Id: x"], "set by the MCP transport"),
     (["--upstream-header", "X-A: b", "--", "python3", "x.py"], "--upstream-url"),

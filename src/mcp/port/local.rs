@@ -4,20 +4,30 @@ use super::{
     Admission, Admitted, AfterLookup, CallContext, Fenced, GuardCall, GuardPort, KeyState,
     NaturalRef, Step,
 };
+use crate::guard::WithContext;
 use crate::guard::{
     self, CallOutcome, Clock, Guard, GuardSettings, IdempotencyKey, Lookup, Reconciled, ToolCall,
     ToolPolicy,
 };
-use crate::mcp::context_store::WithCallContext;
 use crate::store::Store;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 use std::sync::Arc;
 
 pub struct LocalGuard {
-    pub store: Store,
-    pub clock: Arc<dyn Clock>,
-    pub settings: GuardSettings,
+    guard: Guard<Store>,
+}
+
+impl LocalGuard {
+    pub fn new(store: Store, clock: Arc<dyn Clock>, settings: GuardSettings) -> Self {
+        Self {
+            guard: Guard::new(store, clock, settings),
+        }
+    }
+
+    fn store(&self) -> &Store {
+        self.guard.store()
+    }
 }
 
 impl GuardPort for LocalGuard {
@@ -28,13 +38,10 @@ impl GuardPort for LocalGuard {
 
     fn call(&self, context: CallContext) -> Box<dyn GuardCall> {
         Box::new(LocalCall {
-            // One guard per call: the settle's conditional write uses the record its
-            // own claim remembered.
-            guard: Guard::new(
-                WithCallContext::new(self.store.clone(), context.detail),
-                self.clock.clone(),
-                self.settings.clone(),
-            ),
+            // The proxy's one guard, seen through this call's context.
+            guard: self
+                .guard
+                .over(WithContext::new(self.store().clone(), Some(context.detail))),
             actor: context.actor,
         })
     }
@@ -42,7 +49,7 @@ impl GuardPort for LocalGuard {
     fn key_state<'a>(&'a self, key: &'a IdempotencyKey) -> Step<'a, Option<KeyState>> {
         async move {
             let Some(rec) = self
-                .store
+                .store()
                 .record(key)
                 .await
                 .map_err(guard::GuardError::from)?
@@ -50,7 +57,7 @@ impl GuardPort for LocalGuard {
                 return Ok(None);
             };
             let awaiting_person = self
-                .store
+                .store()
                 .awaiting_person(&rec)
                 .await
                 .map_err(guard::GuardError::from)?;
@@ -70,7 +77,7 @@ impl GuardPort for LocalGuard {
     fn holder_of<'a>(&'a self, natural: NaturalRef<'a>) -> Step<'a, Option<IdempotencyKey>> {
         async move {
             let keys = self
-                .store
+                .store()
                 .keys_with_business_ref(natural.reference, 20)
                 .await
                 .map_err(guard::GuardError::from)?;
@@ -84,7 +91,7 @@ impl GuardPort for LocalGuard {
 }
 
 struct LocalCall {
-    guard: Guard<WithCallContext<Store>>,
+    guard: Guard<WithContext<Store>>,
     actor: String,
 }
 

@@ -9,6 +9,7 @@
 use super::remote_steps::{self, Reply};
 use super::{CallContext, GuardCall, GuardPort, KeyState, NaturalRef, PortError, Step};
 use crate::guard::IdempotencyKey;
+use crate::mcp::http_client::{self, error_chain};
 use anyhow::Context;
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -56,13 +57,14 @@ struct Inner {
 }
 
 impl RemoteGuard {
-    pub fn new(url: &url::Url, token: Option<GuardToken>) -> anyhow::Result<Self> {
-        if url.scheme() != "http" {
-            anyhow::bail!(
-                "--guard-url {url}: only http:// is supported (this build has no TLS); reach an https guard through a local TLS-terminating proxy"
-            );
-        }
-        let http = reqwest::Client::builder()
+    /// The guard at `url`; an https one's certificate checked against `ca_file`'s CAs,
+    /// else the system's (`http_client.rs`).
+    pub fn new(
+        url: &url::Url,
+        token: Option<GuardToken>,
+        ca_file: Option<&std::path::Path>,
+    ) -> anyhow::Result<Self> {
+        let http = http_client::client_builder(url, ca_file, http_client::GUARD)?
             .timeout(REQUEST_TIMEOUT)
             .build()
             .context("cannot build the HTTP client for --guard-url")?;
@@ -103,7 +105,7 @@ impl RemoteGuard {
             let response = request
                 .send()
                 .await
-                .map_err(|e| self.failed(format!("cannot reach it: {}", chain(&e))))?;
+                .map_err(|e| self.failed(format!("cannot reach it: {}", error_chain(&e))))?;
             let status = response.status().as_u16();
             let retry_after = response
                 .headers()
@@ -113,7 +115,7 @@ impl RemoteGuard {
             let bytes = response
                 .bytes()
                 .await
-                .map_err(|e| self.failed(format!("its answer broke off: {}", chain(&e))))?;
+                .map_err(|e| self.failed(format!("its answer broke off: {}", error_chain(&e))))?;
             let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             if let (429 | 503, Some(seconds)) = (status, retry_after) {
                 let pause = Duration::from_secs(seconds.max(1));
@@ -128,18 +130,6 @@ impl RemoteGuard {
     }
 }
 
-/// An error and its causes on one line (reqwest's own text names only the URL).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 impl GuardPort for RemoteGuard {
     fn check<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
         async move {
@@ -152,7 +142,7 @@ impl GuardPort for RemoteGuard {
     }
 
     fn call(&self, context: CallContext) -> Box<dyn GuardCall> {
-        Box::new(remote_steps::RemoteCall::new(self.clone(), &context.actor))
+        Box::new(remote_steps::RemoteCall::new(self.clone(), context))
     }
 
     fn key_state<'a>(&'a self, key: &'a IdempotencyKey) -> Step<'a, Option<KeyState>> {

@@ -4,10 +4,13 @@
 //! place ([`refusal`]) to the same errors the local engine returns.
 
 use super::remote::RemoteGuard;
-use super::{Admission, Admitted, AfterLookup, Fenced, GuardCall, KeyState, PortError, Step};
+use super::{
+    Admission, Admitted, AfterLookup, CallContext, Fenced, GuardCall, KeyState, PortError, Step,
+};
 use crate::guard::{
     CallOutcome, FencingToken, GuardError, IdempotencyKey, Lookup, StoreError, ToolCall, ToolPolicy,
 };
+use crate::mcp::intent::cut;
 use chrono::{DateTime, Utc};
 use futures::FutureExt;
 use reqwest::Method;
@@ -101,17 +104,16 @@ pub fn holder(guard: &RemoteGuard, reply: Reply) -> Result<Option<IdempotencyKey
 pub struct RemoteCall {
     guard: RemoteGuard,
     worker: String,
+    /// Sent with each step, for the attempt log (`context` in docs/GUARD.md).
+    context: Value,
 }
 
 impl RemoteCall {
-    pub fn new(guard: RemoteGuard, actor: &str) -> Self {
-        let mut end = actor.len().min(MAX_WORKER);
-        while !actor.is_char_boundary(end) {
-            end -= 1;
-        }
+    pub fn new(guard: RemoteGuard, context: CallContext) -> Self {
         Self {
             guard,
-            worker: actor[..end].to_string(),
+            worker: cut(&context.actor, MAX_WORKER).to_string(),
+            context: context.detail,
         }
     }
 
@@ -143,6 +145,7 @@ impl GuardCall for RemoteCall {
                 "business_ref": call.business_ref,
                 "args": call.args,
                 "worker": self.worker,
+                "context": self.context,
             });
             let reply = self.post("/admit", body).await?;
             let key = reply
@@ -245,7 +248,10 @@ impl GuardCall for RemoteCall {
 impl RemoteCall {
     /// The members a settle and a lookup report share.
     fn fenced(&self, at: Fenced<'_>) -> Value {
-        json!({"key": at.key, "fencing_token": at.token, "duration_ms": at.duration_ms, "worker": self.worker})
+        json!({
+            "key": at.key, "fencing_token": at.token, "duration_ms": at.duration_ms,
+            "worker": self.worker, "context": self.context,
+        })
     }
 
     fn token(&self, reply: &Reply) -> Result<FencingToken, PortError> {
@@ -358,7 +364,7 @@ mod tests {
     use super::*;
 
     fn guard() -> RemoteGuard {
-        RemoteGuard::new(&"http://127.0.0.1:9".parse().unwrap(), None).unwrap()
+        RemoteGuard::new(&"http://127.0.0.1:9".parse().unwrap(), None, None).unwrap()
     }
 
     fn reply(status: u16, body: Value) -> Reply {

@@ -87,7 +87,7 @@ struct Unknown {
 
 /// A page of a key's attempts, with the URL of the next one (null at the end).
 #[derive(Serialize)]
-pub(crate) struct AttemptPage {
+pub(crate) struct AttemptsAnswer {
     pub attempts: Vec<crate::guard::Attempt>,
     pub next: Option<String>,
 }
@@ -95,7 +95,7 @@ pub(crate) struct AttemptPage {
 #[derive(Serialize)]
 struct KeyAnswer {
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
-    attempts: Option<AttemptPage>,
+    attempts: Option<AttemptsAnswer>,
     awaiting_person: bool,
     changed: bool,
     error: Option<String>,
@@ -237,7 +237,7 @@ impl Answer {
         record: Record,
         changed: bool,
         awaiting_person: bool,
-        attempts: Option<AttemptPage>,
+        attempts: Option<AttemptsAnswer>,
     ) -> Self {
         let key = record.key.to_string();
         let body = KeyAnswer {

@@ -8,6 +8,7 @@
 //! tool the token may not touch (docs/AUTH.md). [`AdmitBody::args`] and
 //! [`raw_result`] read them afterwards.
 
+use super::context::holds_nul;
 use crate::base::canonical::canonical_json;
 use crate::guard::{CallOutcome, IdempotencyKey, Intent, Lookup};
 use crate::web::Error;
@@ -121,16 +122,6 @@ fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::
     Box::<RawValue>::deserialize(d).map(Some)
 }
 
-/// Whether any string or member name inside `v` contains U+0000.
-fn holds_nul(v: &Value) -> bool {
-    match v {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(items) => items.iter().any(holds_nul),
-        Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
-        _ => false,
-    }
-}
-
 /// The most values a member holding any JSON (`args`, `result`) may have. A tree
 /// costs up to ~20 times its text in memory, and the guard copies arguments a few
 /// times (fingerprint, record, attempt): bounded here, a body under the size limit
@@ -231,6 +222,8 @@ pub(crate) struct AdmitWire {
     args: Box<RawValue>,
     #[serde(default)]
     worker: Option<String>,
+    #[serde(default)]
+    context: Option<Box<RawValue>>,
 }
 
 /// `POST /api/v1/guard/admit`. `args` stays raw until [`AdmitBody::args`].
@@ -240,6 +233,8 @@ pub(crate) struct AdmitBody {
     pub business_ref: Option<String>,
     args: Box<RawValue>,
     pub worker: Option<String>,
+    /// For the attempt log (`context.rs`).
+    pub context: Option<Value>,
 }
 
 impl AdmitWire {
@@ -265,6 +260,7 @@ impl AdmitWire {
             business_ref: optional(self.business_ref, "business_ref", MAX_REF_BYTES)?,
             args: self.args,
             worker: worker(self.worker)?,
+            context: super::context::read(self.context)?,
         })
     }
 }
@@ -294,6 +290,8 @@ pub(crate) struct SettleWire {
     duration_ms: Option<i64>,
     #[serde(default)]
     worker: Option<String>,
+    #[serde(default)]
+    context: Option<Box<RawValue>>,
 }
 
 /// What a settle reports; a `done` result stays raw until the key was checked.
@@ -312,6 +310,7 @@ pub(crate) struct SettleBody {
     pub outcome: Reported,
     pub duration_ms: Option<i64>,
     pub worker: Option<String>,
+    pub context: Option<Value>,
 }
 
 fn token(t: i64) -> Result<i64, Error> {
@@ -378,6 +377,7 @@ impl SettleWire {
             outcome,
             duration_ms: duration(self.duration_ms)?,
             worker: worker(self.worker)?,
+            context: super::context::read(self.context)?,
         })
     }
 }
@@ -411,6 +411,8 @@ pub(crate) struct ReconcileWire {
     duration_ms: Option<i64>,
     #[serde(default)]
     worker: Option<String>,
+    #[serde(default)]
+    context: Option<Box<RawValue>>,
 }
 
 /// What a lookup found; a found result stays raw until the key was checked.
@@ -429,6 +431,7 @@ pub(crate) struct ReconcileBody {
     pub lookup: Looked,
     pub duration_ms: Option<i64>,
     pub worker: Option<String>,
+    pub context: Option<Value>,
 }
 
 impl ReconcileWire {
@@ -464,6 +467,7 @@ impl ReconcileWire {
             lookup,
             duration_ms: duration(self.duration_ms)?,
             worker: worker(self.worker)?,
+            context: super::context::read(self.context)?,
         })
     }
 }

@@ -15,6 +15,7 @@
 mod access;
 mod answer;
 mod body;
+mod context;
 mod limits;
 mod request;
 mod status;
@@ -24,6 +25,8 @@ pub use body::MAX_VALUES;
 pub use limits::{GuardLimits, Limiter};
 
 use crate::auth::Principal;
+use crate::guard::{Guard, WithContext};
+use crate::store::Store;
 use crate::web::{AppState, Error};
 use access::Caller;
 use answer::Answer;
@@ -61,8 +64,7 @@ async fn admit(
         actor: caller.actor,
     };
     let now = || state.clock.now();
-    let admitted = state
-        .guard
+    let admitted = with_context(&state, req.context)
         .admit_call(&call, policy)
         .await
         .and_then(|a| a.refuse())
@@ -87,8 +89,7 @@ async fn settle(
 ) -> Result<Answer, Error> {
     let caller = Caller::new(&principal, req.worker.as_deref());
     caller.may_touch(&state, &req.key).await?;
-    let record = state
-        .guard
+    let record = with_context(&state, req.context)
         .settle_call(
             &req.key,
             crate::guard::FencingToken(req.fencing_token),
@@ -112,8 +113,7 @@ async fn reconcile(
     use crate::guard::Reconciled;
     let caller = Caller::new(&principal, req.worker.as_deref());
     caller.may_touch(&state, &req.key).await?;
-    let reconciled = state
-        .guard
+    let reconciled = with_context(&state, req.context)
         .report_lookup(
             &req.key,
             crate::guard::FencingToken(req.fencing_token),
@@ -139,6 +139,12 @@ async fn reconcile(
             )
         }
     })
+}
+
+/// The guard writing the caller's `context` (if it sent one) into each attempt row.
+fn with_context(state: &AppState, context: Option<serde_json::Value>) -> Guard<WithContext<Store>> {
+    let store = state.guard.store().clone();
+    state.guard.over(WithContext::new(store, context))
 }
 
 async fn key_state(

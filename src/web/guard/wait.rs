@@ -11,7 +11,7 @@
 //! attempts after that `seq` and the URL of the next page (`next`), as the key API
 //! pages do: a key retried thousands of times is never read whole.
 
-use super::answer::{Answer, AttemptPage};
+use super::answer::{Answer, AttemptsAnswer};
 use super::body::WaitQuery;
 use super::limits::Permit;
 use crate::guard::{IdempotencyKey, Record};
@@ -73,7 +73,7 @@ async fn read(state: &AppState, key: &IdempotencyKey) -> Result<Record, Error> {
 }
 
 /// The attempts after `after`, at most a page, and the URL of the next page.
-async fn page(state: &AppState, key: &IdempotencyKey, after: i64) -> Result<AttemptPage, Error> {
+async fn page(state: &AppState, key: &IdempotencyKey, after: i64) -> Result<AttemptsAnswer, Error> {
     let page = state.store.attempts_page(key, after, ATTEMPT_PAGE).await?;
     let next = match page.attempts.last() {
         Some(last) if page.more => Some(link(
@@ -82,7 +82,7 @@ async fn page(state: &AppState, key: &IdempotencyKey, after: i64) -> Result<Atte
         )),
         _ => None,
     };
-    Ok(AttemptPage {
+    Ok(AttemptsAnswer {
         attempts: page.attempts,
         next,
     })

@@ -31,7 +31,7 @@ struct ToolLine {
 
 #[derive(Template)]
 #[template(path = "backlog.html")]
-struct BacklogPage {
+struct BacklogPageView {
     layout: Layout,
     tool: String,
     tools: Vec<ToolLine>,
@@ -103,11 +103,11 @@ async fn backlog(
         .store
         .backlog(tool, status, q.after.as_ref(), q.limit, now)
         .await?;
-    let view = BacklogPage::new(q, &summary, &page, &viewer, now);
+    let view = BacklogPageView::new(q, &summary, &page, &viewer, now);
     Ok(Html(view.render()?))
 }
 
-impl BacklogPage {
+impl BacklogPageView {
     fn new(
         q: BacklogQuery,
         summary: &[BacklogSummary],

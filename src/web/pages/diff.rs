@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Change {
+pub struct JsonChange {
     /// `amount_p`, `items[0].sku`, or `(whole value)`.
     pub field: String,
     /// Compact JSON, or `–` when the field is absent on that side.
@@ -31,7 +31,7 @@ impl ChangeKind {
 }
 
 /// The fields that differ between `stored` and `retry`, in field order.
-pub fn diff(stored: &Value, retry: &Value) -> Vec<Change> {
+pub fn diff(stored: &Value, retry: &Value) -> Vec<JsonChange> {
     let mut out = Vec::new();
     walk("", stored, retry, &mut out);
     out
@@ -46,14 +46,14 @@ fn join(path: &str, field: &str) -> String {
 }
 
 /// One field or element at `path`, present on either side or both.
-fn member(path: String, a: Option<&Value>, b: Option<&Value>, out: &mut Vec<Change>) {
+fn member(path: String, a: Option<&Value>, b: Option<&Value>, out: &mut Vec<JsonChange>) {
     let (stored, retry, kind) = match (a, b) {
         (Some(u), Some(v)) => return walk(&path, u, v, out),
         (Some(u), None) => (u.to_string(), "–".into(), ChangeKind::Removed),
         (None, Some(v)) => ("–".into(), v.to_string(), ChangeKind::Added),
         (None, None) => return,
     };
-    out.push(Change {
+    out.push(JsonChange {
         field: path,
         stored,
         retry,
@@ -61,7 +61,7 @@ fn member(path: String, a: Option<&Value>, b: Option<&Value>, out: &mut Vec<Chan
     });
 }
 
-fn walk(path: &str, a: &Value, b: &Value, out: &mut Vec<Change>) {
+fn walk(path: &str, a: &Value, b: &Value, out: &mut Vec<JsonChange>) {
     let name = || {
         if path.is_empty() {
             "(whole value)".to_string()
@@ -83,7 +83,7 @@ fn walk(path: &str, a: &Value, b: &Value, out: &mut Vec<Change>) {
                 member(format!("{path}[{i}]"), x.get(i), y.get(i), out);
             }
         }
-        _ if a != b => out.push(Change {
+        _ if a != b => out.push(JsonChange {
             field: name(),
             stored: a.to_string(),
             retry: b.to_string(),
@@ -98,8 +98,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn row(field: &str, stored: &str, retry: &str, kind: ChangeKind) -> Change {
-        Change {
+    fn row(field: &str, stored: &str, retry: &str, kind: ChangeKind) -> JsonChange {
+        JsonChange {
             field: field.into(),
             stored: stored.into(),
             retry: retry.into(),

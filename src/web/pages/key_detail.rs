@@ -1,8 +1,8 @@
 //! `/keys/{key}`: one key's record, its attempt timeline, and the other keys with the
 //! same business ref. Answers "what happened to order A-88214?". The page is one read
-//! ([`crate::store::Store::key_history`]) shown by a pure view ([`KeyPage`]).
+//! ([`crate::store::Store::key_history`]) shown by a pure view ([`KeyPageView`]).
 
-use super::key_view::{Context, KeyPage, SIBLINGS};
+use super::key_view::{Context, KeyPageView, SIBLINGS};
 use super::params::parse_key_prefix;
 use crate::guard::IdempotencyKey;
 use crate::store::HistoryRead;
@@ -44,6 +44,16 @@ pub fn parse_after(pairs: &[(String, String)]) -> Result<i64, Error> {
     }
 }
 
+/// A prefix or an upper-case key: the keys it stands for.
+fn prefix_redirect(text: &str) -> Result<Response, Error> {
+    let prefix = parse_key_prefix("key", text)?;
+    let to = match prefix.len() {
+        64 => format!("/keys/{prefix}"),
+        _ => link("/keys", &[("key", Some(&prefix))]),
+    };
+    Ok(Redirect::to(&to).into_response())
+}
+
 async fn key_page(
     State(state): State<AppState>,
     viewer: Viewer,
@@ -52,13 +62,7 @@ async fn key_page(
 ) -> Result<Response, Error> {
     let after = parse_after(&pairs)?;
     let Ok(key) = IdempotencyKey::parse(&key) else {
-        // A prefix or an upper-case key: show the keys it stands for.
-        let prefix = parse_key_prefix("key", &key)?;
-        let to = match prefix.len() {
-            64 => format!("/keys/{prefix}"),
-            _ => link("/keys", &[("key", Some(&prefix))]),
-        };
-        return Ok(Redirect::to(&to).into_response());
+        return prefix_redirect(&key);
     };
     let now = state.clock.now();
     let read = HistoryRead {
@@ -72,7 +76,7 @@ async fn key_page(
         ))
     })?;
     let money = state.tools.amount(&history.record.intent.tool);
-    let page = KeyPage::new(
+    let page = KeyPageView::new(
         history,
         Context {
             money,

@@ -1,7 +1,7 @@
 //! How the key page shows one attempt of a timeline: a badge, plain words for support
 //! staff and the engineer's terms one click away, what a retry changed field by field.
 
-use super::diff::{Change, diff};
+use super::diff::{JsonChange, diff};
 use crate::guard::{Attempt, AttemptKind, MoneyField, Record};
 use crate::web::filters::{When, duration_ms, money as money_text, pretty, when};
 use chrono::{DateTime, Utc};
@@ -120,7 +120,7 @@ pub fn presentation(kind: AttemptKind) -> Presentation {
 }
 
 /// One row of the timeline.
-pub struct Step {
+pub struct TimelineRow {
     pub seq: i64,
     pub at: When,
     pub kind: &'static str,
@@ -139,10 +139,15 @@ pub struct Step {
     pub notes: Vec<(String, String)>,
     pub detail: Option<String>,
     /// Field by field, for a payload mismatch.
-    pub changes: Vec<Change>,
+    pub changes: Vec<JsonChange>,
 }
 
-pub fn step(a: &Attempt, record: &Record, money: Option<&MoneyField>, now: DateTime<Utc>) -> Step {
+pub fn step(
+    a: &Attempt,
+    record: &Record,
+    money: Option<&MoneyField>,
+    now: DateTime<Utc>,
+) -> TimelineRow {
     let Presentation {
         label,
         class,
@@ -188,7 +193,7 @@ pub fn step(a: &Attempt, record: &Record, money: Option<&MoneyField>, now: DateT
         }
     }
     let empty = object.is_some_and(|o| o.is_empty()) || a.detail.is_null();
-    Step {
+    TimelineRow {
         seq: a.seq,
         at: when(a.occurred_at, now),
         kind: a.kind.as_str(),

@@ -1,7 +1,7 @@
 //! The key page as a pure view of one [`KeyHistory`]: built without a database, so
 //! what the page says about a key is unit-tested from the history alone.
 
-use super::key_steps::{Gap, Step, step};
+use super::key_steps::{Gap, TimelineRow, step};
 use super::{Badge, KeyRow, Layout, Retention, lease_note, status_badge};
 use crate::guard::{Attempt, AttemptKind, IdempotencyKey, MoneyField, Record, Status};
 use crate::store::{KeyHistory, Shown};
@@ -26,7 +26,7 @@ struct Siblings {
 
 /// Counts of the timeline's notable kinds, for the summary sentence.
 #[derive(Default)]
-struct Tally {
+struct TimelineTally {
     replays: usize,
     mismatches: usize,
     takeovers: usize,
@@ -44,7 +44,7 @@ struct KeyLinks {
 
 #[derive(Template)]
 #[template(path = "key.html")]
-pub struct KeyPage {
+pub struct KeyPageView {
     layout: Layout,
     r: Record,
     links: KeyLinks,
@@ -63,8 +63,8 @@ pub struct KeyPage {
     updated: When,
     args: String,
     result: Option<String>,
-    steps: Vec<Step>,
-    tally: Tally,
+    steps: Vec<TimelineRow>,
+    tally: TimelineTally,
     /// Attempt rows of the whole timeline; `steps` is one page of them.
     total: i64,
     /// The attempt number this page starts after (0: the first page).
@@ -132,7 +132,7 @@ fn resolved_by(a: &Attempt, status: &str, now: DateTime<Utc>) -> Option<String> 
 fn verdict(
     r: &Record,
     retention: &Retention,
-    tally: &Tally,
+    tally: &TimelineTally,
     decided: Option<&Attempt>,
     now: DateTime<Utc>,
 ) -> String {
@@ -230,7 +230,7 @@ pub struct Context<'a> {
     pub now: DateTime<Utc>,
 }
 
-impl KeyPage {
+impl KeyPageView {
     pub fn new(h: KeyHistory, cx: Context<'_>) -> Self {
         let Context {
             viewer,
@@ -276,7 +276,7 @@ impl KeyPage {
                 (page.attempts, next, None)
             }
         };
-        let (tally, total) = Tally::of(&kinds);
+        let (tally, total) = TimelineTally::of(&kinds);
         let may_resolve = viewer.user.as_ref().is_some_and(|u| u.can_resolve);
         let undecided = record.is_undecided(now);
         let retention = Retention::new(
@@ -351,11 +351,11 @@ impl KeyPage {
     }
 }
 
-impl Tally {
+impl TimelineTally {
     /// The notable kinds, counted over the whole timeline (not the page shown), and
     /// the number of attempts.
     fn of(kinds: &BTreeMap<AttemptKind, i64>) -> (Self, i64) {
-        let mut tally = Tally::default();
+        let mut tally = TimelineTally::default();
         let mut total = 0;
         for (kind, n) in kinds {
             total += n;
@@ -422,8 +422,8 @@ mod tests {
         AttemptDraft::new(kind, FencingToken::FIRST, "ana", t)
     }
 
-    fn view(h: KeyHistory, viewer: &Viewer, lookup: Option<&str>) -> KeyPage {
-        KeyPage::new(
+    fn view(h: KeyHistory, viewer: &Viewer, lookup: Option<&str>) -> KeyPageView {
+        KeyPageView::new(
             h,
             Context {
                 viewer,

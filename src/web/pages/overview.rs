@@ -26,7 +26,7 @@ pub fn router() -> Router<AppState> {
 /// Admissions and what became of them in one window. A request is one admission to
 /// the guard (`idempotency_requests_total`); a replay returned a stored result or error.
 #[derive(Debug, Clone, Default)]
-struct Window {
+struct Admissions {
     requests: i64,
     replays: i64,
     conflicts: i64,
@@ -34,7 +34,7 @@ struct Window {
     escalations: i64,
 }
 
-impl Window {
+impl Admissions {
     fn add(&mut self, kind: AttemptKind, n: i64) {
         if kind.admission_outcome().is_some() {
             self.requests += n;
@@ -48,7 +48,7 @@ impl Window {
         }
     }
 
-    fn merge(&mut self, o: &Window) {
+    fn merge(&mut self, o: &Admissions) {
         self.requests += o.requests;
         self.replays += o.replays;
         self.conflicts += o.conflicts;
@@ -66,20 +66,12 @@ impl Window {
     }
 }
 
-#[derive(Default)]
-struct Backlog {
-    unknown: i64,
-    expired_leases: i64,
-    past_retention: i64,
-    oldest_unknown: Option<DateTime<Utc>>,
-}
-
 struct ToolCard {
     tool: String,
     /// For element ids.
     n: usize,
-    hour: Window,
-    day: Window,
+    hour: Admissions,
+    day: Admissions,
     unknown: i64,
     expired_leases: i64,
     past_retention: i64,
@@ -139,8 +131,8 @@ impl Drill {
 struct OverviewPage {
     layout: Layout,
     cards: Vec<ToolCard>,
-    hour: Window,
-    day: Window,
+    hour: Admissions,
+    day: Admissions,
     unknown: i64,
     expired_leases: i64,
     past_retention: i64,
@@ -160,17 +152,17 @@ pub const OVERVIEW_TTL: TimeDelta = TimeDelta::seconds(30);
 /// dashboards refresh while several people look: one computation serves them all, and
 /// concurrent requests wait for it instead of each starting their own.
 #[derive(Debug, Clone, Default)]
-pub struct OverviewCache(Arc<Mutex<Option<Snapshot>>>);
+pub struct OverviewCache(Arc<Mutex<Option<OverviewCounts>>>);
 
 #[derive(Debug, Clone)]
-pub struct Snapshot {
+pub struct OverviewCounts {
     at: DateTime<Utc>,
     rows: Vec<AttemptBucket>,
     summary: Vec<BacklogSummary>,
 }
 
 impl OverviewCache {
-    async fn get(&self, state: &AppState) -> Result<Snapshot, Error> {
+    async fn get(&self, state: &AppState) -> Result<OverviewCounts, Error> {
         let mut slot = self.0.lock().await;
         let now = state.clock.now();
         if let Some(s) = slot
@@ -184,7 +176,7 @@ impl OverviewCache {
             .attempt_buckets(now - TimeDelta::days(1), now - TimeDelta::hours(1))
             .await?;
         let summary = state.store.backlog_summary(now).await?;
-        let fresh = Snapshot {
+        let fresh = OverviewCounts {
             at: now,
             rows,
             summary,
@@ -202,8 +194,8 @@ async fn overview(State(state): State<AppState>, viewer: Viewer) -> Result<Html<
 
 impl OverviewPage {
     /// The page of `snapshot`'s counts (taken at its own time), shown at `shown_at`.
-    fn new(snapshot: Snapshot, viewer: &Viewer, shown_at: DateTime<Utc>) -> Self {
-        let Snapshot {
+    fn new(snapshot: OverviewCounts, viewer: &Viewer, shown_at: DateTime<Utc>) -> Self {
+        let OverviewCounts {
             at: now,
             rows,
             summary,
@@ -218,7 +210,7 @@ impl OverviewPage {
         let hour_first = buckets.saturating_sub(hour_buckets);
         let hour_start = chart_start + TimeDelta::seconds(hour_first as i64 * BUCKET_SECONDS);
 
-        let mut traffic: BTreeMap<String, (Window, Window, Vec<Point>)> = BTreeMap::new();
+        let mut traffic: BTreeMap<String, (Admissions, Admissions, Vec<Point>)> = BTreeMap::new();
         for r in &rows {
             // A kind this version does not know (a newer writer) is left out, not fatal.
             let Ok(kind) = r.kind.parse::<AttemptKind>() else {
@@ -226,8 +218,8 @@ impl OverviewPage {
             };
             let (hour, day, series) = traffic.entry(r.tool.clone()).or_insert_with(|| {
                 (
-                    Window::default(),
-                    Window::default(),
+                    Admissions::default(),
+                    Admissions::default(),
                     vec![Point::default(); buckets],
                 )
             });
@@ -248,18 +240,8 @@ impl OverviewPage {
                 _ => {}
             }
         }
-        let mut backlog: BTreeMap<String, Backlog> = BTreeMap::new();
-        for s in summary {
-            backlog.insert(
-                s.tool,
-                Backlog {
-                    unknown: s.unknown,
-                    expired_leases: s.expired_leases,
-                    past_retention: s.past_retention,
-                    oldest_unknown: s.oldest_unknown,
-                },
-            );
-        }
+        let mut backlog: BTreeMap<String, BacklogSummary> =
+            summary.into_iter().map(|s| (s.tool.clone(), s)).collect();
         let mut tools: Vec<String> = traffic.keys().chain(backlog.keys()).cloned().collect();
         tools.sort();
         tools.dedup();
@@ -267,8 +249,8 @@ impl OverviewPage {
         let mut page = OverviewPage {
             layout: Layout::new("Overview", "overview", viewer),
             cards: Vec::new(),
-            hour: Window::default(),
-            day: Window::default(),
+            hour: Admissions::default(),
+            day: Admissions::default(),
             unknown: 0,
             expired_leases: 0,
             past_retention: 0,
@@ -280,12 +262,19 @@ impl OverviewPage {
         for (n, tool) in tools.into_iter().enumerate() {
             let (hour, day, series) = traffic.get(&tool).cloned().unwrap_or_else(|| {
                 (
-                    Window::default(),
-                    Window::default(),
+                    Admissions::default(),
+                    Admissions::default(),
                     vec![Point::default(); buckets],
                 )
             });
-            let b = backlog.remove(&tool).unwrap_or_default();
+            let b = backlog.remove(&tool).unwrap_or_else(|| BacklogSummary {
+                tool: tool.clone(),
+                unknown: 0,
+                expired_leases: 0,
+                past_retention: 0,
+                oldest_unknown: None,
+                oldest: None,
+            });
             page.hour.merge(&hour);
             page.day.merge(&day);
             page.unknown += b.unknown;

@@ -52,8 +52,9 @@ impl CsrfForm for ResolveForm {
 }
 
 impl ResolveForm {
-    /// The guard's request, or the first field that cannot be read.
-    fn request(&self, actor: String) -> Result<ResolveRequest, Error> {
+    /// The guard's request, or the first field that cannot be read. A confirming post
+    /// (`confirm`) must say which state the person confirmed: its fencing token.
+    fn request(&self, actor: String, confirm: bool) -> Result<ResolveRequest, Error> {
         let resolution = params::parse_resolution(self.resolution.as_deref())?;
         let text = |v: &Option<String>| {
             v.as_deref()
@@ -86,12 +87,18 @@ impl ResolveForm {
             expected_token,
         };
         req.validate()?;
+        if confirm && req.expected_token.is_none() {
+            return Err(Error::bad_request(
+                "expected_token",
+                "the confirmation must carry the fencing token you saw; start again from the key page",
+            ));
+        }
         Ok(req)
     }
 }
 
 /// A key's state as the resolve pages show it.
-pub struct KeyState {
+pub struct KeyStateView {
     pub key: String,
     pub short: String,
     pub tool: String,
@@ -107,7 +114,7 @@ pub struct KeyState {
     pub release_approved: bool,
 }
 
-impl KeyState {
+impl KeyStateView {
     pub fn new(r: &Record, now: DateTime<Utc>) -> Self {
         let retention = Retention::new(r.resend_safe_until, r.provider_retention_until, now);
         Self {
@@ -146,7 +153,7 @@ pub struct FormView {
 
 impl FormView {
     pub fn new(r: &Record, now: DateTime<Utc>, csrf_token: String) -> Self {
-        let state = KeyState::new(r, now);
+        let state = KeyStateView::new(r, now);
         Self {
             action: format!("/keys/{}/resolve", r.key),
             csrf_token,
@@ -188,22 +195,22 @@ impl FormView {
 #[template(path = "resolve.html")]
 struct FormPage {
     layout: Layout,
-    s: KeyState,
+    s: KeyStateView,
     form: FormView,
 }
 
 /// One line of "what will change".
-pub struct Change {
+pub struct FieldChange {
     pub field: &'static str,
     pub before: String,
     pub after: String,
 }
 
-fn changes(before: &Record, after: &Record, now: DateTime<Utc>) -> Vec<Change> {
+fn changes(before: &Record, after: &Record, now: DateTime<Utc>) -> Vec<FieldChange> {
     let mut out = Vec::new();
     let mut add = |field, b: String, a: String| {
         if b != a {
-            out.push(Change {
+            out.push(FieldChange {
                 field,
                 before: b,
                 after: a,
@@ -236,16 +243,16 @@ fn changes(before: &Record, after: &Record, now: DateTime<Utc>) -> Vec<Change> {
 
 #[derive(Template)]
 #[template(path = "resolve_confirm.html")]
-struct ConfirmPage {
+struct ResolveConfirmPage {
     layout: Layout,
-    s: KeyState,
+    s: KeyStateView,
     resolution: &'static str,
     /// One sentence on what the resolution means for the next retry.
     meaning: &'static str,
     reason: String,
     evidence: Option<String>,
     result: Option<String>,
-    changes: Vec<Change>,
+    changes: Vec<FieldChange>,
     actor: String,
     /// Carried unchanged to the second post.
     form: ResolveForm,
@@ -253,7 +260,7 @@ struct ConfirmPage {
     csrf_token: String,
 }
 
-impl ConfirmPage {
+impl ResolveConfirmPage {
     /// Step 1 of a resolve: what `req` would change, from `before` to `after`.
     fn new(
         viewer: &Viewer,
@@ -270,7 +277,7 @@ impl ConfirmPage {
                 "keys",
                 viewer,
             ),
-            s: KeyState::new(before, now),
+            s: KeyStateView::new(before, now),
             resolution: label(req.resolution),
             meaning: meaning(req.resolution),
             changes: changes(before, after, now),
@@ -319,7 +326,7 @@ struct RefusedPage {
     title: &'static str,
     message: String,
     /// The key as it is now.
-    s: KeyState,
+    s: KeyStateView,
     /// Whether the guard wrote the refused try to the attempt log (only the
     /// confirming post reaches the guard's write path).
     logged: bool,
@@ -337,40 +344,35 @@ async fn resolve(
     let form = checked_form(&state, &principal, &headers, form)?;
     let key = params::parse_key(&key)?;
     let now = state.clock.now();
-    let record = state
-        .store
-        .record(&key)
-        .await?
-        .ok_or_else(|| Error::NotFound(format!("No key {key} is recorded.")))?;
-    let req = match form.request(principal.actor()) {
+    let record = record_of(&state, &key).await?;
+    let confirm = form.confirm.as_deref() == Some("yes");
+    let req = match form.request(principal.actor(), confirm) {
         Ok(req) => req,
         Err(e) => return form_again(&viewer, &record, &form, e, now, csrf.token),
     };
-    let guard = &state.guard;
+    // Step 1 writes nothing (the guard says what it would do); step 2 writes.
+    let done = if confirm {
+        state.guard.resolve(&key, &req).await.map(|_| None)
+    } else {
+        state.guard.preview_resolve(&record, &req).map(Some)
+    };
+    match done {
+        Ok(Some(after)) => {
+            let page =
+                ResolveConfirmPage::new(&viewer, &record, &after, &req, form, csrf.token, now);
+            Ok(Html(page.render()?).into_response())
+        }
+        Ok(None) => Ok(Redirect::to(&format!("/keys/{key}#timeline-h")).into_response()),
+        Err(e) => refused(&state, &viewer, &key, e, &form, csrf.token, confirm).await,
+    }
+}
 
-    if form.confirm.as_deref() != Some("yes") {
-        // Step 1: nothing is written; the guard says what it would do.
-        return match guard.preview_resolve(&record, &req) {
-            Ok(after) => {
-                let page = ConfirmPage::new(&viewer, &record, &after, &req, form, csrf.token, now);
-                Ok(Html(page.render()?).into_response())
-            }
-            Err(e) => refused(&state, &viewer, &key, e, &form, csrf.token, false).await,
-        };
-    }
-
-    // Step 2: the confirmation must say which state the person confirmed.
-    if req.expected_token.is_none() {
-        let e = Error::bad_request(
-            "expected_token",
-            "the confirmation must carry the fencing token you saw; start again from the key page",
-        );
-        return form_again(&viewer, &record, &form, e, now, csrf.token);
-    }
-    match guard.resolve(&key, &req).await {
-        Ok(_) => Ok(Redirect::to(&format!("/keys/{key}#timeline-h")).into_response()),
-        Err(e) => refused(&state, &viewer, &key, e, &form, csrf.token, true).await,
-    }
+async fn record_of(state: &AppState, key: &IdempotencyKey) -> Result<Record, Error> {
+    state
+        .store
+        .record(key)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("No key {key} is recorded.")))
 }
 
 /// 400: the form again with the values typed and the field to correct.
@@ -391,7 +393,7 @@ fn form_again(
             "keys",
             viewer,
         ),
-        s: KeyState::new(record, now),
+        s: KeyStateView::new(record, now),
         form: FormView::new(record, now, csrf_token).with_values(form, (field, message)),
     };
     Ok((StatusCode::BAD_REQUEST, Html(page.render()?)).into_response())
@@ -408,11 +410,7 @@ async fn refused(
     logged: bool,
 ) -> Result<Response, Error> {
     let now = state.clock.now();
-    let current = state
-        .store
-        .record(key)
-        .await?
-        .ok_or_else(|| Error::NotFound(format!("No key {key} is recorded.")))?;
+    let current = record_of(state, key).await?;
     let error = Error::from(e);
     let status = error.status();
     let title = match (&error, status) {
@@ -431,7 +429,7 @@ async fn refused(
         status: status.as_u16(),
         title,
         message: error.to_string(),
-        s: KeyState::new(&current, now),
+        s: KeyStateView::new(&current, now),
         logged,
     };
     Ok((status, Html(page.render()?)).into_response())
@@ -452,7 +450,7 @@ mod tests {
     }
 
     fn field(f: &ResolveForm) -> &'static str {
-        match f.request("sam".into()) {
+        match f.request("sam".into(), false) {
             Err(Error::BadRequest { field, .. }) => field,
             other => panic!("{other:?}"),
         }
@@ -484,7 +482,7 @@ mod tests {
                 "{\"refund_id\":\"rf_8XM1\"}",
             )
         };
-        let req = f.request("sam".into()).unwrap();
+        let req = f.request("sam".into(), false).unwrap();
         assert_eq!(req.resolution, Resolution::Done);
         assert_eq!(req.reason, "checked");
         assert_eq!(req.evidence.as_deref(), Some("rf_8XM1"));

@@ -10,7 +10,7 @@
 use super::Layout;
 use super::params::Params;
 use super::params::{parse_key, parse_resolution};
-use super::resolve::{KeyState, label, meaning};
+use super::resolve::{KeyStateView, label, meaning};
 use crate::auth::Principal;
 use crate::guard::{FencingToken, IdempotencyKey, Resolution, ResolveRequest};
 use crate::web::auth::{Csrf, check_form_csrf, require_resolve};
@@ -66,12 +66,12 @@ impl Item {
 /// One row of the confirmation table.
 struct Row {
     item: Item,
-    state: Option<KeyState>,
+    state: Option<KeyStateView>,
 }
 
 #[derive(Template)]
 #[template(path = "resolve_bulk_confirm.html")]
-struct ConfirmPage {
+struct BulkConfirmPage {
     layout: Layout,
     /// "the 12 keys you selected" / "all 37 backlog keys of issue_refund".
     scope: String,
@@ -84,7 +84,7 @@ struct ConfirmPage {
 }
 
 /// How one key of a confirmed batch ended.
-struct Outcome {
+struct BulkResultRow {
     key: String,
     short: String,
     /// "Resolved", or the refusal's title.
@@ -100,7 +100,7 @@ struct ResultPage {
     resolution: &'static str,
     resolved: usize,
     refused: usize,
-    outcomes: Vec<Outcome>,
+    outcomes: Vec<BulkResultRow>,
 }
 
 async fn bulk(
@@ -114,57 +114,86 @@ async fn bulk(
     let Form(pairs) = form.map_err(|e| Error::bad_request("form", e.body_text()))?;
     let p = Params(pairs);
     check_form_csrf(&state, Some(&principal), &headers, p.get("csrf_token"))?;
-    let resolution = parse_resolution(p.get("resolution"))?;
-    if resolution == Resolution::Done {
-        return Err(Error::bad_request(
-            "resolution",
-            "marking done needs each key's own evidence (the provider's resource id): resolve those keys one at a time from their pages",
-        ));
-    }
-    let request = |expected_token| ResolveRequest {
-        resolution,
-        reason: p.get("reason").unwrap_or_default().to_string(),
-        evidence: None,
-        result: None,
-        actor: principal.actor(),
-        expected_token,
-    };
-    request(None).validate()?;
-    let selected = listed_items(&p)?;
+    let form = BulkForm::parse(&p, &principal)?;
     // A token limited to some tenants or tools acts on none of the list unless every
     // key is inside its limits (docs/AUTH.md, "Token limits").
-    let keys: Vec<&IdempotencyKey> = selected.iter().map(|i| &i.key).collect();
+    let keys: Vec<&IdempotencyKey> = form.selected.iter().map(|i| &i.key).collect();
     keys_in_scope(&state, &principal, &keys).await?;
-
-    if p.get("confirm") == Some("yes") {
+    let html = if p.get("confirm") == Some("yes") {
         // Exactly the listed keys, each under the token shown for it.
-        check_size(selected.len(), "key")?;
-        let outcomes = resolve_each(&state, &selected, request).await;
+        let outcomes = resolve_each(&state, &form).await;
+        ResultPage::new(&viewer, &principal, form.resolution, outcomes).render()?
+    } else {
+        // Step 1: find the keys and show them; nothing is written.
+        let (scope, rows) = to_confirm(&state, &principal, &p, form.selected).await?;
+        BulkConfirmPage {
+            layout: Layout::new("Confirm bulk resolve", "backlog", &viewer),
+            scope,
+            resolution: label(form.resolution),
+            resolution_value: form.resolution.as_str(),
+            meaning: meaning(form.resolution),
+            reason: form.request.reason,
+            rows,
+            csrf_token: csrf.token,
+        }
+        .render()?
+    };
+    Ok(Html(html).into_response())
+}
+
+/// What a bulk resolve asks, checked: the decision, the request each key's resolve
+/// sends (its expected token left to fill in), and the keys ticked.
+struct BulkForm {
+    resolution: Resolution,
+    request: ResolveRequest,
+    selected: Vec<Item>,
+}
+
+impl BulkForm {
+    fn parse(p: &Params, principal: &Principal) -> Result<Self, Error> {
+        let resolution = parse_resolution(p.get("resolution"))?;
+        if resolution == Resolution::Done {
+            return Err(Error::bad_request(
+                "resolution",
+                "marking done needs each key's own evidence (the provider's resource id): resolve those keys one at a time from their pages",
+            ));
+        }
+        let request = ResolveRequest {
+            resolution,
+            reason: p.get("reason").unwrap_or_default().to_string(),
+            evidence: None,
+            result: None,
+            actor: principal.actor(),
+            expected_token: None,
+        };
+        request.validate()?;
+        let selected = listed_items(p)?;
+        Ok(Self {
+            resolution,
+            request,
+            selected,
+        })
+    }
+}
+
+impl ResultPage {
+    fn new(
+        viewer: &Viewer,
+        principal: &Principal,
+        resolution: Resolution,
+        outcomes: Vec<BulkResultRow>,
+    ) -> Self {
         let resolved = outcomes.iter().filter(|o| o.ok).count();
-        tracing::info!(user = %principal.name, resolved, refused = outcomes.len() - resolved, "bulk resolve");
-        let page = ResultPage {
-            layout: Layout::new("Bulk resolve: result", "backlog", &viewer),
+        let refused = outcomes.len() - resolved;
+        tracing::info!(user = %principal.name, resolved, refused, "bulk resolve");
+        Self {
+            layout: Layout::new("Bulk resolve: result", "backlog", viewer),
             resolution: label(resolution),
             resolved,
-            refused: outcomes.len() - resolved,
+            refused,
             outcomes,
-        };
-        return Ok(Html(page.render()?).into_response());
+        }
     }
-
-    // Step 1: find the keys and show them; nothing is written.
-    let (scope, rows) = to_confirm(&state, &principal, &p, selected).await?;
-    let page = ConfirmPage {
-        layout: Layout::new("Confirm bulk resolve", "backlog", &viewer),
-        scope,
-        resolution: label(resolution),
-        resolution_value: resolution.as_str(),
-        meaning: meaning(resolution),
-        reason: p.get("reason").unwrap_or_default().to_string(),
-        rows,
-        csrf_token: csrf.token,
-    };
-    Ok(Html(page.render()?).into_response())
 }
 
 /// The keys ticked (`key=KEY.TOKEN`, each once).
@@ -183,45 +212,43 @@ fn listed_items(p: &Params) -> Result<Vec<Item>, Error> {
     )
 }
 
-/// Resolves each of `selected` under its own token, one guard call each: how each ended.
-async fn resolve_each(
-    state: &AppState,
-    selected: &[Item],
-    request: impl Fn(Option<FencingToken>) -> ResolveRequest,
-) -> Vec<Outcome> {
-    let mut outcomes = Vec::with_capacity(selected.len());
-    for item in selected {
-        let done = state
-            .guard
-            .resolve(&item.key, &request(Some(item.token)))
-            .await;
-        let short = crate::web::filters::short_key(item.key.as_str());
-        outcomes.push(match done {
-            Ok(_) => Outcome {
-                key: item.key.to_string(),
-                short,
-                result: "Resolved",
-                ok: true,
-                why: String::new(),
-            },
-            Err(e) => {
-                let e = Error::from(e);
-                Outcome {
-                    key: item.key.to_string(),
-                    short,
-                    result: match e.status().as_u16() {
-                        409 => "Conflict: changed since you looked",
-                        422 => "Not resolvable",
-                        404 => "Not found",
-                        _ => "Failed",
-                    },
-                    ok: false,
-                    why: e.to_string(),
-                }
-            }
-        });
+/// Resolves each key of `form` under its own token, one guard call each: how each ended.
+async fn resolve_each(state: &AppState, form: &BulkForm) -> Vec<BulkResultRow> {
+    let mut outcomes = Vec::with_capacity(form.selected.len());
+    for item in &form.selected {
+        let request = ResolveRequest {
+            expected_token: Some(item.token),
+            ..form.request.clone()
+        };
+        let done = state.guard.resolve(&item.key, &request).await;
+        outcomes.push(BulkResultRow::new(item, done.err().map(Error::from)));
     }
     outcomes
+}
+
+impl BulkResultRow {
+    /// How `item` ended: resolved, or refused with `refusal`.
+    fn new(item: &Item, refusal: Option<Error>) -> Self {
+        let (result, why) = match &refusal {
+            None => ("Resolved", String::new()),
+            Some(e) => (
+                match e.status().as_u16() {
+                    409 => "Conflict: changed since you looked",
+                    422 => "Not resolvable",
+                    404 => "Not found",
+                    _ => "Failed",
+                },
+                e.to_string(),
+            ),
+        };
+        Self {
+            key: item.key.to_string(),
+            short: crate::web::filters::short_key(item.key.as_str()),
+            result,
+            ok: refusal.is_none(),
+            why,
+        }
+    }
 }
 
 /// The keys the confirmation lists, each with its state now, and what they are: the
@@ -232,65 +259,65 @@ async fn to_confirm(
     p: &Params,
     selected: Vec<Item>,
 ) -> Result<(String, Vec<Row>), Error> {
-    let now = state.clock.now();
-    let (scope, rows) = if p.get("scope") == Some("filter") {
-        let tool = p.text("tool")?;
-        let wanted = u32::try_from(MAX_BATCH + 1).unwrap_or(u32::MAX);
-        let page = state
-            .store
-            .backlog(tool.as_deref(), None, None, wanted, now)
-            .await?;
-        if page.keys.len() > MAX_BATCH {
-            return Err(Error::bad_request(
-                "scope",
-                format!(
-                    "more than {MAX_BATCH} backlog keys match this filter, and a batch is at most {MAX_BATCH}: filter by one tool, or tick the keys to resolve"
-                ),
-            ));
-        }
-        let keys: Vec<&IdempotencyKey> = page.keys.iter().map(|k| &k.key).collect();
-        keys_in_scope(state, principal, &keys).await?;
-        let scope = match &tool {
-            Some(t) => format!("all {} backlog keys of tool {t}", page.keys.len()),
-            None => format!("all {} backlog keys", page.keys.len()),
-        };
-        let rows = page
-            .keys
-            .iter()
-            .map(|k| Row {
-                item: Item {
-                    key: k.key.clone(),
-                    token: k.fencing_token,
-                },
-                state: None,
-            })
-            .collect();
-        (scope, rows)
+    let (scope, items) = if p.get("scope") == Some("filter") {
+        backlog_of(state, principal, p.text("tool")?).await?
+    } else if selected.is_empty() {
+        return Err(Error::bad_request(
+            "key",
+            "tick at least one key, or choose all keys matching the filter",
+        ));
     } else {
-        if selected.is_empty() {
-            return Err(Error::bad_request(
-                "key",
-                "tick at least one key, or choose all keys matching the filter",
-            ));
-        }
-        check_size(selected.len(), "key")?;
         (
             format!("the {} keys you selected", selected.len()),
-            selected
-                .into_iter()
-                .map(|item| Row { item, state: None })
-                .collect(),
+            selected,
         )
     };
-    let mut rows: Vec<Row> = rows;
-    for row in &mut rows {
-        row.state = state
-            .store
-            .record(&row.item.key)
-            .await?
-            .map(|r| KeyState::new(&r, now));
+    let now = state.clock.now();
+    let mut rows = Vec::with_capacity(items.len());
+    for item in items {
+        let record = state.store.record(&item.key).await?;
+        let state = record.map(|r| KeyStateView::new(&r, now));
+        rows.push(Row { item, state });
     }
     Ok((scope, rows))
+}
+
+/// The backlog keys of `tool` (every tool: `None`), at most [`MAX_BATCH`], each with its
+/// token now, and how the confirmation names them.
+async fn backlog_of(
+    state: &AppState,
+    principal: &Principal,
+    tool: Option<String>,
+) -> Result<(String, Vec<Item>), Error> {
+    let wanted = u32::try_from(MAX_BATCH + 1).unwrap_or(u32::MAX);
+    let now = state.clock.now();
+    let page = state
+        .store
+        .backlog(tool.as_deref(), None, None, wanted, now)
+        .await?;
+    if page.keys.len() > MAX_BATCH {
+        return Err(Error::bad_request(
+            "scope",
+            format!(
+                "more than {MAX_BATCH} backlog keys match this filter, and a batch is at most {MAX_BATCH}: filter by one tool, or tick the keys to resolve"
+            ),
+        ));
+    }
+    let keys: Vec<&IdempotencyKey> = page.keys.iter().map(|k| &k.key).collect();
+    keys_in_scope(state, principal, &keys).await?;
+    let scope = match &tool {
+        Some(t) => format!("all {} backlog keys of tool {t}", page.keys.len()),
+        None => format!("all {} backlog keys", page.keys.len()),
+    };
+    let items = page
+        .keys
+        .into_iter()
+        .map(|k| Item {
+            key: k.key,
+            token: k.fencing_token,
+        })
+        .collect();
+    Ok((scope, items))
 }
 
 /// Each key once. A key listed twice would be resolved once and then refused as a

@@ -22,7 +22,7 @@ async fn mcp_attempts(store: &Store) -> Vec<(String, String, Option<String>, Str
     rows.into_iter()
         .map(|(key, kind, business_ref, detail)| {
             let detail: serde_json::Value = serde_json::from_str(&detail).expect("detail is JSON");
-            let session = detail["mcp"]["session_id"]
+            let session = detail["context"]["session_id"]
                 .as_str()
                 .unwrap_or("")
                 .to_string();

@@ -2,6 +2,7 @@
 
 pub mod alertmanager;
 pub mod app;
+pub mod attack;
 pub mod auth;
 pub mod dashboard;
 pub mod effects;

@@ -1,36 +1,45 @@
-//! The storage the proxy's guard writes through: the store, plus the MCP call's
-//! context (session id, JSON-RPC request id, client) in the detail of every attempt
-//! row the call writes, so support sees which host and which call it was. The guard's
-//! decisions and statements are untouched: this only adds a member to each row's
-//! detail before the store seals it into the chain.
+//! The storage a guard writes through for one caller: the store, plus the caller's
+//! context (for the MCP proxy: the session id, the JSON-RPC request id and the client)
+//! as `detail.context` of every attempt row the call writes, so support sees which
+//! host and which call it was. Both ends record it alike: the proxy's in-process guard
+//! with its own context, `serve` with the `context` a worker sends in its guard
+//! request (docs/GUARD.md). The guard's decisions and statements are untouched: this
+//! only adds a member to each row's detail before the store seals it into the chain.
 
-use crate::guard::{
+use super::{
     Attempt, AttemptDraft, Claim, ClaimChecks, IdempotencyKey, PairReview, Record, Storage,
     StoreError,
 };
 use serde_json::Value;
 use std::sync::Arc;
 
+/// The member of an attempt's detail that holds the caller's context.
+pub const CONTEXT_MEMBER: &str = "context";
+
 #[derive(Clone)]
-pub struct WithCallContext<S> {
+pub struct WithContext<S> {
     inner: S,
-    context: Arc<Value>,
+    /// `None`: the caller sent none, the rows are written as they are.
+    context: Option<Arc<Value>>,
 }
 
-impl<S> WithCallContext<S> {
-    pub fn new(inner: S, context: Value) -> Self {
+impl<S> WithContext<S> {
+    pub fn new(inner: S, context: Option<Value>) -> Self {
         Self {
             inner,
-            context: Arc::new(context),
+            context: context.map(Arc::new),
         }
     }
 
     fn mark(&self, draft: AttemptDraft) -> AttemptDraft {
-        draft.with("mcp", (*self.context).clone())
+        match &self.context {
+            Some(context) => draft.with(CONTEXT_MEMBER, (**context).clone()),
+            None => draft,
+        }
     }
 }
 
-impl<S: Storage> Storage for WithCallContext<S> {
+impl<S: Storage> Storage for WithContext<S> {
     async fn claim(
         &self,
         build: impl FnOnce() -> (Record, AttemptDraft) + Send,
