@@ -43,6 +43,7 @@ LAYERS = [
     ("web/auth_log.rs", 64),
     ("web/site.rs", 64),
     ("web/layout.rs", 64),
+    ("web/assets.rs", 64),
     ("web/links.rs", 64),
     ("web/filters.rs", 64),
     ("web/server.rs", 64),

@@ -25,6 +25,7 @@ mod refusal;
 pub mod server;
 mod site;
 mod slow_bodies;
+mod static_files;
 /// The Host and Origin rules of every route, for another HTTP edge (the MCP proxy).
 pub use metrics::exposition as metrics_exposition;
 pub use site::check as site_check;
@@ -248,7 +249,7 @@ pub fn app_with(state: AppState, extra: Router) -> Router {
         .merge(metrics::router())
         .merge(guard::router())
         .merge(openapi::router())
-        .merge(assets::router())
+        .merge(static_files::router())
         .fallback(error::no_such_page)
         .with_state(state.clone())
         .merge(extra)
