@@ -59,7 +59,6 @@ LAYERS = [
     ("tail/port.rs", 25),
     ("metrics/port.rs", 25),
     ("evidence/port.rs", 25),
-    ("export/port.rs", 25),
     ("guard/", 20),
     ("time_input.rs", 15),
     ("duration.rs", 15),
@@ -113,6 +112,9 @@ def strip(text):
 
 def expand(tree):
     """`a::{b, c::{d, e}}` -> [[a, b], [a, c, d], [a, c, e]]."""
+    # `X as Y` keeps X: marked before the spaces go (a name such as `classify`
+    # holds the letters `as` too).
+    tree = re.sub(r"\s+as\s+\w+", "", tree)
     tree = re.sub(r"\s+", "", tree)
     paths = []
 
@@ -138,9 +140,7 @@ def expand(tree):
                 segs = [x for x in head.split("::") if x]
                 walk(prefix + segs, inner)
             else:
-                p = re.sub(r"\bas\w+$", "", p.replace("as", " as ")).strip()
                 segs = [x.strip() for x in p.split("::") if x.strip()]
-                segs = [re.sub(r"\s+as\s+\w+$", "", x) for x in segs]
                 if segs:
                     paths.append(prefix + segs)
 

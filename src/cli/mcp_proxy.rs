@@ -3,8 +3,8 @@
 use super::{AuthArgs, DatabaseArgs, parse_duration};
 use crate::guard::{GuardSettings, SystemClock};
 use crate::mcp::{
-    GuardPort, GuardToken, KeyPages, LocalGuard, RemoteGuard, Settings, Started, UpstreamHeader,
-    UpstreamSpec,
+    GuardPort, GuardToken, KeyPages, LocalGuard, McpMetrics, RemoteGuard, Settings, Started,
+    UpstreamHeader, UpstreamSpec,
 };
 use anyhow::Context;
 use clap::{ArgGroup, Args};
@@ -101,7 +101,8 @@ pub struct McpProxyArgs {
 
 pub async fn mcp_proxy_command(args: McpProxyArgs) -> anyhow::Result<()> {
     let upstream = upstream_spec(&args)?;
-    let guard = guard_port(&args).await?;
+    let metrics = Arc::new(McpMetrics::new().context("cannot register the proxy's metrics")?);
+    let guard = guard_port(&args, metrics.clone()).await?;
     let settings = Settings {
         tools_file: args.tools_file.clone(),
         tenant: args.tenant.clone(),
@@ -131,13 +132,13 @@ pub async fn mcp_proxy_command(args: McpProxyArgs) -> anyhow::Result<()> {
     };
     let started = Started::start(guard, Arc::new(SystemClock), upstream, settings).await?;
     match listening {
-        None => started.serve_stdio(metrics_listener).await,
+        None => started.serve_stdio(metrics, metrics_listener).await,
         Some((listener, auth)) => {
             tracing::info!(address = %listener.local_addr()?, "mcp-proxy: Streamable HTTP at /mcp");
             let shutdown = async {
                 let _ = tokio::signal::ctrl_c().await;
             };
-            started.serve_http(listener, auth, shutdown).await
+            started.serve_http(listener, auth, metrics, shutdown).await
         }
     }
 }
@@ -174,17 +175,17 @@ fn upstream_spec(args: &McpProxyArgs) -> anyhow::Result<UpstreamSpec> {
 
 /// The guard the proxy goes through: a remote `serve` (--guard-url), else the
 /// database (--database-url), opened and migrated here.
-async fn guard_port(args: &McpProxyArgs) -> anyhow::Result<Arc<dyn GuardPort>> {
+async fn guard_port(
+    args: &McpProxyArgs,
+    metrics: Arc<McpMetrics>,
+) -> anyhow::Result<Arc<dyn GuardPort>> {
     let Some(url) = &args.guard_url else {
         let store = super::serve::open_store(&args.database).await?;
         let settings = GuardSettings {
             lease_margin: args.lease_margin.0,
         };
-        return Ok(Arc::new(LocalGuard::new(
-            store,
-            Arc::new(SystemClock),
-            settings,
-        )));
+        let guard = LocalGuard::new(store, Arc::new(SystemClock), settings);
+        return Ok(Arc::new(guard.reporting_refusals_not_logged(metrics)));
     };
     let token = match (&args.guard_token, &args.guard_token_file) {
         (Some(token), _) => Some(token.clone()),

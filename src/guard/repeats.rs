@@ -3,12 +3,13 @@
 //! admitting other arguments, retrying a key in flight — would otherwise append one
 //! row per request without end: 55,547 rows to one key in 20 s in a review. The
 //! first refusal of a run is recorded as ever; a refusal identical to the key's newest
-//! row (same kind, token, actor and detail, nothing written since) is answered the
-//! same way but not appended. An admission in such a run still counts in the record's
+//! row (same kind, token, actor and detail but the caller's `context`, nothing written
+//! since) is answered the same way but not appended. An admission in such a run still counts in the record's
 //! `attempt_count`; a stale write in it leaves the key untouched but for its count of
 //! refusals not logged (`refusals_not_logged`), and a [`RefusalsNotLogged`] hears of
 //! each one (the process's metrics).
 
+use super::context::CONTEXT_MEMBER;
 use super::record::{Attempt, AttemptDraft, Record};
 use super::status::AttemptKind;
 
@@ -69,19 +70,24 @@ pub fn repeat(drafts: &[AttemptDraft], before: &Record, newest: Option<&Attempt>
             let same = last.kind == draft.kind
                 && last.fencing_token == draft.fencing_token
                 && last.actor == draft.actor
-                && without_state(&last.detail) == draft.detail;
+                && without(&last.detail, &["state", CONTEXT_MEMBER])
+                    == without(&draft.detail, &[CONTEXT_MEMBER]);
             if same { Repeat::Same } else { Repeat::New }
         }
         _ => Repeat::Unread,
     }
 }
 
-/// A stored detail without the record's `state`, which sealing adds to every row
-/// (record.rs): a draft has none yet.
-fn without_state(detail: &serde_json::Value) -> serde_json::Value {
+/// A detail without `members`: the record's `state`, which sealing adds to every
+/// stored row (record.rs; a draft has none yet), and the caller's `context`
+/// (context.rs), which names the request and so differs on every retry of a loop: it
+/// says which call it was, never whether the refusal is new.
+fn without(detail: &serde_json::Value, members: &[&str]) -> serde_json::Value {
     let mut d = detail.clone();
     if let Some(o) = d.as_object_mut() {
-        o.remove("state");
+        for m in members {
+            o.remove(*m);
+        }
     }
     d
 }

@@ -5,8 +5,7 @@
 
 use super::answer::{self, KeyPages};
 use super::classify::Guarded;
-use super::intent::Caller;
-use super::lookup;
+use super::intent::Session;
 use super::port::{Admission, AfterLookup, CallContext, Fenced, GuardCall, GuardPort, PortError};
 use super::upstream::{Upstream, UpstreamError};
 use crate::guard::{
@@ -30,7 +29,7 @@ pub struct Calls {
 
 /// One call as the client sent it.
 pub struct Request<'a> {
-    pub caller: &'a Caller,
+    pub caller: &'a Session,
     pub tool: &'a str,
     pub arguments: JsonObject,
     /// SEP-3182's `idempotencyKey`, if the client sent one.
@@ -40,7 +39,7 @@ pub struct Request<'a> {
 }
 
 /// What the guard holds while the upstream is called, and the call it holds it for.
-struct Held<'a> {
+struct Lease<'a> {
     guard: &'a dyn GuardCall,
     key: IdempotencyKey,
     token: FencingToken,
@@ -53,7 +52,7 @@ struct Held<'a> {
     tool: &'a Guarded,
 }
 
-impl Held<'_> {
+impl Lease<'_> {
     fn fenced(&self, duration_ms: Option<i64>) -> Fenced<'_> {
         Fenced {
             key: &self.key,
@@ -101,7 +100,7 @@ impl Calls {
                 Err(e) => return answer::guard_error(name, &e),
             };
             let key = admitted.key;
-            let held = |token, call_timeout| Held {
+            let held = |token, call_timeout| Lease {
                 guard: guard.as_ref(),
                 key: key.clone(),
                 token,
@@ -178,8 +177,8 @@ impl Calls {
     }
 
     /// Calls the upstream under the held key and settles the outcome.
-    async fn execute(&self, held: &Held<'_>) -> CallToolResult {
-        let Held { name, tool, .. } = *held;
+    async fn execute(&self, held: &Lease<'_>) -> CallToolResult {
+        let Lease { name, tool, .. } = *held;
         let mut sent = held.arguments.clone();
         if let Some(arg) = &tool.key_argument {
             sent.insert(arg.clone(), json!(held.key.as_str()));
@@ -197,7 +196,7 @@ impl Calls {
             // The tool ran and said it failed: the server's own definitive answer.
             Ok(result) => (
                 CallOutcome::Failed {
-                    error: lookup::text_of(&result),
+                    error: super::lookup::text_of(&result),
                 },
                 result,
             ),
@@ -220,8 +219,8 @@ impl Calls {
     /// After a takeover: the lookup first; then what the guard decides on it (a
     /// replay of the effect found, a resend with the same key while the server still
     /// remembers it, UNKNOWN again, or a person).
-    async fn reconcile(&self, held: &Held<'_>) -> CallToolResult {
-        let Held { name, tool, .. } = *held;
+    async fn reconcile(&self, held: &Lease<'_>) -> CallToolResult {
+        let Lease { name, tool, .. } = *held;
         let key = held.key.as_str();
         let (found, duration_ms) = self.look_up(held).await;
         match held
@@ -244,8 +243,8 @@ impl Calls {
     /// A call with other arguments than the UNKNOWN key's first call: the earlier
     /// call's effect is looked up by key under the token the guard offered (the guard
     /// never resends on it), and the model is told this call was not run.
-    async fn check_earlier(&self, held: &Held<'_>, differing: &[String]) -> CallToolResult {
-        let Held { name, tool, .. } = *held;
+    async fn check_earlier(&self, held: &Lease<'_>, differing: &[String]) -> CallToolResult {
+        let Lease { name, tool, .. } = *held;
         let key = held.key.as_str();
         if tool.lookup.is_none() {
             return answer::earlier_unknown(name, key, differing, &self.pages);
@@ -265,8 +264,8 @@ impl Calls {
     }
 
     /// The tool's lookup by key at the upstream, and how long it took.
-    async fn look_up(&self, held: &Held<'_>) -> (Lookup, Option<i64>) {
-        let Held { name, tool, .. } = *held;
+    async fn look_up(&self, held: &Lease<'_>) -> (Lookup, Option<i64>) {
+        let Lease { name, tool, .. } = *held;
         let started = Instant::now();
         let found = match &tool.lookup {
             None => Lookup::Failed(format!(
@@ -274,9 +273,9 @@ impl Calls {
             )),
             Some(spec) => {
                 let params = CallToolRequestParams::new(spec.tool.clone())
-                    .with_arguments(lookup::arguments(spec, &held.key));
+                    .with_arguments(super::lookup::arguments(spec, &held.key));
                 match self.upstream.call(params, held.call_timeout).await {
-                    Ok(answer) => match lookup::read(spec, &answer) {
+                    Ok(answer) => match super::lookup::read(spec, &answer) {
                         Ok(Some(effect)) => Lookup::Found(found_result(&spec.tool, effect)),
                         Ok(None) => Lookup::NotFound,
                         Err(why) => Lookup::Failed(why),

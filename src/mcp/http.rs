@@ -7,8 +7,8 @@
 //! under any Host name (a probe path of the site rules), so Prometheus scrapes it as
 //! it scrapes `serve`.
 
-use super::server::{Proxy, Shared};
-use crate::auth::{Authenticator, Permission, Principal};
+use super::server::{Proxy, ProxyState};
+use crate::auth::{Authenticator, Permission};
 use crate::metrics::mcp::McpMetrics;
 use axum::Router;
 use axum::extract::{ConnectInfo, Request};
@@ -22,12 +22,21 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// The router: `/mcp` for every MCP session, `/metrics` for Prometheus.
-pub fn router(shared: Arc<Shared>, auth: Arc<Authenticator>, metrics: Arc<McpMetrics>) -> Router {
+pub fn router(
+    shared: Arc<ProxyState>,
+    auth: Arc<Authenticator>,
+    metrics: Arc<McpMetrics>,
+) -> Router {
     // The Host check is ours (the site rules every `serve` route follows), so
     // rmcp's own loopback-only default is off.
     let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
     let service = StreamableHttpService::new(
-        move || Ok(Proxy::new(shared.clone(), super::new_session_id("http"))),
+        move || {
+            Ok(Proxy::new(
+                shared.clone(),
+                super::server::new_session_id("http"),
+            ))
+        },
         Arc::new(LocalSessionManager::default()),
         config,
     );
@@ -96,20 +105,4 @@ async fn gate(auth: Arc<Authenticator>, mut req: Request, next: Next) -> Respons
     }
     req.extensions_mut().insert(principal);
     next.run(req).await
-}
-
-/// The principal of an HTTP session's request, if the request came over HTTP.
-pub fn principal(ctx: &rmcp::service::RequestContext<rmcp::RoleServer>) -> Option<Principal> {
-    ctx.extensions
-        .get::<axum::http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<Principal>().cloned())
-}
-
-/// The `Mcp-Session-Id` of an HTTP session's request.
-pub fn session_id(ctx: &rmcp::service::RequestContext<rmcp::RoleServer>) -> Option<String> {
-    ctx.extensions
-        .get::<axum::http::request::Parts>()
-        .and_then(|parts| parts.headers.get("mcp-session-id"))
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
 }

@@ -21,15 +21,15 @@ const MAX_CONTEXT_TEXT: usize = 200;
 
 /// Who is calling and in which session.
 #[derive(Debug, Clone)]
-pub struct Caller {
+pub struct Session {
     pub tenant: String,
     /// The client's name from `initialize` (`clientInfo.name`).
     pub client: String,
     /// The MCP session: the `Mcp-Session-Id` over HTTP, one per connection over stdio.
-    pub session: String,
+    pub id: String,
 }
 
-impl Caller {
+impl Session {
     /// `mcp:<client name>`: the attempt log's actor.
     pub fn actor(&self) -> String {
         format!("mcp:{}", self.client)
@@ -39,7 +39,7 @@ impl Caller {
     /// request id and the client, each cut to [`MAX_CONTEXT_TEXT`] bytes.
     pub fn context(&self, request_id: &str) -> Value {
         json!({
-            "session_id": cut(&self.session, MAX_CONTEXT_TEXT),
+            "session_id": cut(&self.id, MAX_CONTEXT_TEXT),
             "request_id": cut(request_id, MAX_CONTEXT_TEXT),
             "client": cut(&self.client, MAX_CONTEXT_TEXT),
         })
@@ -53,7 +53,7 @@ impl Caller {
                 key.to_string(),
             ),
             None => (
-                format!("mcp-session:{}", self.session),
+                format!("mcp-session:{}", self.id),
                 "arguments".to_string(),
                 format!("fingerprint:{}", args.0),
             ),
@@ -81,11 +81,11 @@ pub fn cut(text: &str, max: usize) -> &str {
 mod tests {
     use super::*;
 
-    fn caller(session: &str) -> Caller {
-        Caller {
+    fn caller(session: &str) -> Session {
+        Session {
             tenant: "acme".into(),
             client: "claude".into(),
-            session: session.into(),
+            id: session.into(),
         }
     }
 
@@ -100,7 +100,7 @@ mod tests {
     #[test]
     fn a_client_key_holds_across_sessions_but_not_across_clients_or_tools() {
         let fp = Fingerprint("ab".into());
-        let k = |c: Caller, tool| c.intent(tool, Some("k-1"), &fp).key().unwrap();
+        let k = |c: Session, tool| c.intent(tool, Some("k-1"), &fp).key().unwrap();
         assert_eq!(k(caller("s1"), "refund"), k(caller("s2"), "refund"));
         assert_ne!(k(caller("s1"), "refund"), k(caller("s1"), "charge"));
         let mut other = caller("s1");

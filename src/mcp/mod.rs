@@ -38,9 +38,10 @@ pub use port::remote::{GuardToken, RemoteGuard};
 pub use upstream::{InProcessServer, UpstreamHeader, UpstreamSpec};
 
 use crate::guard::{Clock, ToolPolicies};
+pub use crate::metrics::mcp::McpMetrics;
 use anyhow::Context;
 use rmcp::ServiceExt;
-use server::{Proxy, Shared};
+use server::{Proxy, ProxyState, new_session_id};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,7 +58,7 @@ pub struct Settings {
 
 /// A started proxy: the upstream is running and its tools are classified.
 pub struct Started {
-    shared: Arc<Shared>,
+    shared: Arc<ProxyState>,
 }
 
 impl Started {
@@ -112,7 +113,7 @@ impl Started {
             pages: settings.pages.clone(),
         };
         Ok(Started {
-            shared: Arc::new(Shared {
+            shared: Arc::new(ProxyState {
                 calls,
                 upstream_tools: tools,
                 classification,
@@ -126,12 +127,19 @@ impl Started {
         &self.shared.classification.disagreements
     }
 
-    /// The proxy's metrics (docs/METRICS.md), made from what the start found.
-    fn metrics(&self) -> anyhow::Result<Arc<crate::metrics::mcp::McpMetrics>> {
-        let disagreements = self.disagreements().iter();
-        crate::metrics::mcp::McpMetrics::new(disagreements.map(|d| (d.tool.as_str(), d.annotation)))
-            .map(Arc::new)
-            .context("cannot register the proxy's metrics")
+    /// The proxy's metrics (docs/METRICS.md), told what the start found.
+    fn metrics(&self, metrics: Arc<McpMetrics>) -> Arc<McpMetrics> {
+        let c = &self.shared.classification;
+        metrics.started(
+            c.disagreements
+                .iter()
+                .map(|d| (d.tool.as_str(), d.annotation)),
+            c.tools
+                .iter()
+                .filter(|(_, t)| matches!(t, Treatment::Guarded(_)))
+                .map(|(name, _)| name.as_str()),
+        );
+        metrics
     }
 
     /// Serves one host over an in-memory pipe until it disconnects (the demo's scripted
@@ -150,10 +158,14 @@ impl Started {
     }
 
     /// Serves one host over this process's stdin and stdout until it disconnects, and
-    /// the proxy's metrics at `http://<metrics>/metrics` meanwhile, if given.
-    pub async fn serve_stdio(self, metrics: Option<tokio::net::TcpListener>) -> anyhow::Result<()> {
-        if let Some(listener) = metrics {
-            let app = http::metrics_router(self.metrics()?);
+    /// `metrics` at `http://<listener>/metrics` meanwhile, if given.
+    pub async fn serve_stdio(
+        self,
+        metrics: Arc<McpMetrics>,
+        listener: Option<tokio::net::TcpListener>,
+    ) -> anyhow::Result<()> {
+        if let Some(listener) = listener {
+            let app = http::metrics_router(self.metrics(metrics));
             tokio::spawn(async move {
                 if let Err(e) = axum::serve(listener, app).await {
                     tracing::error!(error = %e, "the metrics listener failed");
@@ -172,15 +184,16 @@ impl Started {
         Ok(())
     }
 
-    /// Serves hosts over Streamable HTTP at `http://<listen>/mcp`, and the proxy's
-    /// metrics at `/metrics`, until `shutdown`.
+    /// Serves hosts over Streamable HTTP at `http://<listen>/mcp`, and `metrics` at
+    /// `/metrics`, until `shutdown`.
     pub async fn serve_http(
         self,
         listener: tokio::net::TcpListener,
         auth: crate::auth::Authenticator,
+        metrics: Arc<McpMetrics>,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        let metrics = self.metrics()?;
+        let metrics = self.metrics(metrics);
         let app = http::router(self.shared, Arc::new(auth), metrics);
         axum::serve(
             listener,
@@ -190,10 +203,4 @@ impl Started {
         .await
         .context("the MCP HTTP server failed")
     }
-}
-
-/// A session id where the transport has none (stdio: one per connection), or before
-/// the HTTP transport has named the session.
-fn new_session_id(transport: &str) -> String {
-    format!("{transport}-{:016x}", rand::random::<u64>())
 }

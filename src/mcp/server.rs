@@ -4,7 +4,7 @@
 use super::answer;
 use super::call::{Calls, Request};
 use super::classify::{Classification, Treatment};
-use super::intent::Caller;
+use super::intent::Session;
 use super::status_tool;
 use super::upstream::UpstreamError;
 use rmcp::model::{
@@ -23,7 +23,7 @@ use std::time::Duration;
 pub const CLIENT_KEY: &str = "idempotencyKey";
 
 /// What every session of one proxy shares.
-pub struct Shared {
+pub struct ProxyState {
     pub calls: Calls,
     pub upstream_tools: Vec<Tool>,
     pub classification: Classification,
@@ -35,26 +35,26 @@ pub struct Shared {
 /// One MCP session of the proxy.
 #[derive(Clone)]
 pub struct Proxy {
-    shared: Arc<Shared>,
+    shared: Arc<ProxyState>,
     session: String,
 }
 
 impl Proxy {
-    pub fn new(shared: Arc<Shared>, session: String) -> Self {
+    pub fn new(shared: Arc<ProxyState>, session: String) -> Self {
         Self { shared, session }
     }
 
-    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Caller {
+    fn caller(&self, ctx: &RequestContext<RoleServer>) -> Session {
         let client = ctx
             .peer
             .peer_info()
             .map(|info| info.client_info.name.clone())
             .filter(|name| !name.trim().is_empty())
             .unwrap_or_else(|| "unnamed-client".to_string());
-        Caller {
+        Session {
             tenant: self.shared.tenant.clone(),
             client,
-            session: super::http::session_id(ctx).unwrap_or_else(|| self.session.clone()),
+            id: session_id(ctx).unwrap_or_else(|| self.session.clone()),
         }
     }
 
@@ -161,7 +161,7 @@ impl ServerHandler for Proxy {
             Some(Treatment::PassThrough) => self.pass_through(params).await?,
             Some(Treatment::Refused(why)) => answer::refused(why),
             Some(Treatment::Guarded(_))
-                if super::http::principal(&ctx)
+                if principal(&ctx)
                     .is_some_and(|p| p.scope.check(&caller.tenant, &name).is_err()) =>
             {
                 answer::refused(&format!(
@@ -182,4 +182,28 @@ impl ServerHandler for Proxy {
         };
         Ok(result.into())
     }
+}
+
+/// A session id where the transport has none (stdio: one per connection), or before
+/// the HTTP transport has named the session.
+pub fn new_session_id(transport: &str) -> String {
+    format!("{transport}-{:016x}", rand::random::<u64>())
+}
+
+/// The principal of an HTTP session's request, if the request came over HTTP.
+pub fn principal(
+    ctx: &rmcp::service::RequestContext<rmcp::RoleServer>,
+) -> Option<crate::auth::Principal> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<crate::auth::Principal>().cloned())
+}
+
+/// The `Mcp-Session-Id` of an HTTP session's request.
+pub fn session_id(ctx: &rmcp::service::RequestContext<rmcp::RoleServer>) -> Option<String> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.headers.get("mcp-session-id"))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }

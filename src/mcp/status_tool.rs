@@ -5,7 +5,7 @@
 use super::answer::KeyPages;
 use super::call::Calls;
 use super::classify::{Guarded, Treatment};
-use super::intent::Caller;
+use super::intent::Session;
 use super::port::KeyState;
 use crate::guard::{BusinessArgs, IdempotencyKey, NaturalKey, Status};
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
@@ -37,7 +37,7 @@ pub fn definition() -> Tool {
 pub async fn answer(
     calls: &Calls,
     tools: &BTreeMap<String, Treatment>,
-    caller: &Caller,
+    caller: &Session,
     args: &JsonObject,
 ) -> CallToolResult {
     match find(calls, tools, caller, args).await {
@@ -68,7 +68,7 @@ struct Found {
 async fn find(
     calls: &Calls,
     tools: &BTreeMap<String, Treatment>,
-    caller: &Caller,
+    caller: &Session,
     args: &JsonObject,
 ) -> Result<Found, String> {
     let text = |name: &str| -> Result<Option<&str>, String> {
@@ -137,7 +137,7 @@ async fn find(
 
 async fn natural_holder(
     calls: &Calls,
-    caller: &Caller,
+    caller: &Session,
     tool: &str,
     natural: &NaturalKey,
 ) -> Result<Option<IdempotencyKey>, String> {

@@ -104,3 +104,40 @@ both_backends!(
 fn admit_body(call: &idemwatch::guard::ToolCall) -> Value {
     json!({"intent": call.intent, "business_ref": call.business_ref, "args": call.args, "worker": "w-1"})
 }
+
+both_backends!(
+    async fn a_refusal_repeated_with_another_context_is_still_a_repeat(db: TestDb) {
+        // A looping worker names each request anew (the MCP proxy: a new JSON-RPC id
+        // per call); the refusal is the same, so the run stays one row and a count.
+        let api = GuardApi::new(&db);
+        let call = refund("C-3", 4500, "1");
+        let r = api.admit(&call).await;
+        api.settle(
+            &r.key(),
+            r.token(),
+            json!({"outcome": "done", "result": {"id": 3}}),
+        )
+        .await;
+        let mut other = call.clone();
+        other.args["amount_p"] = json!(4600);
+        for request in 0..3 {
+            let mut body = admit_body(&other);
+            body["context"] = json!({"session_id": "s", "request_id": request});
+            let refused = api.post("admit", body).await;
+            assert_eq!(
+                refused.json["code"], "payload_mismatch",
+                "{:?}",
+                refused.json
+            );
+        }
+        let attempts = db.store.attempts(&r.key()).await.unwrap();
+        let mismatches: Vec<_> = attempts
+            .iter()
+            .filter(|a| a.kind == idemwatch::guard::AttemptKind::PayloadMismatch)
+            .collect();
+        assert_eq!(mismatches.len(), 1, "{attempts:#?}");
+        assert_eq!(mismatches[0].detail["context"]["request_id"], 0);
+        let record = db.store.record(&r.key()).await.unwrap().unwrap();
+        assert_eq!(record.refusals_not_logged, 2);
+    }
+);

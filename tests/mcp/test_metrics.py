@@ -79,3 +79,26 @@ async def test_over_stdio_metrics_listen_serves_them_while_the_host_is_connected
     assert status == 200
     assert set(series(text, "idemwatch_mcp_annotation_disagreements")) == {
         '{annotation="destructiveHint",tool="cancel_order"}', '{annotation="readOnlyHint",tool="cancel_order"}'}
+
+
+@pytest.mark.anyio
+async def test_a_run_of_identical_refusals_is_one_row_and_counted_on_the_proxys_metrics(env):
+    # The in-process guard answers a repeat of the newest refusal without a row (docs/GUARD.md)
+    # and tells the proxy's metrics, as serve's guard tells serve's. The model re-issues the
+    # same refund with another amount three times: new JSON-RPC request ids (the attempt
+    # context), the same refusal.
+    port = free_port()
+    refund = {"order": "M-1", "amount_p": 1000, "reason": "late"}
+    async with env.host("loop-host", "--metrics-listen", f"127.0.0.1:{port}") as h:
+        _, _, before = scrape(f"http://127.0.0.1:{port}/metrics")
+        first = await h.call_tool("issue_refund", refund)
+        refused = [await h.call_tool("issue_refund", {**refund, "amount_p": 1100}) for _ in range(3)]
+        _, _, after = scrape(f"http://127.0.0.1:{port}/metrics")
+    name = "idemwatch_guard_refusals_not_logged_total"
+    label = '{reason="payload_mismatch",tool="issue_refund"}'
+    assert series(before, name)[label] == 0, before
+    assert not first.is_error, first
+    assert all(r.is_error and "differing: amount_p" in r.content[0].text for r in refused), refused
+    assert series(after, name)[label] == 2, after
+    kinds = [k for k, _, _ in env.attempts()]
+    assert kinds.count("payload_mismatch") == 1, kinds

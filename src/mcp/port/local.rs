@@ -25,6 +25,14 @@ impl LocalGuard {
         }
     }
 
+    /// The same guard telling `to` of each refusal it answers without a row (the
+    /// proxy's `/metrics`).
+    pub fn reporting_refusals_not_logged(self, to: Arc<dyn guard::RefusalsNotLogged>) -> Self {
+        Self {
+            guard: self.guard.reporting_refusals_not_logged(to),
+        }
+    }
+
     fn store(&self) -> &Store {
         self.guard.store()
     }

@@ -3,16 +3,17 @@
 //! Python and TypeScript clients: `serve` derives the key, applies its tools file's
 //! policy and does every write; the proxy calls the upstream and reports.
 //!
+//! This file is the connection (the client, the token, the retries); the guard port's
+//! steps over it are `remote_steps.rs`.
+//!
 //! A 429 or 503 is the guard saying "the same request, later": it is sent again after
 //! its `Retry-After`, while [`RETRY_BUDGET`] lasts. Everything else is answered at once.
 
-use super::remote_steps::{self, Reply};
-use super::{CallContext, GuardCall, GuardPort, KeyState, NaturalRef, PortError, Step};
-use crate::guard::IdempotencyKey;
+use super::PortError;
+use crate::guard::FencingToken;
 use crate::mcp::http_client::{self, error_chain};
 use anyhow::Context;
-use futures::FutureExt;
-use futures::future::BoxFuture;
+use chrono::{DateTime, Utc};
 use reqwest::Method;
 use serde_json::Value;
 use std::sync::Arc;
@@ -130,38 +131,27 @@ impl RemoteGuard {
     }
 }
 
-impl GuardPort for RemoteGuard {
-    fn check<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
-        async move {
-            // A read that needs the worker role and writes nothing.
-            let path = remote_steps::keys_query(tenant, None, "idemwatch-mcp-proxy-start-check");
-            let reply = self.send(Method::GET, &path, None).await?;
-            remote_steps::checked(self, &reply).map_err(anyhow::Error::msg)
-        }
-        .boxed()
+/// An answer of the guard: its status and its JSON body (`null` if it sent none).
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Reply {
+    pub(super) fn text(&self, member: &str) -> Option<&str> {
+        self.body.get(member).and_then(Value::as_str)
     }
 
-    fn call(&self, context: CallContext) -> Box<dyn GuardCall> {
-        Box::new(remote_steps::RemoteCall::new(self.clone(), context))
+    pub(super) fn time(&self, member: &str) -> Option<DateTime<Utc>> {
+        self.text(member)
+            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
+            .map(|t| t.with_timezone(&Utc))
     }
 
-    fn key_state<'a>(&'a self, key: &'a IdempotencyKey) -> Step<'a, Option<KeyState>> {
-        async move {
-            let reply = self
-                .send(Method::GET, &format!("/keys/{key}"), None)
-                .await?;
-            remote_steps::key_state(self, key, reply)
-        }
-        .boxed()
-    }
-
-    fn holder_of<'a>(&'a self, natural: NaturalRef<'a>) -> Step<'a, Option<IdempotencyKey>> {
-        async move {
-            let path =
-                remote_steps::keys_query(natural.tenant, Some(natural.tool), natural.reference);
-            let reply = self.send(Method::GET, &path, None).await?;
-            remote_steps::holder(self, reply)
-        }
-        .boxed()
+    pub(super) fn token(&self, member: &str) -> Option<FencingToken> {
+        self.body
+            .get(member)
+            .and_then(Value::as_i64)
+            .map(FencingToken)
     }
 }

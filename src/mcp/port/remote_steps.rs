@@ -1,49 +1,27 @@
-//! The guard's HTTP steps as the proxy sends them (the bodies of docs/GUARD.md, as the
+//! The guard port over a remote `serve` ([`RemoteGuard`]'s [`GuardPort`]): its HTTP
+//! steps as the proxy sends them (the bodies of docs/GUARD.md, as the
 //! Python and TypeScript clients send them) and their answers read back into the
 //! port's terms: a 200's `decision`, or an RFC 9457 problem's `code`, mapped in one
 //! place ([`refusal`]) to the same errors the local engine returns.
 
-use super::remote::RemoteGuard;
+use super::remote::{RemoteGuard, Reply};
 use super::{
-    Admission, Admitted, AfterLookup, CallContext, Fenced, GuardCall, KeyState, PortError, Step,
+    Admission, Admitted, AfterLookup, CallContext, Fenced, GuardCall, GuardPort, KeyState,
+    NaturalRef, PortError, Step,
 };
 use crate::guard::{
     CallOutcome, FencingToken, GuardError, IdempotencyKey, Lookup, StoreError, ToolCall, ToolPolicy,
 };
 use crate::mcp::intent::cut;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use reqwest::Method;
 use serde_json::{Value, json};
 use std::time::Duration;
 
 /// The longest worker id `serve` accepts.
 const MAX_WORKER: usize = 200;
-
-/// An answer of the guard: its status and its JSON body (`null` if it sent none).
-pub struct Reply {
-    pub status: u16,
-    pub body: Value,
-}
-
-impl Reply {
-    fn text(&self, member: &str) -> Option<&str> {
-        self.body.get(member).and_then(Value::as_str)
-    }
-
-    fn time(&self, member: &str) -> Option<DateTime<Utc>> {
-        self.text(member)
-            .and_then(|t| DateTime::parse_from_rfc3339(t).ok())
-            .map(|t| t.with_timezone(&Utc))
-    }
-
-    fn token(&self, member: &str) -> Option<FencingToken> {
-        self.body
-            .get(member)
-            .and_then(Value::as_i64)
-            .map(FencingToken)
-    }
-}
 
 /// `/keys?business_ref=…&tenant=…[&tool=…]&limit=1`.
 pub fn keys_query(tenant: &str, tool: Option<&str>, reference: &str) -> String {
@@ -357,6 +335,41 @@ pub fn refusal(guard: &RemoteGuard, reply: &Reply, key: Option<&IdempotencyKey>)
         }
     };
     PortError::Guard(error)
+}
+
+impl GuardPort for RemoteGuard {
+    fn check<'a>(&'a self, tenant: &'a str) -> BoxFuture<'a, anyhow::Result<()>> {
+        async move {
+            // A read that needs the worker role and writes nothing.
+            let path = keys_query(tenant, None, "idemwatch-mcp-proxy-start-check");
+            let reply = self.send(Method::GET, &path, None).await?;
+            checked(self, &reply).map_err(anyhow::Error::msg)
+        }
+        .boxed()
+    }
+
+    fn call(&self, context: CallContext) -> Box<dyn GuardCall> {
+        Box::new(RemoteCall::new(self.clone(), context))
+    }
+
+    fn key_state<'a>(&'a self, key: &'a IdempotencyKey) -> Step<'a, Option<KeyState>> {
+        async move {
+            let reply = self
+                .send(Method::GET, &format!("/keys/{key}"), None)
+                .await?;
+            key_state(self, key, reply)
+        }
+        .boxed()
+    }
+
+    fn holder_of<'a>(&'a self, natural: NaturalRef<'a>) -> Step<'a, Option<IdempotencyKey>> {
+        async move {
+            let path = keys_query(natural.tenant, Some(natural.tool), natural.reference);
+            let reply = self.send(Method::GET, &path, None).await?;
+            holder(self, reply)
+        }
+        .boxed()
+    }
 }
 
 #[cfg(test)]
