@@ -22,8 +22,8 @@ mod summary;
 
 pub use backlog::{BacklogPage, BacklogSummary};
 pub(super) use key_detail::SAME_BUSINESS_REF;
-pub use key_filter::{KeyFilter, KeyIndex, ResolvedAs};
-pub use keys::{COUNT_CAP, Count, KeyPage};
+pub use key_filter::{KeyFilter, ResolvedAs};
+pub use keys::{Count, KeyPage};
 pub use overview::{AttemptBucket, BUCKET_SECONDS};
 pub use summary::KeySummary;
 

@@ -27,21 +27,22 @@ mod tail;
 mod timeline;
 pub mod url_params;
 
-pub use browse::{
-    AttemptBucket, BUCKET_SECONDS, BacklogPage, BacklogSummary, COUNT_CAP, Count, Cursor,
-    KeyFilter, KeyIndex, KeyPage, KeySummary, ResolvedAs,
+pub(crate) use browse::{
+    AttemptBucket, BUCKET_SECONDS, BacklogPage, BacklogSummary, Count, KeyPage, KeySummary,
+    ResolvedAs,
 };
-pub use duplicates::SuspectedPair;
+pub use browse::{Cursor, KeyFilter};
+pub(crate) use duplicates::SuspectedPair;
 pub use error::StoreError;
-pub use export::{
-    COLUMNS, ExportCells, ExportFilter, ExportRow, FilterError, JsonText, KeyRange, RawExportRow,
-    parse_time,
-};
-pub use history::{HistoryRead, KeyHistory, Shown};
+pub use export::{COLUMNS, ExportFilter, ExportRow, FilterError, parse_time};
+pub(crate) use export::{ExportCells, JsonText, KeyRange, RawExportRow};
+pub use history::HistoryRead;
+pub(crate) use history::{KeyHistory, Shown};
 pub use pools::{Loan, SqlitePools, WritePool};
-pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
+pub use prune::PruneCutoffs;
+pub(crate) use prune::PrunedCounts;
 pub use sessions::SessionRow;
-pub use timeline::AttemptPage;
+pub(crate) use timeline::AttemptPage;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};

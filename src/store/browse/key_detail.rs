@@ -13,7 +13,7 @@ pub(in crate::store) const SAME_BUSINESS_REF: &str = concat!(
 
 impl Store {
     /// Keys whose business ref is exactly `business_ref`, newest first.
-    pub async fn keys_with_business_ref(
+    pub(crate) async fn keys_with_business_ref(
         &self,
         business_ref: &str,
         limit: u32,

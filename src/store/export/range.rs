@@ -13,14 +13,6 @@ pub struct KeyRange {
 }
 
 impl KeyRange {
-    /// Every key.
-    pub fn all() -> KeyRange {
-        KeyRange {
-            from: String::new(),
-            to: None,
-        }
-    }
-
     /// `parts` ranges in key order (at most 256), adjacent and covering every key:
     /// the cuts are two-digit hex prefixes spread evenly over `00`..`ff`.
     pub fn split(parts: usize) -> Vec<KeyRange> {

@@ -237,7 +237,7 @@ pub struct ExportCells<'r> {
 
 impl ExportCells<'_> {
     /// The row with its own strings and JSON values (NDJSON, the archive).
-    pub fn to_row(&self) -> Result<ExportRow, StoreError> {
+    pub(crate) fn to_row(self) -> Result<ExportRow, StoreError> {
         Ok(self.decode_row()?)
     }
 
