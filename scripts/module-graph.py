@@ -55,6 +55,11 @@ LAYERS = [
     ("evidence/", 45),
     ("auth/", 40),
     ("store/", 30),
+    # The ports the store implements for the layers above it (the guard's is in guard/).
+    ("tail/port.rs", 25),
+    ("metrics/port.rs", 25),
+    ("evidence/port.rs", 25),
+    ("export/port.rs", 25),
     ("guard/", 20),
     ("time_input.rs", 15),
     ("duration.rs", 15),

@@ -1,8 +1,10 @@
 //! `chain`: the attempt log's hash as `verify` computes it for every row
-//! (`guard::chain_hash`, the JCS text written member by member), against the
-//! definition computed the plain way in the same run (docs/GUARD.md: a `json!` object
-//! of the row's content, `canonical_json`, then SHA-256 over `prev \n text`). Rows are
-//! shaped like the guard's: a `completed` row's detail with its state digests.
+//! (`guard::chain_hash`, the JCS text written member by member), with the detail as a
+//! value (as `seal` has it) and as the JSON text the store read (as `verify` has it),
+//! against the definition computed the plain way in the same run (docs/GUARD.md: a
+//! `json!` object of the row's content, `canonical_json`, then SHA-256 over
+//! `prev \n text`). Rows are shaped like the guard's: a `completed` row's detail with
+//! its state digests.
 
 use super::report::Figure;
 use chrono::{DateTime, Utc};
@@ -31,6 +33,12 @@ fn plain(prev: &str, f: ChainFields<'_>) -> String {
 }
 
 pub fn run(rows: usize, figures: &mut Vec<Figure>) {
+    for as_text in [false, true] {
+        run_one(rows, as_text, figures);
+    }
+}
+
+fn run_one(rows: usize, as_text: bool, figures: &mut Vec<Figure>) {
     let at: DateTime<Utc> = "2026-11-29T14:02:11.402113Z".parse().unwrap();
     let details: Vec<Value> = (0..rows)
         .map(|i| {
@@ -44,6 +52,7 @@ pub fn run(rows: usize, figures: &mut Vec<Figure>) {
             })
         })
         .collect();
+    let texts: Vec<String> = details.iter().map(|d| d.to_string()).collect();
     let keys: Vec<String> = (0..rows).map(|i| format!("{:064x}", i * 7)).collect();
     let fields = |i: usize| ChainFields {
         key: &keys[i],
@@ -53,7 +62,11 @@ pub fn run(rows: usize, figures: &mut Vec<Figure>) {
         kind: "completed",
         fencing_token: 1,
         actor: "token:payments/worker-3",
-        detail: Detail::Value(&details[i]),
+        detail: if as_text {
+            Detail::Json(&texts[i])
+        } else {
+            Detail::Value(&details[i])
+        },
         duration_ms: Some(812),
         occurred_at: at,
     };
@@ -87,7 +100,10 @@ pub fn run(rows: usize, figures: &mut Vec<Figure>) {
         v[v.len() / 2]
     };
     figures.push(Figure::ratio(
-        format!("chain hash, {rows} rows (one core)"),
+        format!(
+            "chain hash, {rows} rows, detail as {} (one core)",
+            if as_text { "text" } else { "value" }
+        ),
         "rows/s",
         median(&mut direct),
         median(&mut general),

@@ -8,7 +8,7 @@ use super::slices::{Plan, median};
 use idemwatch::guard::{Guard, GuardSettings, SystemClock};
 use idemwatch::metrics::Metrics;
 use idemwatch::store::{Store, StoreOptions};
-use idemwatch::tail::{TailSettings, Tailer};
+use idemwatch::tail::{TailSettings, TailSource, Tailer};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

@@ -7,6 +7,7 @@ use crate::evidence::{CheckpointMetrics, Checkpointer, keys};
 use crate::guard::SystemClock;
 use crate::metrics::Metrics;
 use crate::retention::HumanDuration;
+use crate::store::Store;
 use crate::web;
 use anyhow::{Context, bail};
 use axum::Router;
@@ -45,7 +46,7 @@ impl CheckpointArgs {
         &self,
         store: &crate::store::Store,
         metrics: &Metrics,
-    ) -> anyhow::Result<Option<Checkpointer>> {
+    ) -> anyhow::Result<Option<Checkpointer<Store>>> {
         let Some(key) = self.signing_key()? else {
             tracing::info!("checkpoints off (no --signing-key)");
             return Ok(None);

@@ -9,14 +9,13 @@
 
 use super::keys::{Authenticity, TrustedKeys, key_id};
 use super::merkle::{Hash, leaf_hash};
-use crate::base::canonical::{MAX_SAFE_INTEGER, canonical_json, write_string};
+/// The types are the evidence port's (the store reads and writes them); what they mean is here.
+pub use super::port::{Checkpoint, CheckpointBody, Leaf};
+use crate::base::canonical::{canonical_json, write_canonical_text};
 use crate::base::hash::sha256_hex;
 use crate::guard::GENESIS_HASH;
-/// The types are the store's, which reads and writes them; what they mean is here.
-pub use crate::store::{Checkpoint, CheckpointBody, Leaf};
 use chrono::{DateTime, Utc};
 use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
-use std::fmt::Write as _;
 
 pub const CHECKPOINT_VERSION: u32 = 1;
 const SIGNING_CONTEXT: &str = "idemwatch checkpoint v1\n";
@@ -34,31 +33,18 @@ pub fn leaf_in_order(idx: u64, next: u64) -> Result<(), String> {
 }
 
 impl Leaf {
-    /// RFC 9162 leaf hash of `JCS({"key","log_hash","log_seq","pruned"})`.
+    /// RFC 9162 leaf hash of `JCS({"key","log_hash","log_seq","pruned"})`: the leaf
+    /// serialised, then written in JCS form from its text by the one writer (no
+    /// `Value` per leaf: an export's proofs and `verify` hash every leaf). A leaf JCS
+    /// refuses (a `log_seq` beyond 2^53, only in an edited table) hashes as serialised,
+    /// which no signed root holds.
     pub fn hash(&self) -> Hash {
-        // Written member by member (an export's proofs and verify hash every leaf): the
-        // four names are fixed ASCII, already in JCS order, and a safe integer prints
-        // as its digits in JCS. Anything else takes the general path.
-        if self.log_seq.unsigned_abs() > MAX_SAFE_INTEGER {
-            return self.hash_from_value();
+        let text = serde_json::to_string(self).expect("a leaf serialises");
+        let mut canonical = String::with_capacity(text.len());
+        match write_canonical_text(&mut canonical, &text) {
+            Some(()) => leaf_hash(canonical.as_bytes()),
+            None => leaf_hash(text.as_bytes()),
         }
-        let mut text = String::with_capacity(48 + self.key.len() + self.log_hash.len());
-        text.push_str("{\"key\":");
-        write_string(&mut text, &self.key);
-        text.push_str(",\"log_hash\":");
-        write_string(&mut text, &self.log_hash);
-        let _ = write!(
-            text,
-            ",\"log_seq\":{},\"pruned\":{}}}",
-            self.log_seq, self.pruned
-        );
-        leaf_hash(text.as_bytes())
-    }
-
-    fn hash_from_value(&self) -> Hash {
-        let value = serde_json::to_value(self).expect("a leaf serialises");
-        let text = canonical_json(&value).expect("a leaf is canonicalisable");
-        leaf_hash(text.as_bytes())
     }
 }
 
@@ -210,6 +196,37 @@ mod tests {
     use super::*;
     use crate::evidence::merkle::empty_root;
 
+    /// Leaf hashes fixed before leaves had one JCS writer (escapes, non-ASCII, the
+    /// largest safe log_seq); a log_seq JCS refuses (an edited table) hashes without a
+    /// panic, to a hash no signed root holds.
+    #[test]
+    fn leaf_hashes_keep_their_bytes() {
+        let leaf = |key: &str, log_seq, pruned| Leaf {
+            key: key.into(),
+            log_seq,
+            log_hash: "ab\"c".into(),
+            pruned,
+        };
+        let got: Vec<String> = [
+            leaf("k", 1, false),
+            leaf("ünï\t€😀", (1 << 53) - 1, true),
+            leaf("", -7, false),
+        ]
+        .iter()
+        .map(|l| hex::encode(l.hash()))
+        .collect();
+        assert_eq!(
+            got,
+            [
+                "250b8f3bacc46e68c74b178f8c669f7b9cfc20d1d2df28735be488948c27f33b",
+                "f5c60c704b0151d0e7d466745e73815a4a04ab32468c6835a641be8c955c5842",
+                "6943d55007264a571b49596949be29d24c6d2fbb53949a48a7d4c57552dcad4d",
+            ]
+        );
+        let edited = leaf("k", 1 << 60, false);
+        assert_ne!(edited.hash(), leaf("k", 1, false).hash());
+    }
+
     fn chain(key: &SigningKey, n: u64) -> Vec<Checkpoint> {
         let mut out: Vec<Checkpoint> = Vec::new();
         for i in 0..n {
@@ -241,7 +258,8 @@ mod tests {
                 log_hash,
                 pruned,
             };
-            assert_eq!(leaf.hash(), leaf.hash_from_value(), "{leaf:?}");
+            let jcs = canonical_json(&serde_json::to_value(&leaf).unwrap()).unwrap();
+            assert_eq!(leaf.hash(), leaf_hash(jcs.as_bytes()), "{leaf:?}");
         }
         // A fixed value: the leaf hash is part of every signed root.
         let leaf = Leaf {

@@ -6,6 +6,7 @@
 mod checkpoint;
 pub mod keys;
 pub mod merkle;
+pub mod port;
 mod proof;
 mod writer;
 

@@ -5,8 +5,9 @@
 
 use super::checkpoint::{Checkpoint, Leaf, leaf_in_order};
 use super::merkle::{BLOCK_HEIGHT, BLOCK_LEAVES, Frontier};
+use super::port::{EvidenceStore, NewCheckpoint, StoredCheckpoint};
 use crate::guard::Clock;
-use crate::store::{NewCheckpoint, Store, StoreError, StoredCheckpoint};
+use crate::guard::StoreError;
 use chrono::SubsecRound;
 use ed25519_dalek::SigningKey;
 use futures::StreamExt;
@@ -124,8 +125,8 @@ pub fn hash_prefix(hash: &str) -> i64 {
 }
 
 #[derive(Clone)]
-pub struct Checkpointer {
-    store: Store,
+pub struct Checkpointer<S> {
+    store: S,
     key: Arc<SigningKey>,
     clock: Arc<dyn Clock>,
     dir: Option<PathBuf>,
@@ -137,7 +138,7 @@ pub struct Checkpointer {
 }
 
 /// Names the key by its id: the private key is never printed.
-impl std::fmt::Debug for Checkpointer {
+impl<S> std::fmt::Debug for Checkpointer<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Checkpointer")
             .field("key_id", &super::keys::key_id(&self.key.verifying_key()))
@@ -146,8 +147,8 @@ impl std::fmt::Debug for Checkpointer {
     }
 }
 
-impl Checkpointer {
-    pub fn new(store: Store, key: SigningKey, clock: Arc<dyn Clock>) -> Self {
+impl<S: EvidenceStore> Checkpointer<S> {
+    pub fn new(store: S, key: SigningKey, clock: Arc<dyn Clock>) -> Self {
         Self {
             store,
             key: Arc::new(key),
@@ -213,7 +214,7 @@ impl Checkpointer {
     }
 
     /// The checkpoint after `last` that appends `leaves`, signed, created at `now` (or
-    /// at `last`'s time if the clock is behind it): what [`Store::write_checkpoint`]
+    /// at `last`'s time if the clock is behind it): what [`EvidenceStore::write_checkpoint`]
     /// asks of its caller.
     pub fn sign(
         &self,

@@ -4,6 +4,7 @@
 
 use super::ranges::{Split, check_ranges};
 use super::verify::{Problem, Report};
+use crate::evidence::port::EvidenceStore;
 use crate::evidence::{Authenticity, Checkpoint, LeafLog, TrustedKeys, check_sequence};
 use crate::store::{Store, StoreError};
 use futures::StreamExt;

@@ -15,6 +15,7 @@
 use super::error::ExportError;
 use super::spool::{At, Fields, Spool};
 use crate::evidence::merkle::{BLOCK_LEAVES, Frontier, Hash, PathCollector, Tree, parse_hash};
+use crate::evidence::port::EvidenceStore;
 use crate::evidence::{
     Checkpoint, ExportEvidence, KeyProof, Leaf, ProofPath, ProofSource, Proofs, leaf_in_order,
 };

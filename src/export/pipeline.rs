@@ -62,7 +62,7 @@ pub struct Job {
 #[derive(Clone, Default)]
 pub struct Signing {
     /// The server's checkpointer, whose key signs; none: the export is unsigned.
-    pub checkpointer: Option<Checkpointer>,
+    pub checkpointer: Option<Checkpointer<Store>>,
     /// Take a checkpoint before the rows are read (`--checkpoint`, `?checkpoint=true`).
     pub checkpoint_now: bool,
 }

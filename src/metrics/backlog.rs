@@ -2,8 +2,9 @@
 //! scrape). Every slot ever exported is set on every refresh, so a tool whose backlog
 //! empties reads 0 rather than keeping its last value.
 
+use super::port::{BacklogGroup, BacklogSource};
 use super::{Metrics, Slot};
-use crate::store::{BacklogGroup, Store, StoreError};
+use crate::guard::StoreError;
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -49,7 +50,7 @@ fn timestamp(t: Option<DateTime<Utc>>) -> f64 {
 /// Reads the backlog once and sets every backlog gauge.
 #[tracing::instrument(skip_all)]
 pub async fn refresh(
-    store: &Store,
+    store: &impl BacklogSource,
     metrics: &Metrics,
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
@@ -107,7 +108,7 @@ pub async fn refresh(
 /// at the next tick; the gauges keep their last values meanwhile and `idemwatch_db_up`
 /// says they are stale.
 pub async fn run(
-    store: Store,
+    store: impl BacklogSource,
     metrics: Arc<Metrics>,
     interval: Duration,
     mut stop: watch::Receiver<bool>,

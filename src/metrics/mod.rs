@@ -8,6 +8,7 @@ pub mod backlog;
 mod labels;
 mod macros;
 pub mod mcp;
+pub mod port;
 
 pub use labels::{Folded, OTHER_TENANT, OTHER_TOOL, Slot};
 

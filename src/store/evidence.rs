@@ -5,14 +5,13 @@
 //! position the previous checkpoint stored (the tailer's rule, see [`super::tail`]:
 //! on PostgreSQL only transactions older than every running one).
 
-mod checkpoint;
-
-pub use checkpoint::{Checkpoint, CheckpointBody, Leaf};
-
-use super::tail::TailPosition;
 use super::{Store, StoreError, WritePool, on_pool};
+use crate::evidence::port::{
+    Checkpoint, CheckpointBody, EvidenceStore, Leaf, Leaves, NewCheckpoint, StoredCheckpoint,
+};
+use crate::tail::port::TailPosition;
 use chrono::{DateTime, Utc};
-use futures::stream::{BoxStream, StreamExt};
+use futures::stream::StreamExt;
 use sqlx::query::Query;
 use sqlx::sqlite::{Sqlite, SqliteArguments};
 use sqlx::types::Json;
@@ -36,7 +35,7 @@ pub const INSERT_CHECKPOINT: &str = "INSERT INTO evidence_checkpoints (seq, vers
     tail_id, pruned_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
 /// The newest checkpoint's seq: whether the one a SQLite checkpoint read beside the
-/// writer is still the newest ([`Store::write_checkpoint`]).
+/// writer is still the newest ([`EvidenceStore::write_checkpoint`]).
 pub const NEWEST_SEQ: &str = "SELECT seq FROM evidence_checkpoints ORDER BY seq DESC LIMIT 1";
 /// Receipts written since the last checkpoint, by id.
 pub const NEW_RECEIPTS: &str =
@@ -105,25 +104,6 @@ pub const PRUNE_RECEIPTS_SQLITE: &str = "INSERT INTO evidence_pruned \
     (key, log_seq, log_hash, status, pruned_at) \
     SELECT key, log_seq, log_hash, status, $2 FROM idempotency_records \
     WHERE key IN (SELECT value FROM json_each($1))";
-
-/// What the checkpoint writer makes of the new leaves ([`Store::write_checkpoint`]).
-pub struct NewCheckpoint {
-    pub checkpoint: Checkpoint,
-    /// The tree's new right border, hex.
-    pub frontier: Vec<String>,
-    /// The blocks of leaves the new leaves complete: (block index, root as hex).
-    pub blocks: Vec<(u64, String)>,
-}
-
-/// A checkpoint as stored: the signed checkpoint, and where the next one continues.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredCheckpoint {
-    pub checkpoint: Checkpoint,
-    /// The right border of the Merkle tree (the evidence layer's `merkle::Frontier`).
-    pub frontier: Vec<String>,
-    pub tail: TailPosition,
-    pub pruned_id: i64,
-}
 
 #[derive(sqlx::FromRow)]
 struct CheckpointDb {
@@ -485,12 +465,7 @@ macro_rules! append_signed {
 /// process on the same file) appended a checkpoint between its read and its write.
 const SQLITE_CHECKPOINT_TRIES: usize = 3;
 
-impl Store {
-    /// Appends a checkpoint for what changed since the last one: `make` receives the
-    /// last checkpoint and the new leaves and returns the signed checkpoint, the tree's
-    /// new right border and the block roots the new leaves complete, all written in
-    /// one transaction. Nothing changed: no checkpoint, `None`.
-    ///
+impl EvidenceStore for Store {
     /// PostgreSQL reads and writes in one transaction under the checkpoint writers'
     /// lock. On a SQLite file the changes are read and signed on a reader, in one
     /// snapshot, and only the inserts take the one writer that every guard call needs
@@ -502,9 +477,9 @@ impl Store {
     /// the snapshot is past them, for the next checkpoint. What is checked under the
     /// writer is that the checkpoint read is still the newest; if another writer
     /// appended one meanwhile, the changes are read again.
-    pub async fn write_checkpoint<F>(&self, make: F) -> Result<Option<StoredCheckpoint>, StoreError>
+    async fn write_checkpoint<F>(&self, make: F) -> Result<Option<StoredCheckpoint>, StoreError>
     where
-        F: Fn(Option<&StoredCheckpoint>, &[Leaf]) -> Result<NewCheckpoint, StoreError>,
+        F: Fn(Option<&StoredCheckpoint>, &[Leaf]) -> Result<NewCheckpoint, StoreError> + Send,
     {
         match self {
             Store::Postgres(pool) => {
@@ -579,21 +554,19 @@ impl Store {
         }
     }
 
-    pub async fn latest_checkpoint(&self) -> Result<Option<StoredCheckpoint>, StoreError> {
+    async fn latest_checkpoint(&self) -> Result<Option<StoredCheckpoint>, StoreError> {
         let row: Option<CheckpointDb> =
             on_pool!(self, pool => sqlx::query_as(LATEST_CHECKPOINT).fetch_optional(pool).await)?;
         Ok(row.map(Into::into))
     }
 
-    /// Every checkpoint, in seq order.
-    pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, StoreError> {
+    async fn checkpoints(&self) -> Result<Vec<Checkpoint>, StoreError> {
         let rows: Vec<CheckpointDb> =
             on_pool!(self, pool => sqlx::query_as(ALL_CHECKPOINTS).fetch_all(pool).await)?;
         Ok(checkpoints_of(rows))
     }
 
-    /// The checkpoints after seq `after` and before seq `before`, in seq order.
-    pub async fn checkpoints_between(
+    async fn checkpoints_between(
         &self,
         after: u64,
         before: u64,
@@ -606,28 +579,14 @@ impl Store {
         Ok(checkpoints_of(rows))
     }
 
-    /// The head log, leaf by leaf in index order, streamed.
-    pub fn checkpoint_leaves(&self) -> BoxStream<'_, Result<(u64, Leaf), StoreError>> {
+    fn checkpoint_leaves(&self) -> Leaves<'_> {
         on_pool!(self, pool => sqlx::query_as::<_, LeafDb>(LEAVES)
             .fetch(pool)
             .map(|r| r.map_err(StoreError::from).map(LeafDb::into_pair))
             .boxed())
     }
 
-    /// The leaves of the first `size`, in index order, streamed.
-    pub fn checkpoint_leaves_below(
-        &self,
-        size: u64,
-    ) -> BoxStream<'_, Result<(u64, Leaf), StoreError>> {
-        self.checkpoint_leaves_between(0, size)
-    }
-
-    /// Leaves `from` to `to` (exclusive), in index order, streamed.
-    pub fn checkpoint_leaves_between(
-        &self,
-        from: u64,
-        to: u64,
-    ) -> BoxStream<'_, Result<(u64, Leaf), StoreError>> {
+    fn checkpoint_leaves_between(&self, from: u64, to: u64) -> Leaves<'_> {
         on_pool!(self, pool => sqlx::query_as::<_, LeafDb>(LEAVES_BETWEEN)
             .bind(from as i64)
             .bind(to as i64)
@@ -636,9 +595,7 @@ impl Store {
             .boxed())
     }
 
-    /// The stored roots of blocks `0..count` (`evidence_blocks`), in index order:
-    /// (block index, root as hex). Blocks without a row are left out.
-    pub async fn checkpoint_blocks(&self, count: u64) -> Result<Vec<(u64, String)>, StoreError> {
+    async fn checkpoint_blocks(&self, count: u64) -> Result<Vec<(u64, String)>, StoreError> {
         let rows: Vec<(i64, String)> = on_pool!(self, pool => sqlx::query_as(BLOCKS_BELOW)
             .bind(count as i64)
             .fetch_all(pool)
@@ -646,8 +603,7 @@ impl Store {
         Ok(rows.into_iter().map(|(i, h)| (i as u64, h)).collect())
     }
 
-    /// How many of blocks `0..count` have a stored root.
-    pub async fn checkpoint_block_count(&self, count: u64) -> Result<u64, StoreError> {
+    async fn checkpoint_block_count(&self, count: u64) -> Result<u64, StoreError> {
         let n: i64 = on_pool!(self, pool => sqlx::query_scalar(BLOCK_COUNT_BELOW)
             .bind(count as i64)
             .fetch_one(pool)
@@ -655,12 +611,7 @@ impl Store {
         Ok(n as u64)
     }
 
-    /// Stores block roots computed from leaves already written (the checkpoint writer's
-    /// backfill of blocks older than the table); a block already stored is kept.
-    pub async fn insert_checkpoint_blocks(
-        &self,
-        blocks: &[(u64, String)],
-    ) -> Result<(), StoreError> {
+    async fn insert_checkpoint_blocks(&self, blocks: &[(u64, String)]) -> Result<(), StoreError> {
         if blocks.is_empty() {
             return Ok(());
         }
@@ -679,9 +630,7 @@ impl Store {
         Ok(())
     }
 
-    /// Each of `keys`' newest leaf among the first `size` (keys without one are left
-    /// out), in no particular order.
-    pub async fn newest_leaves(
+    async fn newest_leaves(
         &self,
         keys: &[String],
         size: u64,
@@ -705,8 +654,7 @@ impl Store {
         Ok(rows.into_iter().map(LeafDb::into_pair).collect())
     }
 
-    /// The newest pruning receipt of `key`: (log_seq, log_hash) it had when pruned.
-    pub async fn pruning_receipt(&self, key: &str) -> Result<Option<(i64, String)>, StoreError> {
+    async fn pruning_receipt(&self, key: &str) -> Result<Option<(i64, String)>, StoreError> {
         Ok(
             on_pool!(self, pool => sqlx::query_as(RECEIPT_OF_KEY).bind(key).fetch_optional(pool).await)?,
         )

@@ -14,7 +14,7 @@ mod row;
 
 pub use filter::{ExportFilter, FilterError, parse_time};
 pub use range::KeyRange;
-pub use row::{COLUMNS, Checked, ExportCells, ExportRow, JsonText, RawExportRow, micros};
+pub use row::{COLUMNS, Checked, ExportCells, ExportRow, JsonText, RawExportRow};
 
 use super::{Store, StoreError, on_pool};
 use carry::{DecodeInto, KeyContext, VerifyRow, blank_row};

@@ -33,16 +33,14 @@ pub use browse::{
 };
 pub use duplicates::SuspectedPair;
 pub use error::StoreError;
-pub use evidence::{Checkpoint, CheckpointBody, Leaf, NewCheckpoint, StoredCheckpoint};
 pub use export::{
     COLUMNS, ExportCells, ExportFilter, ExportRow, FilterError, JsonText, KeyRange, RawExportRow,
-    micros, parse_time,
+    parse_time,
 };
 pub use history::{HistoryRead, KeyHistory, Shown};
 pub use pools::{Loan, SqlitePools, WritePool};
 pub use prune::{PruneBatch, PruneCutoffs, PrunedCounts};
 pub use sessions::SessionRow;
-pub use tail::{BacklogGroup, TailEvent, TailHead, TailPending, TailPosition};
 pub use timeline::AttemptPage;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};

@@ -1,8 +1,11 @@
-//! Rows into domain values: [`Record`] and [`Attempt`] decode straight from a row of
-//! either backend, so their columns are declared once (the domain struct) and listed
-//! once (`store/sql.rs`), with no row struct repeating them in between.
+//! Rows into domain values: [`Record`] and [`Attempt`] (and the tailer's and the
+//! backlog's rows) decode straight from a row of either backend, so their columns are
+//! declared once (the domain struct) and listed once (`store/sql.rs`), with no row
+//! struct repeating them in between.
 
 use crate::guard::{Attempt, FencingToken, Intent, Record};
+use crate::metrics::port::BacklogGroup;
+use crate::tail::port::TailEvent;
 use sqlx::postgres::PgRow;
 use sqlx::sqlite::SqliteRow;
 use sqlx::types::Json;
@@ -71,6 +74,24 @@ macro_rules! decode_by_name {
                     tenant, tool, seq, actor, duration_ms, occurred_at,
                     prev_hash, hash,
                 } { id, key, kind, fencing_token, detail }))
+            }
+        }
+
+        impl<'r> FromRow<'r, $row> for TailEvent {
+            fn from_row(r: &'r $row) -> Result<Self, sqlx::Error> {
+                Ok(by_name!(r => TailEvent {
+                    id, txid, tool, tenant, kind, resolution, previous_status,
+                    suspected_duplicate_of, duration_ms, occurred_at,
+                } {}))
+            }
+        }
+
+        impl<'r> FromRow<'r, $row> for BacklogGroup {
+            fn from_row(r: &'r $row) -> Result<Self, sqlx::Error> {
+                Ok(by_name!(r => BacklogGroup {
+                    tool, tenant, unknown, expired_leases, oldest_unknown_created_at,
+                    earliest_retention_deadline, past_retention,
+                } {}))
             }
         }
     };

@@ -11,77 +11,10 @@
 
 use super::sql::{lease_expired, past_retention};
 use super::{Store, StoreError, on_pool};
+use crate::metrics::port::{BacklogGroup, BacklogSource};
+use crate::tail::port::{TailEvent, TailHead, TailPending, TailPosition, TailSource};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
-
-/// Where the tail stands: every row at or before this position has been read.
-/// `txid` is always 0 on SQLite, where ids alone give commit order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TailPosition {
-    pub txid: i64,
-    pub id: i64,
-}
-
-/// The head of the log when a tail starts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TailHead {
-    pub position: TailPosition,
-    /// PostgreSQL: rows already committed at the start but after `position` in tail
-    /// order (their transaction is newer than one still running). They happened before
-    /// the start, so the tail skips them when it reaches them.
-    pub already_committed: Vec<TailPosition>,
-}
-
-/// One attempt row as the tailer needs it: no key, no payload.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct TailEvent {
-    pub id: i64,
-    pub txid: i64,
-    pub tool: String,
-    pub tenant: String,
-    pub kind: String,
-    /// `detail.resolution` of a `resolved` row.
-    pub resolution: Option<String>,
-    /// `detail.previous_status` of a `resolved` row.
-    pub previous_status: Option<String>,
-    /// `detail.suspected_duplicate_of` of a `claimed` row (a suspected duplicate).
-    pub suspected_duplicate_of: Option<String>,
-    pub duration_ms: Option<i64>,
-    pub occurred_at: DateTime<Utc>,
-}
-
-impl TailEvent {
-    pub fn position(&self) -> TailPosition {
-        TailPosition {
-            txid: self.txid,
-            id: self.id,
-        }
-    }
-}
-
-/// What the tail cannot read yet.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
-pub struct TailPending {
-    /// `occurred_at` of the oldest committed row the tail may not read yet.
-    pub oldest_pending: Option<DateTime<Utc>>,
-    /// Age of the oldest open write transaction in the cluster (PostgreSQL; 0 on
-    /// SQLite). Needs `pg_read_all_stats` to see other roles' sessions.
-    pub held_back: Duration,
-}
-
-/// The UNKNOWN / IN_PROGRESS backlog of one (tool, tenant).
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct BacklogGroup {
-    pub tool: String,
-    pub tenant: String,
-    pub unknown: i64,
-    pub expired_leases: i64,
-    pub oldest_unknown_created_at: Option<DateTime<Utc>>,
-    /// The earliest instant after which a resend of an UNKNOWN key is no longer safe,
-    /// among those still ahead (`resend_safe_until`).
-    pub earliest_retention_deadline: Option<DateTime<Utc>>,
-    pub past_retention: i64,
-}
 
 /// PostgreSQL's head: the oldest running transaction, and the rows already visible
 /// beyond it. `pg_current_snapshot()` is the statement's own snapshot, so both come
@@ -195,11 +128,9 @@ struct PendingRow {
     held_back_seconds: f64,
 }
 
-impl Store {
-    /// The head of the attempt log now: a tail started here counts only what commits
-    /// from now on.
+impl TailSource for Store {
     #[tracing::instrument(skip_all)]
-    pub(crate) async fn tail_head(&self) -> Result<TailHead, StoreError> {
+    async fn tail_head(&self) -> Result<TailHead, StoreError> {
         match self {
             Store::Postgres(pool) => {
                 let rows: Vec<HeadRow> = sqlx::query_as(TAIL_HEAD_POSTGRES).fetch_all(pool).await?;
@@ -233,9 +164,8 @@ impl Store {
         }
     }
 
-    /// Up to `limit` rows after `after`, in commit order.
     #[tracing::instrument(skip_all, fields(txid = after.txid, id = after.id))]
-    pub async fn tail_batch(
+    async fn tail_batch(
         &self,
         after: TailPosition,
         limit: u32,
@@ -250,9 +180,7 @@ impl Store {
         Ok(rows)
     }
 
-    /// What holds the tail back. SQLite never holds it back: nothing is pending once
-    /// a batch comes back short.
-    pub async fn tail_pending(&self) -> Result<TailPending, StoreError> {
+    async fn tail_pending(&self) -> Result<TailPending, StoreError> {
         match self {
             Store::Postgres(pool) => {
                 let row: PendingRow = sqlx::query_as(TAIL_PENDING_POSTGRES)
@@ -269,7 +197,42 @@ impl Store {
         }
     }
 
-    /// `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` of what [`Store::tail_pending`] runs,
+    async fn distinct_tools(&self) -> Result<Vec<String>, StoreError> {
+        let tools =
+            on_pool!(self, pool => sqlx::query_scalar(DISTINCT_TOOLS).fetch_all(pool).await)?;
+        Ok(tools)
+    }
+
+    async fn first_tenants(&self, limit: u32) -> Result<Vec<String>, StoreError> {
+        let limit = i64::from(limit);
+        let tenants = on_pool!(self, pool => sqlx::query_scalar(FIRST_TENANTS).bind(limit).fetch_all(pool).await)?;
+        Ok(tenants)
+    }
+}
+
+impl BacklogSource for Store {
+    #[tracing::instrument(skip_all)]
+    async fn backlog_by_tool(&self, now: DateTime<Utc>) -> Result<Vec<BacklogGroup>, StoreError> {
+        let groups =
+            on_pool!(self, pool => sqlx::query_as(BACKLOG).bind(now).fetch_all(pool).await)?;
+        Ok(groups)
+    }
+
+    async fn replica_lag(&self) -> Result<Option<Duration>, StoreError> {
+        match self {
+            Store::Postgres(pool) => {
+                let lag: Option<f64> = sqlx::query_scalar(REPLICA_LAG_POSTGRES)
+                    .fetch_one(pool)
+                    .await?;
+                Ok(lag.map(|s| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or_default()))
+            }
+            Store::Sqlite(_) => Ok(None),
+        }
+    }
+}
+
+impl Store {
+    /// `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)` of what [`TailSource::tail_pending`] runs,
     /// run now: for the test that checks a poll's work does not grow with the log.
     /// `None` on SQLite, which has no such statement.
     #[doc(hidden)]
@@ -286,45 +249,5 @@ impl Store {
             }
             Store::Sqlite(_) => Ok(None),
         }
-    }
-
-    /// How far behind its primary this database replays, when it is a PostgreSQL hot
-    /// standby; `None` on a primary and on SQLite.
-    pub async fn replica_lag(&self) -> Result<Option<Duration>, StoreError> {
-        match self {
-            Store::Postgres(pool) => {
-                let lag: Option<f64> = sqlx::query_scalar(REPLICA_LAG_POSTGRES)
-                    .fetch_one(pool)
-                    .await?;
-                Ok(lag.map(|s| Duration::try_from_secs_f64(s.max(0.0)).unwrap_or_default()))
-            }
-            Store::Sqlite(_) => Ok(None),
-        }
-    }
-
-    /// Every tool that has a record, by name.
-    pub(crate) async fn distinct_tools(&self) -> Result<Vec<String>, StoreError> {
-        let tools =
-            on_pool!(self, pool => sqlx::query_scalar(DISTINCT_TOOLS).fetch_all(pool).await)?;
-        Ok(tools)
-    }
-
-    /// The first `limit` tenants that have a record, by name.
-    pub(crate) async fn first_tenants(&self, limit: u32) -> Result<Vec<String>, StoreError> {
-        let limit = i64::from(limit);
-        let tenants = on_pool!(self, pool => sqlx::query_scalar(FIRST_TENANTS).bind(limit).fetch_all(pool).await)?;
-        Ok(tenants)
-    }
-
-    /// The backlog per (tool, tenant); groups with no UNKNOWN or IN_PROGRESS key are
-    /// absent (the caller reports them as 0).
-    #[tracing::instrument(skip_all)]
-    pub(crate) async fn backlog_by_tool(
-        &self,
-        now: DateTime<Utc>,
-    ) -> Result<Vec<BacklogGroup>, StoreError> {
-        let groups =
-            on_pool!(self, pool => sqlx::query_as(BACKLOG).bind(now).fetch_all(pool).await)?;
-        Ok(groups)
     }
 }

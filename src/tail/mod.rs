@@ -14,12 +14,14 @@
 //!   from the same position; /metrics keeps answering meanwhile.
 
 pub mod events;
+pub mod port;
 
 use crate::guard::AttemptKind;
+use crate::guard::StoreError;
 use crate::metrics::Metrics;
-use crate::store::{Store, StoreError, TailEvent, TailPosition};
 use chrono::Utc;
 use events::Effect;
+pub use port::{TailEvent, TailHead, TailPending, TailPosition, TailSource};
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -87,7 +89,7 @@ impl Tailer {
 
     /// One poll: starts at the head on first use, then reads the next batch. Updates
     /// the self-metrics either way.
-    pub async fn poll(&mut self, store: &Store) -> Result<Polled, StoreError> {
+    pub async fn poll(&mut self, store: &impl TailSource) -> Result<Polled, StoreError> {
         let metrics = self.metrics.clone();
         let f = metrics.families();
         match self.try_poll(store).await {
@@ -106,7 +108,7 @@ impl Tailer {
     }
 
     /// Polls until a batch comes back short (test and benchmark helper).
-    pub async fn catch_up(&mut self, store: &Store) -> Result<u64, StoreError> {
+    pub async fn catch_up(&mut self, store: &impl TailSource) -> Result<u64, StoreError> {
         let mut rows = 0;
         loop {
             let polled = self.poll(store).await?;
@@ -118,7 +120,7 @@ impl Tailer {
     }
 
     #[tracing::instrument(skip_all)]
-    async fn try_poll(&mut self, store: &Store) -> Result<Polled, StoreError> {
+    async fn try_poll(&mut self, store: &impl TailSource) -> Result<Polled, StoreError> {
         let position = match self.position {
             Some(p) => p,
             None => self.start(store).await?,
@@ -155,7 +157,7 @@ impl Tailer {
 
     /// Finds the head, and exports every tool (and tenant, up to the cap) known to the
     /// database at zero. Both lists come from loose index scans.
-    async fn start(&mut self, store: &Store) -> Result<TailPosition, StoreError> {
+    async fn start(&mut self, store: &impl TailSource) -> Result<TailPosition, StoreError> {
         let head = store.tail_head().await?;
         let tools = store.distinct_tools().await?;
         let tenants = match self.metrics.tenant_cap() {
@@ -230,7 +232,7 @@ impl Tailer {
     }
 
     /// Polls until `stop` turns true.
-    pub async fn run(mut self, store: Store, mut stop: watch::Receiver<bool>) {
+    pub async fn run(mut self, store: impl TailSource, mut stop: watch::Receiver<bool>) {
         let s = self.settings.clone();
         let mut idle = s.busy_interval;
         let mut backoff = Duration::ZERO;

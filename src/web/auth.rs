@@ -121,80 +121,93 @@ fn is_api(path: &str) -> bool {
 
 /// Authenticates the request and checks the `View` permission (a step of
 /// `super::every_request`, after the site check).
-pub async fn authenticate(
-    State(state): State<AppState>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+pub async fn authenticate(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let path = request.uri().path().to_string();
     let public = is_public(&path);
     let headers = request.headers();
     let secure = secure_cookies(&state, headers);
     let csrf = makes_csrf(&path);
-    // The browser's CSRF cookie, or a new one for this response to set.
+    let (csrf_cookie, issued) = csrf_cookie(headers, secure, csrf);
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip().to_canonical());
+    let now = state.sessions.now();
+    let (principal, session) = match caller(&state, headers, peer, &path, secure, now).await {
+        Ok(found) => found,
+        Err(refused) => return refused,
+    };
+    let (binding, csrf_token) = csrf_of(&state, csrf_cookie, session.as_ref(), now);
+    let signed_in = !public && principal.is_some();
+    let asked = (request.method(), request.uri());
+    let response = match refusal(&state, asked, &path, public, principal.as_ref()).await {
+        Some(refused) => refused,
+        None => {
+            let viewer = (!is_guard(&path)).then(|| Viewer {
+                user: principal.as_ref().map(signed_in_as),
+                csrf_token: csrf_token.clone(),
+                csrf_binding: binding,
+            });
+            let csrf = csrf.then_some(Csrf { token: csrf_token });
+            run(&state, request, next, principal, csrf, viewer).await
+        }
+    };
+    finish(response, signed_in, issued, secure)
+}
+
+/// Who is calling and their session: the credentials the request carries, else (in
+/// built-in mode) the session its cookie names. Credentials that do not stand are
+/// refused, unless the path is public.
+async fn caller(
+    state: &AppState,
+    headers: &HeaderMap,
+    peer: Option<std::net::IpAddr>,
+    path: &str,
+    secure: bool,
+    now: i64,
+) -> Result<(Option<Principal>, Option<SessionRow>), Response> {
+    match state.auth.authenticate(headers, peer, now) {
+        Ok(Some(p)) => Ok((Some(p), None)),
+        Err(e) if !is_public(path) => Err(bad_credentials(state, path, e)),
+        Ok(None) | Err(_) => match session_of(state, headers, secure, path).await {
+            Ok(Some((p, row))) => Ok((Some(p), Some(row))),
+            Ok(None) => Ok((None, None)),
+            Err(e) => Err(e.into_response()),
+        },
+    }
+}
+
+/// The browser's CSRF cookie, or a new one, and the new one for this response to set;
+/// neither on a path that makes none (`csrf`).
+fn csrf_cookie(headers: &HeaderMap, secure: bool, csrf: bool) -> (Option<String>, Option<String>) {
     let sent = csrf
         .then(|| cookie(headers, &cookie_name(CSRF_COOKIE, secure)))
         .flatten()
         .filter(|c| well_formed_cookie(c))
         .map(str::to_string);
     let issued = (csrf && sent.is_none()).then(random_cookie);
-    let csrf_cookie = sent.or_else(|| issued.clone()).unwrap_or_default();
+    (sent.or_else(|| issued.clone()), issued)
+}
 
-    let peer = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip().to_canonical());
-    let now = state.sessions.now();
-    let principal = match state.auth.authenticate(headers, peer, now) {
-        Ok(p) => p,
-        Err(_) if public => None,
-        Err(e) => return bad_credentials(&state, &path, e),
+/// What this request's CSRF tokens are bound to, and its token: for a signed-in
+/// session, the binding recorded at sign-in; otherwise the CSRF cookie. Both empty on
+/// a path that makes none (`csrf_cookie` is `None` there): a form check on such a path
+/// would fail closed (`csrf_valid` refuses an empty binding), though none checks one.
+fn csrf_of(
+    state: &AppState,
+    csrf_cookie: Option<String>,
+    session: Option<&SessionRow>,
+    now: i64,
+) -> (String, String) {
+    let Some(csrf_cookie) = csrf_cookie else {
+        return (String::new(), String::new());
     };
-    let (principal, session) = match principal {
-        Some(p) => (Some(p), None),
-        None => match session_of(&state, headers, secure, &path).await {
-            Ok(Some((p, row))) => (Some(p), Some(row)),
-            Ok(None) => (None, None),
-            Err(e) => return e.into_response(),
-        },
+    let binding = match session {
+        Some(row) => row.csrf_sha256.clone(),
+        None => csrf_binding(&csrf_cookie),
     };
-    let (binding, csrf_token) = if csrf {
-        let binding = match &session {
-            Some(row) => row.csrf_sha256.clone(),
-            None => csrf_binding(&csrf_cookie),
-        };
-        let token = state.auth.csrf_token(&binding, now);
-        (binding, token)
-    } else {
-        // Empty: a form check on such a path would fail closed (`csrf_valid` refuses
-        // an empty binding), though none of them checks one.
-        (String::new(), String::new())
-    };
-    let signed_in = !public && principal.is_some();
-    let response = match refusal(
-        &state,
-        (request.method(), request.uri()),
-        &path,
-        public,
-        principal.as_ref(),
-    )
-    .await
-    {
-        Some(refused) => refused,
-        None => {
-            if csrf {
-                let token = csrf_token.clone();
-                request.extensions_mut().insert(Csrf { token });
-            }
-            let viewer = (!is_guard(&path)).then(|| Viewer {
-                user: principal.as_ref().map(signed_in_as),
-                csrf_token,
-                csrf_binding: binding,
-            });
-            run(&state, request, next, principal, viewer).await
-        }
-    };
-    finish(response, signed_in, issued, secure)
+    let token = state.auth.csrf_token(&binding, now);
+    (binding, token)
 }
 
 /// 401 for credentials that were sent but do not stand (counted, logged in bursts).
@@ -300,8 +313,12 @@ async fn run(
     mut request: Request,
     next: Next,
     principal: Option<Principal>,
+    csrf: Option<Csrf>,
     viewer: Option<Viewer>,
 ) -> Response {
+    if let Some(csrf) = csrf {
+        request.extensions_mut().insert(csrf);
+    }
     if let Some(p) = principal {
         request.extensions_mut().insert(p);
     }
@@ -423,25 +440,15 @@ pub(crate) fn secure_cookies(state: &AppState, headers: &HeaderMap) -> bool {
 pub(crate) fn check_form_csrf(
     state: &AppState,
     principal: Option<&Principal>,
-    _headers: &HeaderMap,
     token: Option<&str>,
 ) -> Result<(), Error> {
-    if principal.is_some_and(|p| p.via == Via::Token) {
-        return Ok(());
-    }
-    let now = state.sessions.now();
-    let binding = request_csrf_binding();
-    let ok = token.is_some_and(|t| state.auth.csrf_valid(binding.as_deref(), t, now));
-    if ok {
-        Ok(())
-    } else {
-        state.auth_log.refused("csrf", || {
-            tracing::info!("form refused: missing or wrong CSRF token");
-        });
-        Err(Error::Forbidden(
-            "This form's security token is missing or out of date (CSRF check). Nothing was changed: reload the page and submit it again.".into(),
-        ))
-    }
+    check_csrf(
+        state,
+        principal,
+        token,
+        "form refused: missing or wrong CSRF token",
+        "This form's security token is missing or out of date (CSRF check). Nothing was changed: reload the page and submit it again.",
+    )
 }
 
 /// A posted form that carries its CSRF token.
@@ -454,11 +461,10 @@ pub(crate) trait CsrfForm {
 pub(crate) fn checked_form<T: CsrfForm>(
     state: &AppState,
     principal: &Principal,
-    headers: &HeaderMap,
     form: Result<axum::extract::Form<T>, axum::extract::rejection::FormRejection>,
 ) -> Result<T, Error> {
     let axum::extract::Form(form) = form.map_err(|e| Error::bad_request("form", e.body_text()))?;
-    check_form_csrf(state, Some(principal), headers, form.csrf_token())?;
+    check_form_csrf(state, Some(principal), form.csrf_token())?;
     Ok(form)
 }
 
@@ -469,23 +475,35 @@ pub(crate) fn check_api_csrf(
     principal: &Principal,
     headers: &HeaderMap,
 ) -> Result<(), Error> {
-    if principal.via == Via::Token {
+    check_csrf(
+        state,
+        Some(principal),
+        headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()),
+        "JSON request refused: missing or wrong X-CSRF-Token",
+        "A request signed in by the browser (not by a bearer token) must carry the X-CSRF-Token header (GET /api/v1/csrf gives one). Nothing was changed.",
+    )
+}
+
+/// Bearer tokens need no CSRF token (a browser never adds one); anyone else's `token`
+/// must be this request's. A refusal is counted and logged (`log`) in bursts: 403
+/// saying `message`.
+fn check_csrf(
+    state: &AppState,
+    principal: Option<&Principal>,
+    token: Option<&str>,
+    log: &'static str,
+    message: &str,
+) -> Result<(), Error> {
+    if principal.is_some_and(|p| p.via == Via::Token) {
         return Ok(());
     }
-    let token = headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok());
-    let binding = request_csrf_binding();
     let now = state.sessions.now();
-    let ok = token.is_some_and(|t| state.auth.csrf_valid(binding.as_deref(), t, now));
-    if ok {
-        Ok(())
-    } else {
-        state.auth_log.refused("csrf", || {
-            tracing::info!("JSON request refused: missing or wrong X-CSRF-Token");
-        });
-        Err(Error::Forbidden(
-            "A request signed in by the browser (not by a bearer token) must carry the X-CSRF-Token header (GET /api/v1/csrf gives one). Nothing was changed.".into(),
-        ))
+    let binding = request_csrf_binding();
+    if token.is_some_and(|t| state.auth.csrf_valid(binding.as_deref(), t, now)) {
+        return Ok(());
     }
+    state.auth_log.refused("csrf", || tracing::info!("{log}"));
+    Err(Error::Forbidden(message.into()))
 }
 
 /// Route middleware: only callers who may resolve keys get through.

@@ -22,12 +22,12 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{FromRequestParts, Query, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
 
 pub fn router() -> Router<AppState> {
     Router::new()
@@ -235,16 +235,25 @@ async fn download(
     let cells = query.csv_cells()?;
     let signing = query.signing(&state)?;
     // Held by the body until the download ends or the client goes away.
-    let permit = state
-        .exports
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| DownloadError::Busy)?;
+    let permit = slot(&state)?;
     let (tx, rx) = mpsc::channel::<Result<Bytes, StoreError>>(4);
     let store = state.store.clone();
     tokio::spawn(produce(store, filter.clone(), format, cells, signing, tx));
     let mut response = Response::new(body(rx, permit).await?);
-    let headers = response.headers_mut();
+    let raw = cells == CsvCells::Raw;
+    set_headers(response.headers_mut(), &filter, format, raw, now);
+    Ok(response)
+}
+
+/// A download's headers: its type, never cached or sniffed, its file name, and the
+/// link to its manifest (`raw`: the CSV's raw cells).
+fn set_headers(
+    headers: &mut HeaderMap,
+    filter: &ExportFilter,
+    format: Format,
+    raw: bool,
+    now: DateTime<Utc>,
+) {
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static(format.content_type()),
@@ -254,13 +263,8 @@ async fn download(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    let name = file_name(&filter, format, now);
-    let raw = if cells == CsvCells::Raw {
-        "&raw=true"
-    } else {
-        ""
-    };
-    let manifest = manifest_url(&filter, format) + raw;
+    let name = file_name(filter, format, now);
+    let manifest = manifest_url(filter, format) + if raw { "&raw=true" } else { "" };
     let named = [
         (
             header::CONTENT_DISPOSITION,
@@ -276,7 +280,6 @@ async fn download(
             headers.insert(name, v);
         }
     }
-    Ok(response)
 }
 
 /// The download's body: the chunks `produce` sends, holding `permit` until the last.
@@ -284,7 +287,7 @@ async fn download(
 /// cannot be read gets a proper 503 rather than a 200 with a broken body.
 async fn body(
     mut rx: mpsc::Receiver<Result<Bytes, StoreError>>,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    permit: OwnedSemaphorePermit,
 ) -> Result<Body, DownloadError> {
     let first = rx.recv().await.ok_or(DownloadError::Internal)??;
     let rest = futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).map(move |chunk| {
@@ -347,11 +350,7 @@ async fn manifest(
     let signing = query.signing(&state)?;
     // A manifest is a whole export's work (every selected row read and hashed, a proof
     // per key gathered) without the file: it takes a slot like a download.
-    let permit = state
-        .exports
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| DownloadError::Busy)?;
+    let permit = slot(&state)?;
     let manifest =
         export::export_signed(&state.store, &filter, format, cells, &signing, &mut Discard)
             .await
@@ -360,27 +359,36 @@ async fn manifest(
                 // Discarding never fails.
                 export::ExportError::Io(_) => DownloadError::Internal,
             })?;
-    // Written into the body as it is serialised, not first into one string: with
-    // checkpoints a whole export's manifest is ~1.7 kB of proof a key (170 MB at 100 k
-    // keys). The slot is held until the last byte is taken or the client goes.
+    let headers = [
+        (header::CONTENT_TYPE, "application/json"),
+        (header::CACHE_CONTROL, "no-store"),
+    ];
+    Ok((headers, manifest_body(manifest, permit)).into_response())
+}
+
+/// One of the [`MAX_EXPORTS`](super::MAX_EXPORTS) slots downloads and manifests share,
+/// or 503 busy.
+fn slot(state: &AppState) -> Result<OwnedSemaphorePermit, DownloadError> {
+    state
+        .exports
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| DownloadError::Busy)
+}
+
+/// Written into the body as it is serialised, not first into one string: with
+/// checkpoints a whole export's manifest is ~1.7 kB of proof a key (170 MB at 100 k
+/// keys). The slot is held until the last byte is taken or the client goes. A chunk
+/// that is an error (its proofs could not be read back) cuts the response off without
+/// its last chunk, so the client sees a failed transfer, not a short manifest.
+fn manifest_body(manifest: export::Manifest, permit: OwnedSemaphorePermit) -> Body {
     let (tx, mut rx) = mpsc::channel(4);
     tokio::task::spawn_blocking(move || {
         let _held = permit;
         export::ChunkWriter::new(tx).write_all_of(|body| manifest.write_pretty(body));
     });
-    // A chunk that is an error (its proofs could not be read back) cuts the response
-    // off without its last chunk, so the client sees a failed transfer, not a short
-    // manifest.
     let chunks = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
-    let body = Body::from_stream(chunks.map(|c| c.map(Bytes::from)));
-    Ok((
-        [
-            (header::CONTENT_TYPE, "application/json"),
-            (header::CACHE_CONTROL, "no-store"),
-        ],
-        body,
-    )
-        .into_response())
+    Body::from_stream(chunks.map(|c| c.map(Bytes::from)))
 }
 
 /// `idemwatch-attempts_tenant-acme_from-20261101T000000Z_to-20261201T000000Z.csv`:

@@ -121,7 +121,7 @@ async fn login(
     form: Result<Form<LoginForm>, FormRejection>,
 ) -> Result<Response, Error> {
     let form = form.map(|Form(f)| f).unwrap_or_default();
-    check_form_csrf(&state, None, &headers, form.csrf_token.as_deref())?;
+    check_form_csrf(&state, None, form.csrf_token.as_deref())?;
     let next = safe_next(form.next.as_deref());
     if state.auth.mode() != Some(Mode::Builtin) {
         return Ok(Redirect::to(&next).into_response());
@@ -273,12 +273,7 @@ async fn logout(
     form: Result<Form<LogoutForm>, FormRejection>,
 ) -> Result<Response, Error> {
     let form = form.map(|Form(f)| f).unwrap_or_default();
-    check_form_csrf(
-        &state,
-        principal.as_ref(),
-        &headers,
-        form.csrf_token.as_deref(),
-    )?;
+    check_form_csrf(&state, principal.as_ref(), form.csrf_token.as_deref())?;
     let builtin = state.auth.mode() == Some(Mode::Builtin);
     let secure = secure_cookies(&state, &headers);
     // Ended in the database: a copy of the cookie stops working too, on every replica.

@@ -93,7 +93,7 @@ pub struct Shared {
     pub auth_log: Arc<auth_log::AuthLog>,
     /// The checkpointer of a server that signs (`--signing-key`): its key signs export
     /// manifests, and `?checkpoint=true` takes a checkpoint before an export.
-    pub checkpointer: Option<crate::evidence::Checkpointer>,
+    pub checkpointer: Option<crate::evidence::Checkpointer<crate::store::Store>>,
     /// Each guard caller's body size, requests in progress and rate (web/guard/limits.rs).
     pub guard_limiter: Arc<guard::Limiter>,
     /// Where the key page sends a person to look a key up at its provider: a path the
@@ -147,7 +147,7 @@ impl AppState {
     /// The same state signing exports with `checkpointer`'s key (docs/EXPORT.md).
     pub fn with_checkpointer(
         mut self,
-        checkpointer: Option<crate::evidence::Checkpointer>,
+        checkpointer: Option<crate::evidence::Checkpointer<crate::store::Store>>,
     ) -> Self {
         self.fields().checkpointer = checkpointer;
         self

@@ -1,7 +1,7 @@
 //! Which attempts an export selects. The same filters serve the CLI flags, the HTTP
 //! query parameters and the manifest, where they are written back as given.
 
-use super::row::micros;
+use crate::base::time::micros;
 use crate::guard::IdempotencyKey;
 use crate::time_input;
 use chrono::{DateTime, Utc};

@@ -3,6 +3,7 @@
 //! CSV header and of the NDJSON member order (docs/EXPORT.md); the export query
 //! selects the columns in this order and is decoded by position ([`ExportCells`]).
 
+use crate::base::time::micros;
 use crate::guard::binding::RecordState;
 use crate::guard::{AttemptKind, ChainFields, Detail, Intent, Status};
 use crate::store::StoreError;
@@ -430,48 +431,3 @@ decode_cells!(PgRow, declared: true);
 // SQLite's declared types are the tables' affinities (none for an expression);
 // each value carries its own type, which `try_get` checks.
 decode_cells!(SqliteRow, declared: false);
-
-/// Times in exports, manifests and checkpoints: RFC 3339 UTC with microseconds, the
-/// form the hash covers.
-pub mod micros {
-    use crate::base::time::rfc3339;
-    use chrono::{DateTime, Utc};
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(t: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&rfc3339(*t))
-    }
-
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
-        let text = String::deserialize(d)?;
-        DateTime::parse_from_rfc3339(&text)
-            .map(|t| t.to_utc())
-            .map_err(serde::de::Error::custom)
-    }
-
-    pub(crate) mod option {
-        use super::*;
-
-        pub fn serialize<S: Serializer>(
-            t: &Option<DateTime<Utc>>,
-            s: S,
-        ) -> Result<S::Ok, S::Error> {
-            match t {
-                Some(t) => s.serialize_str(&rfc3339(*t)),
-                None => s.serialize_none(),
-            }
-        }
-
-        pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
-            d: D,
-        ) -> Result<Option<DateTime<Utc>>, D::Error> {
-            Option::<String>::deserialize(d)?
-                .map(|text| {
-                    DateTime::parse_from_rfc3339(&text)
-                        .map(|t| t.to_utc())
-                        .map_err(serde::de::Error::custom)
-                })
-                .transpose()
-        }
-    }
-}

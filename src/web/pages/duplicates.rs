@@ -15,7 +15,6 @@ use askama::Template;
 use axum::Router;
 use axum::extract::rejection::{FormRejection, QueryRejection};
 use axum::extract::{Form, Path, Query, State};
-use axum::http::HeaderMap;
 use axum::middleware::from_fn;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
@@ -96,11 +95,10 @@ impl CsrfForm for ReviewForm {
 async fn review(
     State(state): State<AppState>,
     principal: Principal,
-    headers: HeaderMap,
     Path(key): Path<String>,
     form: Result<Form<ReviewForm>, FormRejection>,
 ) -> Result<Response, Error> {
-    let form = checked_form(&state, &principal, &headers, form)?;
+    let form = checked_form(&state, &principal, form)?;
     let key = parse_key(&key)?;
     let other_key = parse_key(form.other_key.as_deref().unwrap_or_default())
         .map_err(|_| Error::bad_request("other_key", "expected the earlier key of the pair"))?;

@@ -26,7 +26,7 @@ pub fn router() -> Router<AppState> {
 /// Admissions and what became of them in one window. A request is one admission to
 /// the guard (`idempotency_requests_total`); a replay returned a stored result or error.
 #[derive(Debug, Clone, Default)]
-struct Admissions {
+struct WindowTraffic {
     requests: i64,
     replays: i64,
     conflicts: i64,
@@ -34,7 +34,7 @@ struct Admissions {
     escalations: i64,
 }
 
-impl Admissions {
+impl WindowTraffic {
     fn add(&mut self, kind: AttemptKind, n: i64) {
         if kind.admission_outcome().is_some() {
             self.requests += n;
@@ -48,7 +48,7 @@ impl Admissions {
         }
     }
 
-    fn merge(&mut self, o: &Admissions) {
+    fn merge(&mut self, o: &WindowTraffic) {
         self.requests += o.requests;
         self.replays += o.replays;
         self.conflicts += o.conflicts;
@@ -70,8 +70,8 @@ struct ToolCard {
     tool: String,
     /// For element ids.
     n: usize,
-    hour: Admissions,
-    day: Admissions,
+    hour: WindowTraffic,
+    day: WindowTraffic,
     unknown: i64,
     expired_leases: i64,
     past_retention: i64,
@@ -131,8 +131,8 @@ impl Drill {
 struct OverviewPage {
     layout: Layout,
     cards: Vec<ToolCard>,
-    hour: Admissions,
-    day: Admissions,
+    hour: WindowTraffic,
+    day: WindowTraffic,
     unknown: i64,
     expired_leases: i64,
     past_retention: i64,
@@ -210,7 +210,8 @@ impl OverviewPage {
         let hour_first = buckets.saturating_sub(hour_buckets);
         let hour_start = chart_start + TimeDelta::seconds(hour_first as i64 * BUCKET_SECONDS);
 
-        let mut traffic: BTreeMap<String, (Admissions, Admissions, Vec<Point>)> = BTreeMap::new();
+        let mut traffic: BTreeMap<String, (WindowTraffic, WindowTraffic, Vec<Point>)> =
+            BTreeMap::new();
         for r in &rows {
             // A kind this version does not know (a newer writer) is left out, not fatal.
             let Ok(kind) = r.kind.parse::<AttemptKind>() else {
@@ -218,8 +219,8 @@ impl OverviewPage {
             };
             let (hour, day, series) = traffic.entry(r.tool.clone()).or_insert_with(|| {
                 (
-                    Admissions::default(),
-                    Admissions::default(),
+                    WindowTraffic::default(),
+                    WindowTraffic::default(),
                     vec![Point::default(); buckets],
                 )
             });
@@ -249,8 +250,8 @@ impl OverviewPage {
         let mut page = OverviewPage {
             layout: Layout::new("Overview", "overview", viewer),
             cards: Vec::new(),
-            hour: Admissions::default(),
-            day: Admissions::default(),
+            hour: WindowTraffic::default(),
+            day: WindowTraffic::default(),
             unknown: 0,
             expired_leases: 0,
             past_retention: 0,
@@ -262,8 +263,8 @@ impl OverviewPage {
         for (n, tool) in tools.into_iter().enumerate() {
             let (hour, day, series) = traffic.get(&tool).cloned().unwrap_or_else(|| {
                 (
-                    Admissions::default(),
-                    Admissions::default(),
+                    WindowTraffic::default(),
+                    WindowTraffic::default(),
                     vec![Point::default(); buckets],
                 )
             });

@@ -18,7 +18,7 @@ use askama::Template;
 use axum::Router;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware::from_fn;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::post;
@@ -337,11 +337,10 @@ async fn resolve(
     viewer: Viewer,
     principal: Principal,
     csrf: Csrf,
-    headers: HeaderMap,
     Path(key): Path<String>,
     form: Result<Form<ResolveForm>, FormRejection>,
 ) -> Result<Response, Error> {
-    let form = checked_form(&state, &principal, &headers, form)?;
+    let form = checked_form(&state, &principal, form)?;
     let key = params::parse_key(&key)?;
     let now = state.clock.now();
     let record = record_of(&state, &key).await?;

@@ -20,7 +20,6 @@ use askama::Template;
 use axum::Router;
 use axum::extract::rejection::FormRejection;
 use axum::extract::{Form, State};
-use axum::http::HeaderMap;
 use axum::middleware::from_fn;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::post;
@@ -108,12 +107,11 @@ async fn bulk(
     viewer: Viewer,
     principal: Principal,
     csrf: Csrf,
-    headers: HeaderMap,
     form: Result<Form<Vec<(String, String)>>, FormRejection>,
 ) -> Result<Response, Error> {
     let Form(pairs) = form.map_err(|e| Error::bad_request("form", e.body_text()))?;
     let p = Params(pairs);
-    check_form_csrf(&state, Some(&principal), &headers, p.get("csrf_token"))?;
+    check_form_csrf(&state, Some(&principal), p.get("csrf_token"))?;
     let form = BulkForm::parse(&p, &principal)?;
     // A token limited to some tenants or tools acts on none of the list unless every
     // key is inside its limits (docs/AUTH.md, "Token limits").

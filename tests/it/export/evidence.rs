@@ -6,6 +6,7 @@ use super::*;
 use crate::both_backends;
 use crate::support::as_key;
 use ed25519_dalek::SigningKey;
+use idemwatch::evidence::port::EvidenceStore;
 use idemwatch::evidence::{Checkpoint, Checkpointer, keys};
 use idemwatch::export::{
     FileEvidence, Outside, Problem, Report, TrustedKeys, verify_csv_with, verify_database,
@@ -31,7 +32,7 @@ fn signing_key() -> SigningKey {
     SigningKey::from_bytes(&[42; 32])
 }
 
-pub(super) fn checkpointer(f: &Fixture, dir: Option<&std::path::Path>) -> Checkpointer {
+pub(super) fn checkpointer(f: &Fixture, dir: Option<&std::path::Path>) -> Checkpointer<Store> {
     Checkpointer::new(f.store.clone(), signing_key(), Arc::new(f.clock.clone()))
         .with_dir(dir.map(Into::into))
 }
@@ -41,7 +42,11 @@ pub(super) fn checkpointer(f: &Fixture, dir: Option<&std::path::Path>) -> Checkp
 /// running one in the cluster, and other tests' transactions may hold it back for a
 /// moment: a checkpoint can then see a key without its last row, and a later one adds
 /// the head.
-pub(super) async fn checkpoint_to(store: &Store, writer: &Checkpointer, size: u64) -> Checkpoint {
+pub(super) async fn checkpoint_to(
+    store: &Store,
+    writer: &Checkpointer<Store>,
+    size: u64,
+) -> Checkpoint {
     let mut last = None;
     for _ in 0..100 {
         if let Some(c) = writer.checkpoint().await.unwrap() {
@@ -887,9 +892,9 @@ fn meanwhile<T>(
 /// read and its write); returns it and how many times it signed.
 async fn checkpoint_interleaved(
     f: &Fixture,
-    writer: &Checkpointer,
-    first: impl Fn(),
-) -> (idemwatch::store::StoredCheckpoint, usize) {
+    writer: &Checkpointer<Store>,
+    first: impl Fn() + Sync,
+) -> (idemwatch::evidence::port::StoredCheckpoint, usize) {
     let signed = std::sync::atomic::AtomicUsize::new(0);
     let now = f.clock.now();
     let written = f

@@ -51,7 +51,7 @@ async fn setup(db: &TestDb) -> Setup {
     }
 }
 
-fn writer(f: &Fixture, key: &SigningKey) -> Checkpointer {
+fn writer(f: &Fixture, key: &SigningKey) -> Checkpointer<Store> {
     Checkpointer::new(f.store.clone(), key.clone(), Arc::new(f.clock.clone()))
 }
 

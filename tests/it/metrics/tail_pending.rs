@@ -8,6 +8,7 @@
 
 use crate::support::TestDb;
 use crate::support::plans::most_blocks;
+use idemwatch::tail::TailSource;
 use sqlx::{Connection, PgConnection};
 
 /// Attempts for 100 keys (`batch` picks which), at `seq`, in their own transaction:
@@ -98,7 +99,7 @@ async fn postgres_pending_rows_are_read_from_the_txid_index_not_the_whole_log() 
 async fn settled(
     store: &idemwatch::store::Store,
     want: Option<chrono::DateTime<chrono::Utc>>,
-) -> idemwatch::store::TailPending {
+) -> idemwatch::tail::TailPending {
     let mut pending = store.tail_pending().await.unwrap();
     for _ in 0..100 {
         if pending.oldest_pending == want {
