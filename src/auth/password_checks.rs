@@ -11,7 +11,7 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-type Job = Box<dyn FnOnce() + Send>;
+type PasswordJob = Box<dyn FnOnce() + Send>;
 
 /// The right to run one check now, from [`PasswordChecks::try_slot`].
 #[derive(Debug)]
@@ -24,7 +24,7 @@ pub(crate) struct PasswordChecks {
     slots: Arc<Semaphore>,
     size: usize,
     /// Started on the first check (most states in tests never check a password).
-    queue: OnceLock<SyncSender<Job>>,
+    queue: OnceLock<SyncSender<PasswordJob>>,
 }
 
 impl PasswordChecks {
@@ -50,7 +50,7 @@ impl PasswordChecks {
         check: impl FnOnce() -> T + Send + 'static,
     ) -> Option<T> {
         let (done, result) = tokio::sync::oneshot::channel();
-        let job: Job = Box::new(move || {
+        let job: PasswordJob = Box::new(move || {
             let outcome = std::panic::catch_unwind(AssertUnwindSafe(check));
             drop(slot);
             if let Ok(value) = outcome {
@@ -63,9 +63,9 @@ impl PasswordChecks {
         result.await.ok()
     }
 
-    fn queue(&self) -> &SyncSender<Job> {
+    fn queue(&self) -> &SyncSender<PasswordJob> {
         self.queue.get_or_init(|| {
-            let (send, receive) = sync_channel::<Job>(self.size);
+            let (send, receive) = sync_channel::<PasswordJob>(self.size);
             let receive = Arc::new(Mutex::new(receive));
             for i in 0..self.size {
                 let receive = receive.clone();
@@ -80,7 +80,7 @@ impl PasswordChecks {
 }
 
 /// One checking thread: runs jobs until the [`PasswordChecks`] is dropped.
-fn work(jobs: &Mutex<Receiver<Job>>) {
+fn work(jobs: &Mutex<Receiver<PasswordJob>>) {
     loop {
         let job = jobs.lock().unwrap_or_else(PoisonError::into_inner).recv();
         match job {

@@ -3,7 +3,7 @@
 //! against where the checkpoints last saw it ([`ChainCheck`], as for files).
 
 use super::ranges::{Split, check_ranges};
-use super::verify::{Problem, Report};
+use super::verify::{Finding, Report};
 use crate::evidence::port::EvidenceStore;
 use crate::evidence::{Authenticity, Checkpoint, LeafLog, TrustedKeys, check_sequence};
 use crate::store::{Store, StoreError};
@@ -122,7 +122,7 @@ pub async fn verify_database_split(
             _ => check.key_problem(
                 &key,
                 Some(anchor.seq),
-                Problem::KeyGone {
+                Finding::KeyGone {
                     checkpoint: anchor.checkpoint,
                     seq: anchor.seq,
                 },
@@ -130,7 +130,7 @@ pub async fn verify_database_split(
         }
     }
     for p in problems {
-        check.file_problem(None, Problem::Checkpoint(p));
+        check.file_problem(None, Finding::Checkpoint(p));
     }
     for n in notes {
         check.note(n);

@@ -38,7 +38,7 @@ pub use read::{
 };
 pub use row::{COLUMNS, ExportRow, canonical_detail};
 pub use spool::Spool;
-pub use verify::{Break, ChainCheck, Problem, Report};
+pub use verify::{Break, ChainCheck, Finding, Report};
 
 use crate::store::Store;
 use tokio::io::{AsyncWrite, AsyncWriteExt};

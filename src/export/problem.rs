@@ -5,7 +5,7 @@ use std::fmt;
 
 /// What is wrong at one place.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Problem {
+pub enum Finding {
     /// The row's content or `prev_hash` was changed after it was written.
     HashMismatch { stored: String, computed: String },
     /// The key is not derived from the row's intent (tenant, tool, workflow_id,
@@ -74,45 +74,45 @@ pub enum Problem {
     Evidence(String),
 }
 
-impl fmt::Display for Problem {
+impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Problem::HashMismatch { stored, computed } => write!(
+            Finding::HashMismatch { stored, computed } => write!(
                 f,
                 "the row does not hash to its stored hash {stored} (computed {computed}): the row was edited"
             ),
-            Problem::ContextMismatch { derived } => write!(
+            Finding::ContextMismatch { derived } => write!(
                 f,
                 "the key is not the one derived from the row's tenant, tool, workflow_id, step_id and intent_id ({derived}): the context was edited"
             ),
-            Problem::BrokenLink {
+            Finding::BrokenLink {
                 prev_hash,
                 expected,
             } => write!(
                 f,
                 "prev_hash {prev_hash} is not the hash of the previous row ({expected}): a row was deleted, inserted or moved"
             ),
-            Problem::SeqGap { expected, found } => write!(
+            Finding::SeqGap { expected, found } => write!(
                 f,
                 "seq jumps to {found}, expected {expected}: rows are missing"
             ),
-            Problem::SeqNotIncreasing { previous, found } => write!(
+            Finding::SeqNotIncreasing { previous, found } => write!(
                 f,
                 "seq {found} follows seq {previous}: rows are duplicated or out of order"
             ),
-            Problem::MissingStart { found } => write!(
+            Finding::MissingStart { found } => write!(
                 f,
                 "the chain starts at seq {found}, not 1, and the export is not filtered by time: rows are missing"
             ),
-            Problem::BadGenesis { prev_hash } => write!(
+            Finding::BadGenesis { prev_hash } => write!(
                 f,
                 "seq 1 has prev_hash {prev_hash}, not the genesis hash (64 zeros)"
             ),
-            Problem::KeyOutOfOrder { previous } => write!(
+            Finding::KeyOutOfOrder { previous } => write!(
                 f,
                 "the key appears after key {previous}: rows were moved (exports are sorted by key, seq)"
             ),
-            Problem::HeadMismatch {
+            Finding::HeadMismatch {
                 head_seq,
                 head_hash,
                 last_seq,
@@ -121,16 +121,16 @@ impl fmt::Display for Problem {
                 f,
                 "the record says the chain ends at seq {head_seq} (hash {head_hash}) but the log ends at seq {last_seq} (hash {last_hash}): rows were deleted or added at the end"
             ),
-            Problem::NoAttempts => f.write_str("the record has no attempt rows: they were deleted"),
-            Problem::Unreadable(why) => write!(f, "unreadable row: {why}"),
-            Problem::ManifestMissing => f.write_str(
+            Finding::NoAttempts => f.write_str("the record has no attempt rows: they were deleted"),
+            Finding::Unreadable(why) => write!(f, "unreadable row: {why}"),
+            Finding::ManifestMissing => f.write_str(
                 "no manifest line at the end of the file: it was truncated or the manifest removed",
             ),
-            Problem::AfterManifest => f.write_str("lines follow the manifest"),
-            Problem::ManifestMismatch(why) => {
+            Finding::AfterManifest => f.write_str("lines follow the manifest"),
+            Finding::ManifestMismatch(why) => {
                 write!(f, "the manifest does not match the file: {why}")
             }
-            Problem::StateMismatch(columns) => {
+            Finding::StateMismatch(columns) => {
                 let names: Vec<String> = columns
                     .iter()
                     .map(|(c, bound, stored)| format!("{c} (chain {bound}, record {stored})"))
@@ -141,19 +141,19 @@ impl fmt::Display for Problem {
                     names.join(", ")
                 )
             }
-            Problem::FingerprintMismatch {
+            Finding::FingerprintMismatch {
                 fingerprint,
                 computed,
             } => write!(
                 f,
                 "the fingerprint {fingerprint} is not the hash of the stored business arguments ({computed}): the arguments or the fingerprint were edited"
             ),
-            Problem::BadState(why) => write!(f, "the head row's detail.state is unreadable: {why}"),
-            Problem::KeyGone { checkpoint, seq } => write!(
+            Finding::BadState(why) => write!(f, "the head row's detail.state is unreadable: {why}"),
+            Finding::KeyGone { checkpoint, seq } => write!(
                 f,
                 "the key was in signed checkpoint {checkpoint} (chain at seq {seq}) and is gone, with no pruning receipt: it was deleted"
             ),
-            Problem::ShorterThanCheckpoint {
+            Finding::ShorterThanCheckpoint {
                 checkpoint,
                 seq,
                 last_seq,
@@ -161,7 +161,7 @@ impl fmt::Display for Problem {
                 f,
                 "the chain ends at seq {last_seq} but signed checkpoint {checkpoint} recorded it at seq {seq}: rows were deleted and the head rolled back"
             ),
-            Problem::CheckpointMismatch {
+            Finding::CheckpointMismatch {
                 checkpoint,
                 expected,
                 found,
@@ -169,8 +169,8 @@ impl fmt::Display for Problem {
                 f,
                 "the row hashes to {found} but signed checkpoint {checkpoint} recorded {expected}: the chain was rewritten"
             ),
-            Problem::Checkpoint(why) => write!(f, "checkpoints: {why}"),
-            Problem::Evidence(why) => write!(f, "evidence: {why}"),
+            Finding::Checkpoint(why) => write!(f, "checkpoints: {why}"),
+            Finding::Evidence(why) => write!(f, "evidence: {why}"),
         }
     }
 }
@@ -183,7 +183,7 @@ pub struct Break {
     pub attempt_id: Option<i64>,
     /// 1-based line (NDJSON) or record (CSV, header = 1) of a file.
     pub line: Option<u64>,
-    pub problem: Problem,
+    pub problem: Finding,
     /// Position in the stream, to tell which of two findings came first.
     pub(super) ordinal: u64,
 }

@@ -4,7 +4,7 @@
 
 use super::manifest::{CsvCells, Format, Manifest};
 use super::row::ExportRow;
-use super::verify::{ChainCheck, Problem, Report};
+use super::verify::{ChainCheck, Finding, Report};
 use crate::evidence::{Anchor, Authenticity, TrustedKeys};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -79,7 +79,7 @@ impl FileEvidence {
 
     fn apply_before(&mut self, check: &mut ChainCheck) {
         for p in self.problems.drain(..) {
-            check.file_problem(None, Problem::Evidence(p));
+            check.file_problem(None, Finding::Evidence(p));
         }
         for n in self.notes.drain(..) {
             check.note(n);
@@ -121,7 +121,7 @@ fn unseen_anchors(check: &mut ChainCheck) {
         check.key_problem(
             &key,
             Some(anchor.seq),
-            Problem::Evidence(format!(
+            Finding::Evidence(format!(
                 "the manifest proves the key at seq {} but the file has no rows of it: they were removed",
                 anchor.seq
             )),
@@ -154,7 +154,7 @@ pub fn verify_ndjson_with<R: BufRead>(
         }
         line_no += 1;
         if manifest.is_some() {
-            check.file_problem(Some(line_no), Problem::AfterManifest);
+            check.file_problem(Some(line_no), Finding::AfterManifest);
             break;
         }
         match serde_json::from_slice::<Line>(&buf) {
@@ -167,7 +167,7 @@ pub fn verify_ndjson_with<R: BufRead>(
             Ok(Line::Manifest(m)) => manifest = Some((*m, line_no)),
             Err(e) => {
                 digest.update(&buf);
-                check.file_problem(Some(line_no), Problem::Unreadable(e.to_string()));
+                check.file_problem(Some(line_no), Finding::Unreadable(e.to_string()));
             }
         }
     }
@@ -175,7 +175,7 @@ pub fn verify_ndjson_with<R: BufRead>(
         .as_ref()
         .is_some_and(|(m, _)| m.time_filtered_start());
     match &manifest {
-        None => check.file_problem(None, Problem::ManifestMissing),
+        None => check.file_problem(None, Finding::ManifestMissing),
         Some((m, line)) => compare(
             &mut check,
             m,
@@ -228,7 +228,7 @@ pub fn verify_csv_with<R: Read>(
                     });
                 }
                 Err(e) => {
-                    check.file_problem(Some(line + 1), Problem::Unreadable(e.to_string()));
+                    check.file_problem(Some(line + 1), Finding::Unreadable(e.to_string()));
                     break;
                 }
             }
@@ -239,7 +239,7 @@ pub fn verify_csv_with<R: Read>(
                 {
                     check.file_problem(
                         Some(1),
-                        Problem::Unreadable("the header row is not idemwatch's".into()),
+                        Finding::Unreadable("the header row is not idemwatch's".into()),
                     );
                 }
                 continue;
@@ -253,7 +253,7 @@ pub fn verify_csv_with<R: Read>(
                     keys.see(&row.key);
                     check.push(&row, Some(line));
                 }
-                Err(why) => check.file_problem(Some(line), Problem::Unreadable(why)),
+                Err(why) => check.file_problem(Some(line), Finding::Unreadable(why)),
             }
         }
     }
@@ -292,7 +292,7 @@ fn compare(
             .then(|| format!("sha256 {} but the content hashes to {digest}", m.sha256)),
     ];
     for why in mismatches.into_iter().flatten() {
-        check.file_problem(line, Problem::ManifestMismatch(why));
+        check.file_problem(line, Finding::ManifestMismatch(why));
     }
 }
 
@@ -374,7 +374,7 @@ mod tests {
         let text = String::from_utf8(bytes).unwrap();
         let cut: String = text.lines().take(2).map(|l| format!("{l}\n")).collect();
         let report = verify_ndjson(cut.as_bytes()).unwrap();
-        assert_eq!(report.breaks[0].problem, Problem::ManifestMissing);
+        assert_eq!(report.breaks[0].problem, Finding::ManifestMissing);
     }
 
     #[test]
@@ -388,7 +388,7 @@ mod tests {
         let report = verify_csv(&bytes[..], &other).unwrap();
         assert!(matches!(
             report.breaks[0].problem,
-            Problem::ManifestMismatch(_)
+            Finding::ManifestMismatch(_)
         ));
     }
 }

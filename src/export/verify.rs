@@ -9,7 +9,7 @@
 //! An export filtered with `since` may start a key's chain after seq 1; that alone
 //! is not a break (the manifest says the export was filtered).
 
-pub use super::problem::{Break, Problem};
+pub use super::problem::{Break, Finding};
 use super::row::ExportRow;
 pub use crate::evidence::{Anchor, Authenticity};
 use crate::guard::binding::{StateBinding, fingerprint_matches, value_sha256};
@@ -151,7 +151,7 @@ impl ChainCheck {
     }
 
     /// A finding about one key outside the row stream (e.g. a key gone).
-    pub(crate) fn key_problem(&mut self, key: &str, seq: Option<i64>, problem: Problem) {
+    pub(crate) fn key_problem(&mut self, key: &str, seq: Option<i64>, problem: Finding) {
         self.ordinal += 1;
         self.report.broken_keys += 1;
         let b = Break {
@@ -218,11 +218,11 @@ impl ChainCheck {
                     &mut state,
                     row,
                     line,
-                    Problem::KeyOutOfOrder { previous: prev.key },
+                    Finding::KeyOutOfOrder { previous: prev.key },
                 );
             } else if row.seq == 1 {
                 if row.prev_hash != GENESIS_HASH {
-                    let problem = Problem::BadGenesis {
+                    let problem = Finding::BadGenesis {
                         prev_hash: row.prev_hash.clone(),
                     };
                     self.fail(&mut state, row, line, problem);
@@ -231,14 +231,14 @@ impl ChainCheck {
                 state.late = true;
                 if self.first_late_start.is_none() {
                     self.first_late_start =
-                        Some(self.at(row, line, Problem::MissingStart { found: row.seq }));
+                        Some(self.at(row, line, Finding::MissingStart { found: row.seq }));
                 }
             } else {
                 self.fail(
                     &mut state,
                     row,
                     line,
-                    Problem::SeqNotIncreasing {
+                    Finding::SeqNotIncreasing {
                         previous: 0,
                         found: row.seq,
                     },
@@ -254,19 +254,19 @@ impl ChainCheck {
         state.count_signed(row.seq);
         if !state.broken {
             if row.seq <= state.last_seq {
-                let problem = Problem::SeqNotIncreasing {
+                let problem = Finding::SeqNotIncreasing {
                     previous: state.last_seq,
                     found: row.seq,
                 };
                 self.fail(&mut state, row, line, problem);
             } else if row.seq != state.last_seq + 1 {
-                let problem = Problem::SeqGap {
+                let problem = Finding::SeqGap {
                     expected: state.last_seq + 1,
                     found: row.seq,
                 };
                 self.fail(&mut state, row, line, problem);
             } else if row.prev_hash != state.last_hash {
-                let problem = Problem::BrokenLink {
+                let problem = Finding::BrokenLink {
                     prev_hash: row.prev_hash.clone(),
                     expected: state.last_hash.clone(),
                 };
@@ -333,14 +333,14 @@ impl ChainCheck {
             seq: None,
             attempt_id: None,
             line: None,
-            problem: Problem::NoAttempts,
+            problem: Finding::NoAttempts,
             ordinal: self.ordinal,
         };
         self.add(b);
     }
 
     /// A finding about the file rather than a row (unreadable line, manifest).
-    pub(crate) fn file_problem(&mut self, line: Option<u64>, problem: Problem) {
+    pub(crate) fn file_problem(&mut self, line: Option<u64>, problem: Finding) {
         self.ordinal += 1;
         let b = Break {
             key: None,
@@ -385,7 +385,7 @@ impl ChainCheck {
             && !anchor.pruned
         {
             if state.last_seq < anchor.seq {
-                let problem = Problem::ShorterThanCheckpoint {
+                let problem = Finding::ShorterThanCheckpoint {
                     checkpoint: anchor.checkpoint,
                     seq: anchor.seq,
                     last_seq: state.last_seq,
@@ -398,7 +398,7 @@ impl ChainCheck {
         if let Some(head) = &state.head
             && (head.seq != state.last_seq || head.hash != state.last_hash)
         {
-            let problem = Problem::HeadMismatch {
+            let problem = Finding::HeadMismatch {
                 head_seq: head.seq,
                 head_hash: head.hash.clone(),
                 last_seq: state.last_seq,
@@ -409,7 +409,7 @@ impl ChainCheck {
     }
 
     /// A break found when a key's rows ended, placed at its last row.
-    fn fail_at_end(&mut self, state: &KeyProgress, problem: Problem) {
+    fn fail_at_end(&mut self, state: &KeyProgress, problem: Finding) {
         self.ordinal += 1;
         self.report.broken_keys += 1;
         let b = Break {
@@ -448,7 +448,7 @@ impl ChainCheck {
         if !known {
             let derived = row.derived_key();
             if derived != row.key {
-                self.fail(state, row, line, Problem::ContextMismatch { derived });
+                self.fail(state, row, line, Finding::ContextMismatch { derived });
                 return;
             }
             state.derived = Some(intent.map(String::clone));
@@ -458,7 +458,7 @@ impl ChainCheck {
             ..row.chain_fields()
         };
         if !chain_hash_is(&row.hash, &row.prev_hash, fields) {
-            let problem = Problem::HashMismatch {
+            let problem = Finding::HashMismatch {
                 stored: row.hash.clone(),
                 computed: chain_hash(&row.prev_hash, fields),
             };
@@ -472,7 +472,7 @@ impl ChainCheck {
         if state.broken || anchor.pruned || row.seq != anchor.seq || row.hash == anchor.hash {
             return;
         }
-        let problem = Problem::CheckpointMismatch {
+        let problem = Finding::CheckpointMismatch {
             checkpoint: anchor.checkpoint,
             expected: anchor.hash.clone(),
             found: row.hash.clone(),
@@ -493,7 +493,7 @@ impl ChainCheck {
             return;
         }
         if !fingerprint_matches(&row.fingerprint, &row.business_args) {
-            let problem = Problem::FingerprintMismatch {
+            let problem = Finding::FingerprintMismatch {
                 fingerprint: row.fingerprint.clone(),
                 computed: value_sha256(&row.business_args),
             };
@@ -512,7 +512,7 @@ impl ChainCheck {
         };
         match StateBinding::from_detail(detail) {
             None => self.report.unbound_keys += 1,
-            Some(Err(why)) => self.fail(state, row, line, Problem::BadState(why)),
+            Some(Err(why)) => self.fail(state, row, line, Finding::BadState(why)),
             Some(Ok(binding)) => {
                 let found = binding.mismatches(row.record_state());
                 if !found.is_empty() {
@@ -520,13 +520,13 @@ impl ChainCheck {
                         .into_iter()
                         .map(|m| (m.column.to_string(), short(&m.bound), short(&m.stored)))
                         .collect();
-                    self.fail(state, row, line, Problem::StateMismatch(columns));
+                    self.fail(state, row, line, Finding::StateMismatch(columns));
                 }
             }
         }
     }
 
-    fn at(&self, row: &ExportRow, line: Option<u64>, problem: Problem) -> Break {
+    fn at(&self, row: &ExportRow, line: Option<u64>, problem: Finding) -> Break {
         Break {
             key: Some(row.key.clone()),
             seq: Some(row.seq),
@@ -543,7 +543,7 @@ impl ChainCheck {
         state: &mut KeyProgress,
         row: &ExportRow,
         line: Option<u64>,
-        problem: Problem,
+        problem: Finding,
     ) {
         state.broken = true;
         self.report.broken_keys += 1;
@@ -612,7 +612,7 @@ mod tests {
         let report = check(&rows, false);
         let b = report.first_break().unwrap();
         assert_eq!((b.seq, b.line), (Some(2), Some(2)));
-        assert!(matches!(b.problem, Problem::HashMismatch { .. }), "{b}");
+        assert!(matches!(b.problem, Finding::HashMismatch { .. }), "{b}");
     }
 
     #[test]
@@ -622,7 +622,7 @@ mod tests {
         let b = check(&rows, true).breaks[0].clone();
         assert_eq!(
             b.problem,
-            Problem::SeqGap {
+            Finding::SeqGap {
                 expected: 2,
                 found: 3
             }
@@ -636,7 +636,7 @@ mod tests {
         let b = check(&rows, false).breaks[0].clone();
         assert_eq!(
             b.problem,
-            Problem::SeqGap {
+            Finding::SeqGap {
                 expected: 2,
                 found: 3
             }
@@ -645,7 +645,7 @@ mod tests {
         rows.swap(0, 1);
         let b = check(&rows, false).breaks[0].clone();
         assert!(
-            matches!(b.problem, Problem::MissingStart { found: 2 }),
+            matches!(b.problem, Finding::MissingStart { found: 2 }),
             "{b}"
         );
     }
@@ -657,7 +657,7 @@ mod tests {
         assert!(filtered.is_intact());
         assert_eq!(filtered.partial_keys, 1);
         let b = check(&rows, false).breaks[0].clone();
-        assert_eq!(b.problem, Problem::MissingStart { found: 2 });
+        assert_eq!(b.problem, Finding::MissingStart { found: 2 });
     }
 
     #[test]
@@ -673,7 +673,7 @@ mod tests {
         assert!(
             matches!(
                 b.problem,
-                Problem::HeadMismatch {
+                Finding::HeadMismatch {
                     head_seq: 3,
                     last_seq: 2,
                     ..
@@ -702,7 +702,7 @@ mod tests {
         let mut rows = high.clone();
         rows.extend(low.clone());
         let b = check(&rows, false).breaks[0].clone();
-        assert!(matches!(b.problem, Problem::KeyOutOfOrder { .. }), "{b}");
+        assert!(matches!(b.problem, Finding::KeyOutOfOrder { .. }), "{b}");
         let mut rows = low;
         rows.extend(high);
         assert!(check(&rows, false).is_intact());
@@ -741,7 +741,7 @@ mod tests {
         let shorter = run(&rows[..1], anchor(2, &rows[1].hash));
         assert!(matches!(
             shorter.breaks[0].problem,
-            Problem::ShorterThanCheckpoint {
+            Finding::ShorterThanCheckpoint {
                 checkpoint: 7,
                 seq: 2,
                 last_seq: 1
@@ -763,7 +763,7 @@ mod tests {
         let rewritten = run(&rows, anchor(2, "f00"));
         assert!(matches!(
             rewritten.breaks[0].problem,
-            Problem::CheckpointMismatch { .. }
+            Finding::CheckpointMismatch { .. }
         ));
     }
 
@@ -817,6 +817,6 @@ mod tests {
         rows[2].intent.workflow_id = "run-other".into();
         let b = check(&rows, false).breaks[0].clone();
         assert_eq!(b.seq, Some(3));
-        assert!(matches!(b.problem, Problem::ContextMismatch { .. }), "{b}");
+        assert!(matches!(b.problem, Finding::ContextMismatch { .. }), "{b}");
     }
 }

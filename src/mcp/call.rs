@@ -6,7 +6,9 @@
 use super::answer::{self, KeyPages};
 use super::classify::Guarded;
 use super::intent::Session;
-use super::port::{Admission, AfterLookup, CallContext, Fenced, GuardCall, GuardPort, PortError};
+use super::port::{
+    AfterLookup, CallContext, Fenced, GuardCall, GuardPort, PortAdmission, PortError,
+};
 use super::upstream::{Upstream, UpstreamError};
 use crate::guard::{
     BusinessArgs, CallOutcome, Clock, FencingToken, GuardError, IdempotencyKey, Lookup, NaturalKey,
@@ -110,20 +112,22 @@ impl Calls {
                 tool,
             };
             return match admitted.admission {
-                Admission::Execute {
+                PortAdmission::Execute {
                     token,
                     call_timeout,
                 } => self.execute(&held(token, call_timeout)).await,
-                Admission::Reconcile {
+                PortAdmission::Reconcile {
                     token,
                     call_timeout,
                 } => self.reconcile(&held(token, call_timeout)).await,
-                Admission::Replay { result } => answer::replayed(key.as_str(), &result),
-                Admission::Failed { error } => answer::failed_before(name, key.as_str(), &error),
+                PortAdmission::Replay { result } => answer::replayed(key.as_str(), &result),
+                PortAdmission::Failed { error } => {
+                    answer::failed_before(name, key.as_str(), &error)
+                }
                 // Other arguments on a key whose outcome is unknown (issue 51): the
                 // guard offers a lookup by key (harmless whatever the arguments),
                 // never a resend; a person decides the rest.
-                Admission::Mismatch {
+                PortAdmission::Mismatch {
                     differing_fields,
                     lookup_token: Some(token),
                     ..
@@ -131,12 +135,12 @@ impl Calls {
                     let held = held(token, tool.policy.call_timeout);
                     self.check_earlier(&held, &differing_fields).await
                 }
-                Admission::Mismatch {
+                PortAdmission::Mismatch {
                     differing_fields,
                     natural,
                     ..
                 } => answer::mismatch(name, key.as_str(), &differing_fields, natural),
-                Admission::InFlight { lease_until } => {
+                PortAdmission::InFlight { lease_until } => {
                     if Instant::now() < deadline
                         && self.wait_settled(&key, lease_until, deadline).await
                     {

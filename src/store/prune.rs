@@ -87,7 +87,7 @@ impl PrunedCounts {
     }
 }
 
-enum Tx {
+enum PruneTx {
     Postgres(<PgPool as WritePool>::Tx),
     Sqlite(<SqlitePools as WritePool>::Tx),
 }
@@ -98,11 +98,11 @@ enum Tx {
 macro_rules! on_batch {
     ($batch:expr, $keys:expr, |$tx:ident, $k:ident| $body:expr) => {
         match $batch {
-            Tx::Postgres($tx) => {
+            PruneTx::Postgres($tx) => {
                 let $k = $keys;
                 $body
             }
-            Tx::Sqlite($tx) => {
+            PruneTx::Sqlite($tx) => {
                 let $k = Json($keys);
                 $body
             }
@@ -113,7 +113,7 @@ macro_rules! on_batch {
 /// An open transaction holding a batch of keys. Dropping it rolls back: nothing is
 /// deleted unless [`PruneBatch::delete_and_commit`] is reached.
 pub struct PruneBatch {
-    tx: Tx,
+    tx: PruneTx,
     backend: Backend,
     keys: Vec<String>,
 }
@@ -139,7 +139,7 @@ impl Store {
                 .bind(i64::from(limit))
                 .fetch_all(&mut *tx)
                 .await?;
-            (Tx::from(tx), keys)
+            (PruneTx::from(tx), keys)
         });
         Ok(PruneBatch { tx, backend, keys })
     }
@@ -170,15 +170,15 @@ impl Store {
     }
 }
 
-impl From<<PgPool as WritePool>::Tx> for Tx {
+impl From<<PgPool as WritePool>::Tx> for PruneTx {
     fn from(tx: <PgPool as WritePool>::Tx) -> Self {
-        Tx::Postgres(tx)
+        PruneTx::Postgres(tx)
     }
 }
 
-impl From<<SqlitePools as WritePool>::Tx> for Tx {
+impl From<<SqlitePools as WritePool>::Tx> for PruneTx {
     fn from(tx: <SqlitePools as WritePool>::Tx) -> Self {
-        Tx::Sqlite(tx)
+        PruneTx::Sqlite(tx)
     }
 }
 

@@ -5,7 +5,7 @@ use crate::guard::{AdmissionOutcome, AttemptKind, Resolution, Status};
 
 /// One metric update caused by one attempt row.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Effect {
+pub enum MetricUpdate {
     /// `idempotency_requests_total{outcome}`.
     Request(AdmissionOutcome),
     /// `idempotency_transitions_total{status}`.
@@ -35,34 +35,34 @@ pub fn effects(
     previous_status: Option<&str>,
     duration_ms: Option<i64>,
     suspected_duplicate: bool,
-) -> Vec<Effect> {
+) -> Vec<MetricUpdate> {
     let mut out = Vec::with_capacity(2);
     if let Some(outcome) = kind.admission_outcome() {
-        out.push(Effect::Request(outcome));
+        out.push(MetricUpdate::Request(outcome));
     }
     if kind == AttemptKind::Claimed && suspected_duplicate {
-        out.push(Effect::SuspectedDuplicate);
+        out.push(MetricUpdate::SuspectedDuplicate);
     }
     match kind {
         AttemptKind::Completed | AttemptKind::ReconciledFound => {
-            out.push(Effect::Transition(Status::Done));
+            out.push(MetricUpdate::Transition(Status::Done));
         }
-        AttemptKind::Failed => out.push(Effect::Transition(Status::Failed)),
-        AttemptKind::MarkedUnknown => out.push(Effect::Transition(Status::Unknown)),
+        AttemptKind::Failed => out.push(MetricUpdate::Transition(Status::Failed)),
+        AttemptKind::MarkedUnknown => out.push(MetricUpdate::Transition(Status::Unknown)),
         AttemptKind::Escalated => {
-            out.push(Effect::Transition(Status::Unknown));
-            out.push(Effect::Escalation);
+            out.push(MetricUpdate::Transition(Status::Unknown));
+            out.push(MetricUpdate::Escalation);
         }
         AttemptKind::Resolved => {
             if let Some(r) = resolution.and_then(|r| r.parse::<Resolution>().ok()) {
-                out.push(Effect::Resolution(r));
+                out.push(MetricUpdate::Resolution(r));
                 let entered = match r {
                     Resolution::Done => Some(Status::Done),
                     Resolution::Failed => Some(Status::Failed),
                     Resolution::Release => (previous_status != Some(Status::Unknown.as_str()))
                         .then_some(Status::Unknown),
                 };
-                out.extend(entered.map(Effect::Transition));
+                out.extend(entered.map(MetricUpdate::Transition));
             }
         }
         _ => {}
@@ -73,7 +73,7 @@ pub fn effects(
         AttemptKind::Completed | AttemptKind::Failed | AttemptKind::MarkedUnknown
     ) && let Some(ms) = duration_ms
     {
-        out.push(Effect::Duration(ms.max(0) as f64 / 1000.0));
+        out.push(MetricUpdate::Duration(ms.max(0) as f64 / 1000.0));
     }
     out
 }
@@ -82,11 +82,11 @@ pub fn effects(
 mod tests {
     use super::*;
     use AttemptKind::*;
-    use Effect::*;
+    use MetricUpdate::*;
 
     #[test]
     fn every_kind_maps_to_the_documented_updates() {
-        let table: &[(AttemptKind, &[Effect])] = &[
+        let table: &[(AttemptKind, &[MetricUpdate])] = &[
             (Claimed, &[Request(AdmissionOutcome::New)]),
             (Replayed, &[Request(AdmissionOutcome::Replay)]),
             (ReplayedFailure, &[Request(AdmissionOutcome::ReplayFailure)]),

@@ -20,7 +20,7 @@ use crate::guard::AttemptKind;
 use crate::guard::StoreError;
 use crate::metrics::Metrics;
 use chrono::Utc;
-use events::Effect;
+use events::MetricUpdate;
 pub use port::{TailEvent, TailHead, TailPending, TailPosition, TailSource};
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -203,27 +203,27 @@ impl Tailer {
         let slot = self.metrics.event_slot(&event.tool, &event.tenant);
         for effect in effects {
             match effect {
-                Effect::Request(outcome) => f
+                MetricUpdate::Request(outcome) => f
                     .idempotency_requests_total
                     .with_label_values(&slot.values(&[outcome.as_str()]))
                     .inc(),
-                Effect::Transition(status) => f
+                MetricUpdate::Transition(status) => f
                     .idempotency_transitions_total
                     .with_label_values(&slot.values(&[status.as_str()]))
                     .inc(),
-                Effect::Resolution(r) => f
+                MetricUpdate::Resolution(r) => f
                     .idempotency_resolutions_total
                     .with_label_values(&slot.values(&[r.as_str()]))
                     .inc(),
-                Effect::Escalation => f
+                MetricUpdate::Escalation => f
                     .idempotency_escalations_total
                     .with_label_values(&slot.values(&[]))
                     .inc(),
-                Effect::SuspectedDuplicate => f
+                MetricUpdate::SuspectedDuplicate => f
                     .idempotency_suspected_duplicates_total
                     .with_label_values(&[slot.tool.as_str()])
                     .inc(),
-                Effect::Duration(seconds) => f
+                MetricUpdate::Duration(seconds) => f
                     .idempotency_attempt_duration_seconds
                     .with_label_values(&[slot.tool.as_str()])
                     .observe(seconds),

@@ -18,7 +18,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use idemwatch::guard::{AttemptKind, Clock, GuardError, Resolution, Status, ToolCall, rfc3339};
 use idemwatch::metrics::Metrics;
 use idemwatch::store::Store;
-use idemwatch::tail::events::{Effect, effects};
+use idemwatch::tail::events::{MetricUpdate, effects};
 use idemwatch::tail::{TailSettings, Tailer};
 use idemwatch::web::{self, AppState};
 use std::collections::{BTreeMap, BTreeSet};
@@ -71,7 +71,7 @@ impl Counted {
                 );
                 for u in updates {
                     match u {
-                        Effect::Transition(status) => {
+                        MetricUpdate::Transition(status) => {
                             let slot = (a.tool.clone(), status);
                             *out.transitions.entry(slot.clone()).or_default() += 1.0;
                             out.keys
@@ -79,7 +79,7 @@ impl Counted {
                                 .or_default()
                                 .insert((k.clone(), a.kind));
                         }
-                        Effect::Resolution(r) => {
+                        MetricUpdate::Resolution(r) => {
                             let slot = (a.tool.clone(), r);
                             *out.resolutions.entry(slot.clone()).or_default() += 1.0;
                             out.resolved_keys.entry(slot).or_default().insert(k.clone());

@@ -1,8 +1,8 @@
 //! The guard's engine on the database, in this process (`--database-url`).
 
 use super::{
-    Admission, Admitted, AfterLookup, CallContext, Fenced, GuardCall, GuardPort, KeyState,
-    NaturalRef, Step,
+    AfterLookup, CallContext, Fenced, GuardCall, GuardPort, KeyState, NaturalRef, PortAdmission,
+    PortAdmitted, Step,
 };
 use crate::guard::WithContext;
 use crate::guard::{
@@ -104,34 +104,34 @@ struct LocalCall {
 }
 
 impl GuardCall for LocalCall {
-    fn admit<'a>(&'a self, call: &'a ToolCall, policy: &'a ToolPolicy) -> Step<'a, Admitted> {
+    fn admit<'a>(&'a self, call: &'a ToolCall, policy: &'a ToolPolicy) -> Step<'a, PortAdmitted> {
         async move {
             use guard::Admission as A;
             let admitted = self.guard.admit_call(call, policy).await?;
             let call_timeout = policy.call_timeout;
             let admission = match admitted.admission {
-                A::New { token, .. } => Admission::Execute {
+                A::New { token, .. } => PortAdmission::Execute {
                     token,
                     call_timeout,
                 },
-                A::TakeOver { token, .. } => Admission::Reconcile {
+                A::TakeOver { token, .. } => PortAdmission::Reconcile {
                     token,
                     call_timeout,
                 },
-                A::Replay { result } => Admission::Replay { result },
-                A::ReplayFailure { error } => Admission::Failed { error },
+                A::Replay { result } => PortAdmission::Replay { result },
+                A::ReplayFailure { error } => PortAdmission::Failed { error },
                 A::Mismatch {
                     differing_fields,
                     lookup_token,
                     ..
-                } => Admission::Mismatch {
+                } => PortAdmission::Mismatch {
                     differing_fields,
                     natural: admitted.intent_key.is_some(),
                     lookup_token,
                 },
-                A::InFlight { lease_until } => Admission::InFlight { lease_until },
+                A::InFlight { lease_until } => PortAdmission::InFlight { lease_until },
             };
-            Ok(Admitted {
+            Ok(PortAdmitted {
                 key: admitted.key,
                 admission,
             })

@@ -53,7 +53,7 @@ pub trait GuardPort: Send + Sync {
 
 /// The guard's steps for one `tools/call` (the steps of `/api/v1/guard/*`).
 pub trait GuardCall: Send + Sync {
-    fn admit<'a>(&'a self, call: &'a ToolCall, policy: &'a ToolPolicy) -> Step<'a, Admitted>;
+    fn admit<'a>(&'a self, call: &'a ToolCall, policy: &'a ToolPolicy) -> Step<'a, PortAdmitted>;
     fn settle<'a>(&'a self, at: Fenced<'a>, outcome: CallOutcome) -> Step<'a, ()>;
     /// After a takeover: what the lookup found. A forgotten key with no effect is
     /// `Err(PortError::Guard(GuardError::NeedsHumanReview { .. }))`.
@@ -71,14 +71,14 @@ pub struct CallContext {
 
 /// What an admission decided.
 #[derive(Debug)]
-pub struct Admitted {
+pub struct PortAdmitted {
     /// The key acted on: the call's own, or the one holding its natural key.
     pub key: IdempotencyKey,
-    pub admission: Admission,
+    pub admission: PortAdmission,
 }
 
 #[derive(Debug)]
-pub enum Admission {
+pub enum PortAdmission {
     /// Claimed: call the upstream under `token` within `call_timeout` (the policy of
     /// the guard that holds the lease), then settle.
     Execute {

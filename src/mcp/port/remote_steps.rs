@@ -6,8 +6,8 @@
 
 use super::remote::{RemoteGuard, Reply};
 use super::{
-    Admission, Admitted, AfterLookup, CallContext, Fenced, GuardCall, GuardPort, KeyState,
-    NaturalRef, PortError, Step,
+    AfterLookup, CallContext, Fenced, GuardCall, GuardPort, KeyState, NaturalRef, PortAdmission,
+    PortAdmitted, PortError, Step,
 };
 use crate::guard::{
     CallOutcome, FencingToken, GuardError, IdempotencyKey, Lookup, StoreError, ToolCall, ToolPolicy,
@@ -116,7 +116,7 @@ impl RemoteCall {
 
 impl GuardCall for RemoteCall {
     // The policy is serve's (its tools file): it answers the call timeout with `execute`.
-    fn admit<'a>(&'a self, call: &'a ToolCall, _: &'a ToolPolicy) -> Step<'a, Admitted> {
+    fn admit<'a>(&'a self, call: &'a ToolCall, _: &'a ToolPolicy) -> Step<'a, PortAdmitted> {
         async move {
             let body = json!({
                 "intent": call.intent,
@@ -131,10 +131,10 @@ impl GuardCall for RemoteCall {
                 .and_then(|k| IdempotencyKey::parse(k).ok())
                 .ok_or_else(|| refusal(&self.guard, &reply, None))?;
             let admission = match (reply.status, reply.text("code")) {
-                (409, Some("in_flight")) => Admission::InFlight {
+                (409, Some("in_flight")) => PortAdmission::InFlight {
                     lease_until: reply.time("lease_until").unwrap_or_else(Utc::now),
                 },
-                (422, Some("payload_mismatch")) => Admission::Mismatch {
+                (422, Some("payload_mismatch")) => PortAdmission::Mismatch {
                     differing_fields: strings(reply.body.get("differing_fields")),
                     natural: reply.body.get("intent_key").is_some(),
                     lookup_token: reply
@@ -144,18 +144,18 @@ impl GuardCall for RemoteCall {
                         .map(FencingToken),
                 },
                 _ => match self.decision(&reply, Some(&key))? {
-                    "execute" => Admission::Execute {
+                    "execute" => PortAdmission::Execute {
                         token: self.token(&reply)?,
                         call_timeout: call_timeout(&reply),
                     },
-                    "reconcile" => Admission::Reconcile {
+                    "reconcile" => PortAdmission::Reconcile {
                         token: self.token(&reply)?,
                         call_timeout: call_timeout(&reply),
                     },
-                    "replay" => Admission::Replay {
+                    "replay" => PortAdmission::Replay {
                         result: reply.body.get("result").cloned().unwrap_or(Value::Null),
                     },
-                    "failed" => Admission::Failed {
+                    "failed" => PortAdmission::Failed {
                         error: reply.text("error").unwrap_or_default().to_string(),
                     },
                     other => {
@@ -165,7 +165,7 @@ impl GuardCall for RemoteCall {
                     }
                 },
             };
-            Ok(Admitted { key, admission })
+            Ok(PortAdmitted { key, admission })
         }
         .boxed()
     }

@@ -8,12 +8,12 @@
 
 use crate::guard::{AttemptKind, Resolution, Status};
 use crate::store::ResolvedAs;
-use crate::tail::events::{Effect, effects};
+use crate::tail::events::{MetricUpdate, effects};
 
 /// The attempts some of whose metric updates `counts` accepts: their kinds, and of the
 /// `resolved` ones, what they decided from which previous status.
-fn attempts_counted(counts: impl Fn(&Effect) -> bool) -> (Vec<AttemptKind>, Vec<ResolvedAs>) {
-    let counted = |updates: Vec<Effect>| updates.iter().any(&counts);
+fn attempts_counted(counts: impl Fn(&MetricUpdate) -> bool) -> (Vec<AttemptKind>, Vec<ResolvedAs>) {
+    let counted = |updates: Vec<MetricUpdate>| updates.iter().any(&counts);
     // Only a `resolved` row's detail changes what it counts (`effects`' contract).
     let mut kinds: Vec<AttemptKind> = AttemptKind::ALL
         .iter()
@@ -49,12 +49,12 @@ fn attempts_counted(counts: impl Fn(&Effect) -> bool) -> (Vec<AttemptKind>, Vec<
 
 /// The attempts that enter one of `statuses` (`idempotency_transitions_total`).
 pub fn attempts_entering(statuses: &[Status]) -> (Vec<AttemptKind>, Vec<ResolvedAs>) {
-    attempts_counted(|e| matches!(e, Effect::Transition(s) if statuses.contains(s)))
+    attempts_counted(|e| matches!(e, MetricUpdate::Transition(s) if statuses.contains(s)))
 }
 
 /// The attempts that record one of `resolutions` (`idempotency_resolutions_total`).
 pub fn attempts_resolving(resolutions: &[Resolution]) -> (Vec<AttemptKind>, Vec<ResolvedAs>) {
-    attempts_counted(|e| matches!(e, Effect::Resolution(r) if resolutions.contains(r)))
+    attempts_counted(|e| matches!(e, MetricUpdate::Resolution(r) if resolutions.contains(r)))
 }
 
 /// The statuses some attempt enters: the series the transitions metric can have.

@@ -9,7 +9,7 @@ use ed25519_dalek::SigningKey;
 use idemwatch::evidence::port::EvidenceStore;
 use idemwatch::evidence::{Checkpoint, Checkpointer, keys};
 use idemwatch::export::{
-    FileEvidence, Outside, Problem, Report, TrustedKeys, verify_csv_with, verify_database,
+    FileEvidence, Finding, Outside, Report, TrustedKeys, verify_csv_with, verify_database,
     verify_database_with, verify_ndjson_with,
 };
 use idemwatch::retention::{Pruner, RetentionSettings};
@@ -101,7 +101,7 @@ fn with_key() -> Outside {
 }
 
 /// The one break of `key`, or a panic naming everything found.
-fn break_of(report: &Report, key: &str) -> Problem {
+fn break_of(report: &Report, key: &str) -> Finding {
     let found: Vec<_> = report
         .breaks
         .iter()
@@ -119,7 +119,7 @@ both_backends!(
         let report = verify_database(&f.store).await.unwrap();
         assert_eq!(report.broken_keys, 1, "{:#?}", report.breaks);
         match break_of(&report, &edited) {
-            Problem::StateMismatch(columns) => {
+            Finding::StateMismatch(columns) => {
                 let names: Vec<&str> = columns.iter().map(|c| c.0.as_str()).collect();
                 assert_eq!(names, ["result"]);
             }
@@ -148,13 +148,13 @@ both_backends!(
         assert!(
             matches!(
                 break_of(&report, &both),
-                Problem::FingerprintMismatch { .. }
+                Finding::FingerprintMismatch { .. }
             ),
             "{:?}",
             report.breaks
         );
         match break_of(&report, &args_only) {
-            Problem::StateMismatch(columns) => {
+            Finding::StateMismatch(columns) => {
                 let names: Vec<&str> = columns.iter().map(|c| c.0.as_str()).collect();
                 assert_eq!(names, ["fingerprint", "business_args"]);
             }
@@ -181,7 +181,7 @@ both_backends!(
         let report = verify_database_with(&f.store, &with_key()).await.unwrap();
         assert_eq!(
             break_of(&report, &gone),
-            Problem::KeyGone {
+            Finding::KeyGone {
                 checkpoint: c.body.seq,
                 seq: 3
             }
@@ -206,7 +206,7 @@ both_backends!(
         let report = verify_database_with(&f.store, &with_key()).await.unwrap();
         assert_eq!(
             break_of(&report, &rolled),
-            Problem::ShorterThanCheckpoint {
+            Finding::ShorterThanCheckpoint {
                 checkpoint: c.body.seq,
                 seq: 3,
                 last_seq: 2
@@ -241,7 +241,7 @@ both_backends!(
             r.breaks
                 .iter()
                 .filter_map(|b| match &b.problem {
-                    Problem::Checkpoint(why) => Some(why.clone()),
+                    Finding::Checkpoint(why) => Some(why.clone()),
                     _ => None,
                 })
                 .collect()
@@ -372,7 +372,7 @@ both_backends!(
             report
                 .breaks
                 .iter()
-                .any(|b| matches!(&b.problem, Problem::Evidence(w) if w.contains("another key"))),
+                .any(|b| matches!(&b.problem, Finding::Evidence(w) if w.contains("another key"))),
             "{:#?}",
             report.breaks
         );
@@ -395,7 +395,7 @@ both_backends!(
         let report = verify_file(&join(&cut), &signing_key());
         assert_eq!(report.broken_keys, 1, "{:#?}", report.breaks);
         assert!(
-            matches!(break_of(&report, &keys[1]), Problem::Evidence(_)),
+            matches!(break_of(&report, &keys[1]), Finding::Evidence(_)),
             "{:#?}",
             report.breaks
         );
@@ -414,7 +414,7 @@ both_backends!(
             report
                 .breaks
                 .iter()
-                .any(|b| matches!(b.problem, Problem::StateMismatch(_))),
+                .any(|b| matches!(b.problem, Finding::StateMismatch(_))),
             "{:#?}",
             report.breaks
         );

@@ -4,7 +4,7 @@
 use super::*;
 use crate::both_backends;
 use crate::support::as_key;
-use idemwatch::export::{Problem, Report, verify_csv, verify_database, verify_ndjson};
+use idemwatch::export::{Finding, Report, verify_csv, verify_database, verify_ndjson};
 use idemwatch::guard::{ChainFields, Detail, chain_hash};
 use std::collections::BTreeMap;
 
@@ -21,7 +21,7 @@ async fn three_row_keys(f: &Fixture, n: usize) -> Vec<String> {
     keys
 }
 
-fn by_key(report: &Report) -> BTreeMap<String, (Option<i64>, Problem)> {
+fn by_key(report: &Report) -> BTreeMap<String, (Option<i64>, Finding)> {
     report
         .breaks
         .iter()
@@ -128,7 +128,7 @@ both_backends!(
         assert_eq!(report.broken_keys, 7, "{:#?}", report.breaks);
         let found = by_key(&report);
         assert!(
-            matches!(&found[&edited], (Some(2), Problem::HashMismatch { .. })),
+            matches!(&found[&edited], (Some(2), Finding::HashMismatch { .. })),
             "{:?}",
             found[&edited]
         );
@@ -136,7 +136,7 @@ both_backends!(
             found[&deleted],
             (
                 Some(3),
-                Problem::SeqGap {
+                Finding::SeqGap {
                     expected: 2,
                     found: 3
                 }
@@ -147,7 +147,7 @@ both_backends!(
                 &found[&inserted],
                 (
                     Some(4),
-                    Problem::HeadMismatch {
+                    Finding::HeadMismatch {
                         head_seq: 3,
                         last_seq: 4,
                         ..
@@ -158,7 +158,7 @@ both_backends!(
             found[&inserted]
         );
         assert!(
-            matches!(&found[&reordered], (Some(2), Problem::BrokenLink { .. })),
+            matches!(&found[&reordered], (Some(2), Finding::BrokenLink { .. })),
             "{:?}",
             found[&reordered]
         );
@@ -167,7 +167,7 @@ both_backends!(
                 &found[&truncated],
                 (
                     Some(2),
-                    Problem::HeadMismatch {
+                    Finding::HeadMismatch {
                         head_seq: 3,
                         last_seq: 2,
                         ..
@@ -177,9 +177,9 @@ both_backends!(
             "{:?}",
             found[&truncated]
         );
-        assert_eq!(found[&emptied], (None, Problem::NoAttempts));
+        assert_eq!(found[&emptied], (None, Finding::NoAttempts));
         assert!(
-            matches!(&found[&context], (Some(1), Problem::ContextMismatch { .. })),
+            matches!(&found[&context], (Some(1), Finding::ContextMismatch { .. })),
             "{:?}",
             found[&context]
         );
@@ -191,7 +191,7 @@ both_backends!(
     }
 );
 
-fn first_problem(bytes: &[u8]) -> (Option<u64>, Problem) {
+fn first_problem(bytes: &[u8]) -> (Option<u64>, Finding) {
     let report = verify_ndjson(bytes).unwrap();
     let b = report.first_break().expect("a break").clone();
     (b.line, b.problem)
@@ -213,7 +213,7 @@ both_backends!(
         edited[1] = row.to_string();
         let (line, problem) = first_problem(&join(&edited));
         assert_eq!(line, Some(2));
-        assert!(matches!(problem, Problem::HashMismatch { .. }), "{problem}");
+        assert!(matches!(problem, Finding::HashMismatch { .. }), "{problem}");
 
         // Deleted: line 5 (key 2, seq 2).
         let mut deleted = original.clone();
@@ -222,7 +222,7 @@ both_backends!(
             first_problem(&join(&deleted)),
             (
                 Some(5),
-                Problem::SeqGap {
+                Finding::SeqGap {
                     expected: 2,
                     found: 3
                 }
@@ -236,7 +236,7 @@ both_backends!(
             first_problem(&join(&inserted)),
             (
                 Some(3),
-                Problem::SeqNotIncreasing {
+                Finding::SeqNotIncreasing {
                     previous: 2,
                     found: 2
                 }
@@ -250,7 +250,7 @@ both_backends!(
             first_problem(&join(&reordered)),
             (
                 Some(2),
-                Problem::SeqGap {
+                Finding::SeqGap {
                     expected: 2,
                     found: 3
                 }
@@ -264,7 +264,7 @@ both_backends!(
         let (line, problem) = first_problem(&join(&moved));
         assert_eq!(line, Some(4));
         assert!(
-            matches!(problem, Problem::KeyOutOfOrder { .. }),
+            matches!(problem, Finding::KeyOutOfOrder { .. }),
             "{problem}"
         );
 
@@ -273,7 +273,7 @@ both_backends!(
         tail.remove(2);
         let (_, problem) = first_problem(&join(&tail));
         assert!(
-            matches!(problem, Problem::ManifestMismatch(ref why) if why.contains("row_count 9")),
+            matches!(problem, Finding::ManifestMismatch(ref why) if why.contains("row_count 9")),
             "{problem}"
         );
 
@@ -284,7 +284,7 @@ both_backends!(
             report
                 .breaks
                 .iter()
-                .any(|b| b.problem == Problem::ManifestMissing)
+                .any(|b| b.problem == Finding::ManifestMissing)
         );
 
         // CSV: one field edited (an actor) fails that row's hash.
@@ -300,7 +300,7 @@ both_backends!(
         let report = verify_csv(edited.as_bytes(), &csv_manifest).unwrap();
         let b = report.first_break().unwrap();
         assert_eq!(b.line, Some(2));
-        assert!(matches!(b.problem, Problem::HashMismatch { .. }), "{b}");
+        assert!(matches!(b.problem, Finding::HashMismatch { .. }), "{b}");
         assert_eq!(manifest.row_count, 9);
     }
 );
