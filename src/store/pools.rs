@@ -44,10 +44,26 @@ pub trait WritePool {
 
 /// PostgreSQL: a plain READ COMMITTED transaction. A statement that must hold what it
 /// read takes its own row lock (`FOR UPDATE`, `FOR UPDATE SKIP LOCKED`).
+///
+/// The BEGIN runs on a task of its own, which finishes it even if the caller is
+/// dropped meanwhile (an aborted worker, an HTTP client that went away, a timeout):
+/// sqlx 0.9's PostgreSQL `begin` is not cancellation-safe. Dropped after sending BEGIN
+/// and before reading the answer, it counts no transaction, so nothing rolls it back,
+/// and the connection goes back to the pool *inside* an open transaction. Every
+/// "autocommit" statement its next users send (the claim and the settle,
+/// records.rs) then reports success without committing: a claim or a DONE that
+/// other connections never see, held row locks, and all of it rolled back by the
+/// first ROLLBACK on that connection (found by `guard_random`, tests/it/guard_cancelled_begin.rs).
+/// Finished on its own task, the transaction exists as sqlx counts it, and dropping
+/// it rolls it back.
 impl WritePool for PgPool {
     type Tx = Transaction<'static, Postgres>;
     async fn begin_write(&self) -> Result<Self::Tx, StoreError> {
-        Ok(self.begin().await?)
+        let pool = self.clone();
+        match tokio::spawn(async move { pool.begin().await }).await {
+            Ok(begun) => Ok(begun?),
+            Err(e) => Err(StoreError::Other(format!("BEGIN task failed: {e}"))),
+        }
     }
 }
 

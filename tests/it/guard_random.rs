@@ -4,16 +4,22 @@
 //! Whatever happens, each business operation ends with exactly one refund at the
 //! provider, every key's log is contiguous and its hash chain intact.
 //!
-//! Seeded and reproducible: a failure prints its seed. `IDEMWATCH_SCHEDULES` sets the
-//! number of schedules (default 400 per backend; the long mode is 10000, see
-//! docs/TESTING.md) and `IDEMWATCH_SEED` the first seed.
+//! Seeded: a schedule's faults, workers, rephrasings and clock jumps follow from its
+//! seed. Its interleavings do not: its workers race each other and the deadline in
+//! real time, and other schedules move the shared clock. So a failure prints its seed
+//! *and* what happened, round by round (each delivery's faults, each outcome, each
+//! resolution and clock jump), with every key's record and attempt log as found.
+//! `IDEMWATCH_SCHEDULES` sets the number of schedules (default 400 per backend; the
+//! long mode is 10000, see docs/TESTING.md) and `IDEMWATCH_SEED` the first seed.
 
 use crate::both_backends;
 use crate::support::as_key;
 use crate::support::fixture::{Fixture, refund};
 use crate::support::provider::{Client, Fault};
 use chrono::TimeDelta;
-use idemwatch::guard::{AttemptKind, GuardError, Resolution, ResolveRequest, Status, ToolCall};
+use idemwatch::guard::{
+    AttemptKind, Clock, GuardError, Resolution, ResolveRequest, Status, ToolCall,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,12 +63,67 @@ fn random_fault(rng: &mut Rng) -> Fault {
     }
 }
 
-/// One business operation (a refund on one order) driven to its end.
+/// [`schedule`] for `seed`, a failure (an error or a panic in the schedule's own
+/// checks) reported with what it did round by round and the log of each of its keys:
+/// the schedules share one clock and run against real time (deadlines, concurrent
+/// workers), so a seed replayed alone may take another path, and the report must say
+/// what happened on its own.
 async fn run_schedule(f: Arc<Fixture>, seed: u64) -> Result<Vec<AttemptKind>, String> {
+    use futures::FutureExt;
+    let (mut trace, mut keys) = (Vec::new(), Vec::new());
+    let run = std::panic::AssertUnwindSafe(schedule(&f, seed, &mut trace, &mut keys))
+        .catch_unwind()
+        .await;
+    let failure = match run {
+        Ok(Ok(kinds)) => return Ok(kinds),
+        Ok(Err(e)) => e,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+            format!("panicked: {}", message.unwrap_or_default())
+        }
+    };
+    Err(format!(
+        "{failure}\n trace:\n  {}{}",
+        trace.join("\n  "),
+        logs_of(&f, &keys).await
+    ))
+}
+
+/// Each key's record (status, token, log_seq, lease_until) and attempt rows, as
+/// stored now.
+async fn logs_of(f: &Fixture, keys: &[String]) -> String {
+    let mut logs = String::new();
+    for key in keys {
+        let record = f.store.record(&as_key(key)).await;
+        let record =
+            record.map(|r| r.map(|r| (r.status, r.fencing_token.0, r.log_seq, r.lease_until)));
+        logs.push_str(&format!("\n  key {key}: record {record:?}\n"));
+        for a in f.store.attempts(&as_key(key)).await.unwrap_or_default() {
+            logs.push_str(&format!(
+                "    {} {} t{} {} {} {}\n",
+                a.seq, a.kind, a.fencing_token.0, a.actor, a.occurred_at, a.detail
+            ));
+        }
+    }
+    logs
+}
+
+/// One business operation (a refund on one order) driven to its end.
+/// `trace` gets a line per delivery, outcome, resolution and clock jump; `keys` each
+/// key the operation used.
+async fn schedule(
+    f: &Fixture,
+    seed: u64,
+    trace: &mut Vec<String>,
+    keys: &mut Vec<String>,
+) -> Result<Vec<AttemptKind>, String> {
     let mut rng = Rng(seed);
     let order = format!("R-{seed}");
     let mut call: ToolCall = refund(&order, 100 + (seed % 9000) as i64, "1");
-    let mut keys = vec![call.intent.key().unwrap().to_string()];
+    keys.push(call.intent.key().unwrap().to_string());
     let mut finished = false;
     for round in 0..14 {
         let calm = round >= 9; // late rounds converge: no more faults
@@ -80,6 +141,10 @@ async fn run_schedule(f: Arc<Fixture>, seed: u64) -> Result<Vec<AttemptKind>, St
             } else {
                 random_fault(&mut rng)
             });
+            trace.push(format!(
+                "round {round} w{w}: {script:?} clock {}",
+                f.clock.now()
+            ));
             let client = Client::new(&f.ledger, DEADLINE, script);
             let crashed = client.crashed.clone();
             let (guard, mut c) = (f.guard.clone(), call.clone());
@@ -92,10 +157,18 @@ async fn run_schedule(f: Arc<Fixture>, seed: u64) -> Result<Vec<AttemptKind>, St
             handles.push((task, crashed));
         }
         let mut outcomes = Vec::new();
-        for (mut task, crashed) in handles {
+        for (w, (mut task, crashed)) in handles.into_iter().enumerate() {
             tokio::select! {
-                joined = &mut task => outcomes.push(joined.map_err(|e| format!("task failed: {e}"))?),
+                joined = &mut task => {
+                    let joined = joined.map_err(|e| format!("task failed: {e}"))?;
+                    trace.push(format!("round {round} w{w}: {joined:?}"));
+                    outcomes.push(joined)
+                }
                 () = crashed.notified() => {
+                    // Finished already: the guard's deadline ended the call before the
+                    // abort, and it settled as a timeout would.
+                    let finished = task.is_finished();
+                    trace.push(format!("round {round} w{w}: crashed after the effect (task finished: {finished})"));
                     task.abort();
                     let _ = task.await;
                 }
@@ -130,7 +203,12 @@ async fn run_schedule(f: Arc<Fixture>, seed: u64) -> Result<Vec<AttemptKind>, St
                         actor: "person".into(),
                         expected_token: Some(record.fencing_token),
                     };
-                    match f.guard.resolve(&k, &request).await {
+                    let resolved = f.guard.resolve(&k, &request).await;
+                    trace.push(format!(
+                        "round {round} person: {:?} -> {resolved:?}",
+                        request.resolution
+                    ));
+                    match resolved {
                         Ok(_) if found.is_some() => finished = true,
                         Ok(_) => {
                             // Confirmed never executed: the refund is still owed, as a
@@ -158,8 +236,14 @@ async fn run_schedule(f: Arc<Fixture>, seed: u64) -> Result<Vec<AttemptKind>, St
             break;
         }
         match rng.below(100) {
-            0..=54 => f.clock.advance(TimeDelta::seconds(31)),
-            55..=64 => f.clock.advance(TimeDelta::hours(25)),
+            0..=54 => {
+                trace.push("clock +31s".into());
+                f.clock.advance(TimeDelta::seconds(31))
+            }
+            55..=64 => {
+                trace.push("clock +25h".into());
+                f.clock.advance(TimeDelta::hours(25))
+            }
             _ => {}
         }
     }
@@ -178,7 +262,7 @@ async fn run_schedule(f: Arc<Fixture>, seed: u64) -> Result<Vec<AttemptKind>, St
         ));
     }
     let mut kinds = Vec::new();
-    for key in &keys {
+    for key in keys.iter() {
         // `log` asserts contiguous seq and an intact chain.
         kinds.extend(f.log(key).await.into_iter().map(|(kind, _)| kind));
     }

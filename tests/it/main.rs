@@ -21,6 +21,7 @@ mod db_faults;
 mod demo;
 mod duplicates;
 mod export;
+mod guard_cancelled_begin;
 mod guard_clock;
 mod guard_faults;
 mod guard_http;
