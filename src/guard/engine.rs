@@ -1,6 +1,7 @@
 //! The guarded wrapper: claim, execute, settle, take over, reconcile, resolve.
 
 use super::call::{Admitted, CallOutcome, Outcome, Reconciled, ToolCall};
+use super::deadline::LeaseState;
 use super::decide::{self, Admission, Lookup, Refusal, ResolveRequest};
 use super::error::GuardError;
 use super::heads::Heads;
@@ -10,8 +11,10 @@ use super::policy::ToolPolicy;
 use super::port::Storage;
 use super::record::Record;
 use super::repeats::RefusalsNotLogged;
+use super::status::Status;
 use crate::base::clock::Clock;
-use chrono::TimeDelta;
+use crate::base::time::rfc3339;
+use chrono::{DateTime, TimeDelta, Utc};
 use futures::FutureExt;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -34,11 +37,12 @@ impl Default for GuardSettings {
 }
 
 /// What a worker holds while it calls the provider: the key, the fencing token its
-/// writes name, the arguments to send and who it is.
+/// writes name, the end of its lease, the arguments to send and who it is.
 #[derive(Clone, Copy)]
 struct Held<'a> {
     key: &'a IdempotencyKey,
     token: FencingToken,
+    lease_until: DateTime<Utc>,
     args: &'a BusinessArgs,
     actor: &'a str,
 }
@@ -138,10 +142,11 @@ impl<S: Storage> Guard<S> {
         } = admitted.refuse()?;
         tracing::Span::current().record("key", key.as_str());
         match admission {
-            Admission::New { token, .. } => {
+            Admission::New { token, lease_until } => {
                 let held = Held {
                     key: &key,
                     token,
+                    lease_until,
                     args: &args,
                     actor: &call.actor,
                 };
@@ -156,10 +161,13 @@ impl<S: Storage> Guard<S> {
                 key: key.to_string(),
                 error,
             }),
-            Admission::TakeOver { token, .. } => {
+            Admission::TakeOver {
+                token, lease_until, ..
+            } => {
                 let held = Held {
                     key: &key,
                     token,
+                    lease_until,
                     args: &args,
                     actor: &call.actor,
                 };
@@ -176,9 +184,31 @@ impl<S: Storage> Guard<S> {
         let Held {
             key,
             token,
+            lease_until,
             args,
             actor,
         } = *held;
+        // The lease is what keeps every other worker from sending under this key. Once
+        // it has run out another may have taken the key over and resent, and the
+        // provider may since have forgotten that send: a worker stalled after its claim
+        // or its lookup (a pause, a starved thread) sends nothing now and leaves the key
+        // to a retry's lookup. Read on the guard's clock with nothing awaited before the
+        // call starts.
+        let now = self.clock.now();
+        if LeaseState::of(Status::InProgress, lease_until, now) == LeaseState::Expired {
+            let reason = format!(
+                "the lease ran out at {} before the provider was called; nothing was sent",
+                rfc3339(lease_until)
+            );
+            let outcome = CallOutcome::Unknown {
+                reason: reason.clone(),
+            };
+            self.settle_call(key, token, outcome, None, actor).await?;
+            return Err(GuardError::OutcomeUnknown {
+                key: key.to_string(),
+                reason,
+            });
+        }
         let (called, duration_ms) = provider_call(op, op.execute(key, &args.value)).await;
         let outcome = match called {
             Ok(Ok(Ok(result))) => CallOutcome::Done { result },
@@ -236,7 +266,14 @@ impl<S: Storage> Guard<S> {
                 result,
                 replayed: true,
             }),
-            Reconciled::Resend { .. } => self.execute(held, op).await,
+            // The resend runs under the takeover's lease, as the row lock left it.
+            Reconciled::Resend { record } => {
+                let held = Held {
+                    lease_until: record.lease_until,
+                    ..*held
+                };
+                self.execute(&held, op).await
+            }
             Reconciled::Unknown { reason } => Err(GuardError::OutcomeUnknown {
                 key: key.to_string(),
                 reason,

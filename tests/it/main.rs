@@ -37,6 +37,7 @@ mod guard_random;
 mod guard_refusals_not_logged;
 mod guard_replicas;
 mod guard_rust_api;
+mod guard_stalled_worker;
 mod guard_unchanged_write;
 mod guard_unknown_outcomes;
 mod hardening;
