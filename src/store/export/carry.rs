@@ -1,7 +1,7 @@
 //! Decoding [`VERIFY`](super::VERIFY)'s rows for `verify`: the record's context is
 //! decoded from a key's first row only and carried to the key's other rows, and each
 //! row is decoded into a row the verifier has already checked and handed back
-//! ([`VerifyRows`]), so its strings are overwritten in place instead of allocated
+//! (`VerifyRows::give_back`), so its strings are overwritten in place instead of allocated
 //! anew. Per row that was about a dozen `String`s (perf: `malloc`/`free` ~22 % of the
 //! verifier's samples, sqlx's `try_get` ~13 %).
 //!
@@ -16,38 +16,11 @@
 //! hash covers its JCS form, which is written from the text, and only a key's head
 //! row needs it as a value (its bound state), parsed then by the check.
 
-use super::ExportRow;
+use crate::export::port::{ExportRow, VerifyRow};
 use crate::guard::{AttemptKind, Intent, Status, UnknownName};
-use crate::store::StoreError;
 use serde_json::Value;
 use serde_json::value::RawValue;
 use sqlx::types::Json;
-
-/// A row as `verify` reads it: `row.detail` is not decoded (it stays `null`), `detail`
-/// holds the column's JSON text instead.
-pub(crate) struct VerifyRow {
-    pub row: ExportRow,
-    pub detail: String,
-}
-
-/// The batches of one key range, and the way back for batches checked.
-pub(crate) struct VerifyRows {
-    pub(super) batches: tokio::sync::mpsc::Receiver<Result<Vec<VerifyRow>, StoreError>>,
-    pub(super) spent: tokio::sync::mpsc::UnboundedSender<Vec<VerifyRow>>,
-}
-
-impl VerifyRows {
-    /// The next batch, waiting for it; for a blocking thread, not the runtime's.
-    pub(crate) fn next_blocking(&mut self) -> Option<Result<Vec<VerifyRow>, StoreError>> {
-        self.batches.blocking_recv()
-    }
-
-    /// Hands a checked batch back to the reader, which decodes the next rows into it.
-    pub fn give_back(&self, batch: Vec<VerifyRow>) {
-        // The reader may have finished: then the batch is simply dropped.
-        let _ = self.spent.send(batch);
-    }
-}
 
 /// The record's context of the key being read, as its first row gave it (`status`
 /// is `None` before the first row).
