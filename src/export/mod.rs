@@ -30,7 +30,7 @@ pub use manifest::{CsvCells, Format, Manifest, ManifestSignature, Source};
 pub use pipeline::{
     CHUNK, ChunkSink, ChunkWriter, Discard, Job, Signing, Writer, encode, export_signed,
 };
-pub use port::{COLUMNS, ExportFilter, ExportRow, ExportStore, FilterError, parse_time};
+pub use port::{COLUMNS, ExportFilter, ExportRow, ExportStore, FilterError};
 pub use ranges::Split;
 pub use read::{
     FileEvidence, ndjson_manifest, sha256_of, verify_csv, verify_csv_with, verify_ndjson,

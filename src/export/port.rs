@@ -8,7 +8,7 @@ mod filter;
 mod range;
 mod row;
 
-pub use filter::{ExportFilter, FilterError, parse_time};
+pub use filter::{ExportFilter, FilterError};
 pub use range::KeyRange;
 pub use row::{COLUMNS, ExportCells, ExportRow, JsonText};
 

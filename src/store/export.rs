@@ -164,7 +164,7 @@ pub(crate) const FILTERED_EXPORT_POSTGRES: &str = "SELECT \
 
 /// The plan settings of an export that `filter` selects: see
 /// [`FILTERED_EXPORT_POSTGRES`].
-pub fn export_plan(filter: &ExportFilter) -> &'static str {
+fn export_plan(filter: &ExportFilter) -> &'static str {
     if *filter == ExportFilter::default() {
         SERIAL_PLAN_POSTGRES
     } else {
