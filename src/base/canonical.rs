@@ -281,6 +281,66 @@ pub(crate) fn write_string(out: &mut String, s: &str) {
     }
 }
 
+/// A JSON object written member by member in JCS form, for a fixed shape whose member
+/// names the caller gives in JCS order: the guard's key material (every call) and the
+/// chain's row content (every row `verify` reads), without building and sorting a
+/// `Value` each time. Values go through this file's writers, so JCS stays defined here.
+pub(crate) struct Members<'o> {
+    out: &'o mut String,
+    last: Option<&'static str>,
+}
+
+impl<'o> Members<'o> {
+    pub(crate) fn open(out: &'o mut String) -> Self {
+        out.push('{');
+        Self { out, last: None }
+    }
+
+    /// Starts member `name` (plain ASCII, after the previous one in JCS order) and
+    /// returns the text to write its value to.
+    pub(crate) fn name(&mut self, name: &'static str) -> &mut String {
+        debug_assert!(
+            name.bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\')
+        );
+        debug_assert!(
+            self.last.is_none_or(|last| last < name),
+            "{name} out of JCS order"
+        );
+        if self.last.is_some() {
+            self.out.push(',');
+        }
+        self.last = Some(name);
+        self.out.push('"');
+        self.out.push_str(name);
+        self.out.push_str("\":");
+        self.out
+    }
+
+    pub(crate) fn string(&mut self, name: &'static str, value: &str) {
+        write_string(self.name(name), value);
+    }
+
+    /// An integer (or null); `None` for one beyond what JCS represents exactly.
+    pub(crate) fn integer(&mut self, name: &'static str, value: Option<i64>) -> Option<()> {
+        let out = self.name(name);
+        match value {
+            Some(n) if n.unsigned_abs() > MAX_SAFE_INTEGER => return None,
+            // Within 2^53 an integer's double prints as its decimal digits.
+            Some(n) => {
+                // Writing to a String cannot fail.
+                let _ = fmt::Write::write_fmt(out, format_args!("{n}"));
+            }
+            None => out.push_str("null"),
+        }
+        Some(())
+    }
+
+    pub(crate) fn close(self) {
+        self.out.push('}');
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

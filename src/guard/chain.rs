@@ -4,16 +4,13 @@
 
 use super::binding::bind_state;
 use super::record::{Attempt, AttemptDraft, Record};
-use crate::base::canonical::{
-    MAX_SAFE_INTEGER, canonical_json, write_canonical, write_canonical_text, write_string,
-};
-use crate::base::time::rfc3339;
-use chrono::{DateTime, Datelike, Timelike, Utc};
+use crate::base::canonical::{Members, canonical_json, write_canonical, write_canonical_text};
+use crate::base::time::{rfc3339, write_rfc3339};
+use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::fmt::Write;
 
 /// The `prev_hash` of a key's first attempt.
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -86,80 +83,33 @@ fn chain_digest(prev_hash: &str, fields: &ChainFields<'_>) -> [u8; 32] {
 /// rows are under 1 KiB.
 const MAX_KEPT_CONTENT: usize = 64 << 10;
 
-/// The JCS form of the row's content written member by member, in JCS order (the
-/// names are fixed and ASCII): the same bytes as [`chain_content_via_value`] without
-/// building a JSON object per row, and for a detail given as text without parsing it
-/// into a value ([`write_canonical_text`]). `verify` hashes every row of the
-/// database, so this is its hot loop: the content serialised and written from its text
-/// by the one JCS writer alone made the hash 0.43–0.50× as fast, ~10 % of verify's CPU at
-/// 10 M rows against a target with 10 % room (docs/PERFORMANCE.md, "The chain's
-/// writer"). None (with `out` part written) when a number is
-/// outside what JCS represents exactly or the detail is not canonicalisable: the rare
-/// case goes the general way.
+/// The JCS form of the row's content, member by member ([`Members`]): the same bytes as
+/// [`chain_content_via_value`] without building a JSON object per row, and for a detail
+/// given as text without parsing it into a value. `verify` hashes every row of the
+/// database, so this is its hot loop (docs/PERFORMANCE.md, "The chain's writer"). None
+/// (with `out` part written) when a number is outside what JCS represents exactly or the
+/// detail is not canonicalisable: the rare case goes the general way.
 fn write_chain_content(out: &mut String, f: &ChainFields<'_>) -> Option<()> {
-    let exact = |n: i64| n.unsigned_abs() <= MAX_SAFE_INTEGER;
-    if !exact(f.seq) || !exact(f.fencing_token) || f.duration_ms.is_some_and(|d| !exact(d)) {
-        return None;
-    }
-    // Writing to a String cannot fail, so `write!`'s results are ignored.
-    out.push_str("{\"actor\":");
-    write_string(out, f.actor);
-    out.push_str(",\"detail\":");
+    let mut row = Members::open(out);
+    row.string("actor", f.actor);
     match f.detail {
-        Detail::Value(value) => write_canonical(out, value).ok()?,
-        Detail::Json(text) => write_canonical_text(out, text)?,
+        Detail::Value(value) => write_canonical(row.name("detail"), value).ok()?,
+        Detail::Json(text) => write_canonical_text(row.name("detail"), text)?,
     }
-    out.push_str(",\"duration_ms\":");
-    match f.duration_ms {
-        Some(ms) => {
-            let _ = write!(out, "{ms}");
-        }
-        None => out.push_str("null"),
-    }
-    let _ = write!(out, ",\"fencing_token\":{}", f.fencing_token);
-    out.push_str(",\"key\":");
-    write_string(out, f.key);
-    out.push_str(",\"kind\":");
-    write_string(out, f.kind);
-    out.push_str(",\"occurred_at\":\"");
-    write_rfc3339(out, f.occurred_at);
-    let _ = write!(out, "\",\"seq\":{}", f.seq);
-    out.push_str(",\"tenant\":");
-    write_string(out, f.tenant);
-    out.push_str(",\"tool\":");
-    write_string(out, f.tool);
-    out.push('}');
+    row.integer("duration_ms", f.duration_ms)?;
+    row.integer("fencing_token", Some(f.fencing_token))?;
+    row.string("key", f.key);
+    row.string("kind", f.kind);
+    let at = row.name("occurred_at");
+    // Its digits need no escaping.
+    at.push('"');
+    write_rfc3339(at, f.occurred_at);
+    at.push('"');
+    row.integer("seq", Some(f.seq))?;
+    row.string("tenant", f.tenant);
+    row.string("tool", f.tool);
+    row.close();
     Some(())
-}
-
-/// [`rfc3339`] appended to `out` without a `String` of its own; its digits need no
-/// escaping. Years outside 0..=9999 and leap seconds take chrono's way.
-fn write_rfc3339(out: &mut String, t: DateTime<Utc>) {
-    let (year, nanos) = (t.year(), t.nanosecond());
-    if !(0..=9999).contains(&year) || nanos >= 1_000_000_000 {
-        out.push_str(&rfc3339(t));
-        return;
-    }
-    let fields = [
-        (year as u32, 4, '-'),
-        (t.month(), 2, '-'),
-        (t.day(), 2, 'T'),
-        (t.hour(), 2, ':'),
-        (t.minute(), 2, ':'),
-        (t.second(), 2, '.'),
-        (nanos / 1000, 6, 'Z'),
-    ];
-    for (n, width, after) in fields {
-        // Fixed-width decimal digits, as `{n:0width$}` prints them, without `fmt`.
-        let mut digits = [b'0'; 6];
-        let mut rest = n;
-        for d in digits[..width].iter_mut().rev() {
-            *d = b'0' + (rest % 10) as u8;
-            rest /= 10;
-        }
-        out.push_str(std::str::from_utf8(&digits[..width]).expect("ASCII digits"));
-        out.push(after);
-    }
 }
 
 /// The row's content as a JSON object in JCS form: the definition
@@ -338,31 +288,6 @@ mod tests {
             checked >= 15,
             "the direct form was taken only {checked} times"
         );
-    }
-
-    #[test]
-    fn times_are_written_as_rfc3339_writes_them() {
-        let times = [
-            "2026-11-29T14:02:11.000402Z",
-            "2026-01-01T00:00:00Z",
-            "0001-02-03T04:05:06.999999999Z",
-            "9999-12-31T23:59:59.123456789Z",
-            "2016-12-31T23:59:60.5Z",
-            "1969-07-20T20:17:40.000001Z",
-        ];
-        let mut all: Vec<DateTime<Utc>> = times
-            .iter()
-            .map(|t| DateTime::parse_from_rfc3339(t).unwrap().to_utc())
-            .collect();
-        all.extend([DateTime::<Utc>::MIN_UTC, DateTime::<Utc>::MAX_UTC]);
-        all.extend((0..2000i64).map(|i| {
-            DateTime::UNIX_EPOCH + chrono::TimeDelta::microseconds(i * 7_919_000_003_917)
-        }));
-        for t in all {
-            let mut out = String::from("x");
-            write_rfc3339(&mut out, t);
-            assert_eq!(out[1..], rfc3339(t), "{t:?}");
-        }
     }
 
     /// A draft of worker `w1` under the first token, at `record()`'s creation time.

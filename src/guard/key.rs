@@ -1,7 +1,7 @@
 //! The values the guard derives from a tool call: the key (from the intent) and the
 //! fingerprint (from the business arguments).
 
-use crate::base::canonical::{CanonicalError, canonical_json, write_string};
+use crate::base::canonical::{CanonicalError, Members, canonical_json};
 use crate::base::hash::sha256_hex;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -66,33 +66,17 @@ impl Intent {
         Ok(IdempotencyKey(sha256_hex(self.key_material().as_bytes())))
     }
 
-    /// The JCS form the key hashes, written member by member: the names are fixed ASCII
-    /// and already in JCS order, and the values are strings, so no JSON object is built
-    /// and sorted for every call (the guard derives a key on each one).
+    /// The JCS form the key hashes, written member by member (the guard derives a key on
+    /// each call).
     fn key_material(&self) -> String {
-        let mut out = String::with_capacity(
-            80 + self.intent_id.len()
-                + self.step_id.len()
-                + self.tenant.len()
-                + self.tool.len()
-                + self.workflow_id.len(),
-        );
-        for (i, (name, value)) in [
-            ("intent_id", &self.intent_id),
-            ("step_id", &self.step_id),
-            ("tenant", &self.tenant),
-            ("tool", &self.tool),
-            ("workflow_id", &self.workflow_id),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            out.push_str(if i == 0 { "{\"" } else { ",\"" });
-            out.push_str(name);
-            out.push_str("\":");
-            write_string(&mut out, value);
-        }
-        out.push('}');
+        let mut out = String::with_capacity(128);
+        let mut intent = Members::open(&mut out);
+        intent.string("intent_id", &self.intent_id);
+        intent.string("step_id", &self.step_id);
+        intent.string("tenant", &self.tenant);
+        intent.string("tool", &self.tool);
+        intent.string("workflow_id", &self.workflow_id);
+        intent.close();
         out
     }
 }

@@ -11,37 +11,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// One slot's backlog, tenants beyond the cap folded together.
-#[derive(Debug, Clone, Default, PartialEq)]
-struct Backlog {
-    unknown: i64,
-    expired_leases: i64,
-    oldest_unknown_created_at: Option<DateTime<Utc>>,
-    earliest_retention_deadline: Option<DateTime<Utc>>,
-    past_retention: i64,
-}
-
-impl Backlog {
-    fn add(&mut self, g: &BacklogGroup) {
-        self.unknown += g.unknown;
-        self.expired_leases += g.expired_leases;
-        self.past_retention += g.past_retention;
-        self.oldest_unknown_created_at =
-            earliest(self.oldest_unknown_created_at, g.oldest_unknown_created_at);
-        self.earliest_retention_deadline = earliest(
-            self.earliest_retention_deadline,
-            g.earliest_retention_deadline,
-        );
-    }
-}
-
-fn earliest(a: Option<DateTime<Utc>>, b: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
 /// Unix seconds, or 0 for "none" (the rules filter with `> 0`).
 fn timestamp(t: Option<DateTime<Utc>>) -> f64 {
     t.map_or(0.0, |t| t.timestamp_millis() as f64 / 1000.0)
@@ -71,14 +40,14 @@ pub async fn refresh(
     };
     f.idemwatch_replica_lag_seconds
         .set(replica_lag.map_or(0.0, |lag| lag.as_secs_f64()));
-    let mut by_slot: HashMap<Slot, Backlog> = HashMap::new();
+    let mut by_slot: HashMap<Slot, BacklogGroup> = HashMap::new();
     for g in &groups {
         by_slot
             .entry(metrics.slot(&g.tool, &g.tenant))
             .or_default()
             .add(g);
     }
-    let none = Backlog::default();
+    let none = BacklogGroup::default();
     for slot in metrics.slots() {
         let b = by_slot.get(&slot).unwrap_or(&none);
         let labels = slot.values(&[]);
@@ -150,32 +119,52 @@ mod tests {
 
     #[test]
     fn folded_groups_add_counts_and_keep_the_earliest_times() {
-        let group = |unknown, created: Option<&str>, deadline: Option<&str>| BacklogGroup {
-            tool: "t".into(),
-            tenant: "x".into(),
-            unknown,
-            expired_leases: 1,
-            oldest_unknown_created_at: created.map(at),
-            earliest_retention_deadline: deadline.map(at),
-            past_retention: 2,
+        let group =
+            |tool: &str, unknown, created: Option<&str>, deadline: Option<&str>| BacklogGroup {
+                tool: tool.into(),
+                tenant: "x".into(),
+                unknown,
+                expired_leases: 1,
+                oldest_created_at: created.map(at),
+                oldest_unknown_created_at: created.map(at),
+                earliest_retention_deadline: deadline.map(at),
+                past_retention: 2,
+            };
+        let mut b = BacklogGroup::default();
+        let groups = [
+            group("t", 3, Some("2026-01-02T00:00:00Z"), None),
+            group(
+                "t",
+                4,
+                Some("2026-01-01T00:00:00Z"),
+                Some("2026-01-03T00:00:00Z"),
+            ),
+            group("t", 0, None, Some("2026-01-05T00:00:00Z")),
+            group("u", 5, None, None),
+        ];
+        for g in &groups[..3] {
+            b.add(g);
+        }
+        let added = BacklogGroup {
+            unknown: 7,
+            expired_leases: 3,
+            oldest_created_at: Some(at("2026-01-01T00:00:00Z")),
+            oldest_unknown_created_at: Some(at("2026-01-01T00:00:00Z")),
+            earliest_retention_deadline: Some(at("2026-01-03T00:00:00Z")),
+            past_retention: 6,
+            ..BacklogGroup::default()
         };
-        let mut b = Backlog::default();
-        b.add(&group(3, Some("2026-01-02T00:00:00Z"), None));
-        b.add(&group(
-            4,
-            Some("2026-01-01T00:00:00Z"),
-            Some("2026-01-03T00:00:00Z"),
-        ));
-        b.add(&group(0, None, Some("2026-01-05T00:00:00Z")));
+        assert_eq!(b, added);
+        let per_tool = BacklogGroup::per_tool(&groups);
+        let tool_t = BacklogGroup {
+            tool: "t".into(),
+            ..added
+        };
+        assert_eq!(per_tool.keys().collect::<Vec<_>>(), ["t", "u"]);
+        assert_eq!(per_tool["t"], tool_t);
         assert_eq!(
-            b,
-            Backlog {
-                unknown: 7,
-                expired_leases: 3,
-                oldest_unknown_created_at: Some(at("2026-01-01T00:00:00Z")),
-                earliest_retention_deadline: Some(at("2026-01-03T00:00:00Z")),
-                past_retention: 6,
-            }
+            (per_tool["u"].unknown, per_tool["u"].tenant.as_str()),
+            (5, "")
         );
     }
 

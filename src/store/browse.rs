@@ -20,7 +20,7 @@ mod keys_sql;
 mod overview;
 mod summary;
 
-pub use backlog::{BacklogPage, BacklogSummary};
+pub use backlog::BacklogPage;
 pub(super) use key_detail::SAME_BUSINESS_REF;
 pub use key_filter::{KeyFilter, ResolvedAs};
 pub use keys::{Count, KeyPage};

@@ -28,8 +28,7 @@ mod timeline;
 pub mod url_params;
 
 pub(crate) use browse::{
-    AttemptBucket, BUCKET_SECONDS, BacklogPage, BacklogSummary, Count, KeyPage, KeySummary,
-    ResolvedAs,
+    AttemptBucket, BUCKET_SECONDS, BacklogPage, Count, KeyPage, KeySummary, ResolvedAs,
 };
 pub use browse::{Cursor, KeyFilter};
 pub(crate) use duplicates::SuspectedPair;

@@ -89,7 +89,7 @@ macro_rules! decode_by_name {
         impl<'r> FromRow<'r, $row> for BacklogGroup {
             fn from_row(r: &'r $row) -> Result<Self, sqlx::Error> {
                 Ok(by_name!(r => BacklogGroup {
-                    tool, tenant, unknown, expired_leases, oldest_unknown_created_at,
+                    tool, tenant, unknown, expired_leases, oldest_created_at, oldest_unknown_created_at,
                     earliest_retention_deadline, past_retention,
                 } {}))
             }

@@ -201,6 +201,19 @@ macro_rules! lease_expired {
 }
 pub(crate) use lease_expired;
 
+/// The condition of an undecided key: UNKNOWN, or IN_PROGRESS with a lease that ran out
+/// at `$1`. The IN list is the partial index idempotency_records_backlog's predicate.
+macro_rules! undecided {
+    () => {
+        concat!(
+            "status IN ('UNKNOWN', 'IN_PROGRESS') AND (status = 'UNKNOWN' OR ",
+            $crate::store::sql::lease_expired!(),
+            ")"
+        )
+    };
+}
+pub(crate) use undecided;
+
 /// The SQL of "past retention" at `$1`: an UNKNOWN key a resend is no longer safe for,
 /// the negation of [`crate::guard::resend_safe`] on the stored `resend_safe_until`.
 macro_rules! past_retention {

@@ -9,7 +9,7 @@
 //! (txid, id), which the `idempotency_attempts_txid` index serves. The price: any open
 //! write transaction in the cluster holds the tail back until it ends (docs/METRICS.md).
 
-use super::sql::{lease_expired, past_retention};
+use super::sql::{past_retention, undecided};
 use super::{Store, StoreError, on_pool};
 use crate::metrics::port::{BacklogGroup, BacklogSource};
 use crate::tail::port::{TailEvent, TailHead, TailPending, TailPosition, TailSource};
@@ -87,24 +87,25 @@ pub(crate) const FIRST_TENANTS: &str = "WITH RECURSIVE tenants(tenant, n) AS ( \
     FROM tenants WHERE tenants.tenant IS NOT NULL AND n < $1) \
     SELECT tenant FROM tenants WHERE tenant IS NOT NULL";
 
-/// The backlog gauges, on the partial index `idempotency_records_backlog` (UNKNOWN and
-/// IN_PROGRESS keys only: small by design). The WHERE clause repeats the index's
-/// predicate word for word so that both planners use it. `$1` is now.
-pub(crate) const BACKLOG: &str = concat!(
+/// The keys that need a decision at `$1` (UNKNOWN, or IN_PROGRESS with a lease that ran
+/// out) per (tool, tenant), for the gauges and the pages. On the partial index
+/// `idempotency_records_backlog` (UNKNOWN and IN_PROGRESS keys only: small by design);
+/// the WHERE clause repeats the index's predicate word for word so that both planners
+/// use it.
+pub(crate) const BACKLOG_BY_TOOL: &str = concat!(
     "SELECT tool, tenant, \
     count(*) FILTER (WHERE status = 'UNKNOWN') AS unknown, \
-    count(*) FILTER (WHERE ",
-    lease_expired!(),
-    ") AS expired_leases, \
+    count(*) FILTER (WHERE status = 'IN_PROGRESS') AS expired_leases, \
+    min(created_at) AS oldest_created_at, \
     min(created_at) FILTER (WHERE status = 'UNKNOWN') AS oldest_unknown_created_at, \
     min(resend_safe_until) FILTER (WHERE status = 'UNKNOWN' AND NOT ",
     past_retention!(),
     ") AS earliest_retention_deadline, \
     count(*) FILTER (WHERE ",
     past_retention!(),
-    ") AS past_retention \
-    FROM idempotency_records WHERE status IN ('UNKNOWN', 'IN_PROGRESS') \
-    GROUP BY tool, tenant"
+    ") AS past_retention FROM idempotency_records WHERE ",
+    undecided!(),
+    " GROUP BY tool, tenant"
 );
 
 /// A hot standby's replay lag in seconds; NULL on a primary. A standby that has
@@ -213,8 +214,7 @@ impl TailSource for Store {
 impl BacklogSource for Store {
     #[tracing::instrument(skip_all)]
     async fn backlog_by_tool(&self, now: DateTime<Utc>) -> Result<Vec<BacklogGroup>, StoreError> {
-        let groups =
-            on_pool!(self, pool => sqlx::query_as(BACKLOG).bind(now).fetch_all(pool).await)?;
+        let groups = on_pool!(self, pool => sqlx::query_as(BACKLOG_BY_TOOL).bind(now).fetch_all(pool).await)?;
         Ok(groups)
     }
 

@@ -15,6 +15,7 @@ use chrono::{TimeDelta, Utc};
 use idemwatch::guard::{
     AttemptKind, Clock, GuardError, Resolution, ResolveRequest, Status, ToolCall, resend_safe_until,
 };
+use idemwatch::metrics::port::BacklogSource;
 use idemwatch::metrics::{Metrics, backlog};
 use idemwatch::store::Store;
 use std::sync::Arc;
@@ -65,7 +66,7 @@ async fn readings(f: &Fixture, key: &str) -> Vec<(&'static str, bool)> {
     let overview = call(&app, Method::GET, "/", who, None).await;
     let summary: i64 = f
         .store
-        .backlog_summary(now)
+        .backlog_by_tool(now)
         .await
         .unwrap()
         .iter()

@@ -1,42 +1,17 @@
 //! `/backlog`: the keys that need a decision now (UNKNOWN, or IN_PROGRESS with a lease
-//! that ran out), oldest first, and the per-tool summary the overview shows too. Both
-//! read the partial index on undecided keys, small by design.
+//! that ran out), oldest first, on the partial index on undecided keys, small by design.
+//! The per-tool counts are the gauges' read (`metrics::port::BacklogSource`).
 
 use super::summary::summary_columns;
 use super::{Cursor, KeySummary, far_past, page_of};
-use crate::store::sql::{lease_expired, past_retention};
+use crate::store::sql::undecided;
 use crate::store::{Store, StoreError, on_pool};
 use chrono::{DateTime, Utc};
-
-/// Per tool, the keys that need attention now.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
-pub struct BacklogSummary {
-    pub tool: String,
-    pub unknown: i64,
-    pub expired_leases: i64,
-    /// UNKNOWN keys past retention (`resend_safe_until` passed): only a person can
-    /// resolve them.
-    pub past_retention: i64,
-    pub oldest_unknown: Option<DateTime<Utc>>,
-    pub oldest: Option<DateTime<Utc>>,
-}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct BacklogPage {
     pub keys: Vec<KeySummary>,
     pub next: Option<Cursor>,
-}
-
-/// The condition of an undecided key: UNKNOWN, or IN_PROGRESS with a lease that ran out
-/// at `$1`. The IN list is the partial index idempotency_records_backlog's predicate.
-macro_rules! undecided {
-    () => {
-        concat!(
-            "status IN ('UNKNOWN', 'IN_PROGRESS') AND (status = 'UNKNOWN' OR ",
-            lease_expired!(),
-            ")"
-        )
-    };
 }
 
 /// The backlog, oldest first, keyset on (created_at, key). `$1` now, `$2` tool, `$3`/`$4`
@@ -48,21 +23,6 @@ pub(super) const BACKLOG: &str = concat!(
     undecided!(),
     " AND ($2 IS NULL OR tool = $2) AND ($6 IS NULL OR status = $6) \
      AND (created_at, key) > ($3, $4) ORDER BY created_at, key LIMIT $5"
-);
-
-/// Per tool: the undecided keys at `$1`.
-pub(super) const BACKLOG_SUMMARY: &str = concat!(
-    "SELECT tool, \
-     sum(CASE WHEN status = 'UNKNOWN' THEN 1 ELSE 0 END) AS unknown, \
-     sum(CASE WHEN status = 'IN_PROGRESS' THEN 1 ELSE 0 END) AS expired_leases, \
-     sum(CASE WHEN ",
-    past_retention!(),
-    " THEN 1 ELSE 0 END) AS past_retention, \
-     min(CASE WHEN status = 'UNKNOWN' THEN created_at END) AS oldest_unknown, \
-     min(created_at) AS oldest \
-     FROM idempotency_records WHERE ",
-    undecided!(),
-    " GROUP BY tool ORDER BY tool"
 );
 
 impl Store {
@@ -94,15 +54,5 @@ impl Store {
         })?;
         let (keys, next) = page_of(rows, limit, |k| k.created_at);
         Ok(BacklogPage { keys, next })
-    }
-
-    /// Per tool: UNKNOWN keys, expired leases, past-retention keys and the oldest, now.
-    pub async fn backlog_summary(
-        &self,
-        now: DateTime<Utc>,
-    ) -> Result<Vec<BacklogSummary>, StoreError> {
-        Ok(on_pool!(self, pool => {
-            sqlx::query_as(BACKLOG_SUMMARY).bind(now).fetch_all(pool).await
-        })?)
     }
 }

@@ -1,12 +1,13 @@
 //! EXPLAIN of every page query, for the test that checks each is served by an index
 //! and for the benchmark.
 
-use super::backlog::{BACKLOG, BACKLOG_SUMMARY};
+use super::backlog::BACKLOG;
 use super::key_detail::SAME_BUSINESS_REF;
 use super::keys::{bind_listing, first_page};
 use super::overview::ATTEMPT_BUCKETS;
 use super::{KeyFilter, ResolvedAs, far_future, far_past};
 use crate::guard::{AttemptKind, Resolution, Status};
+use crate::store::tail::BACKLOG_BY_TOOL;
 use crate::store::{Store, StoreError};
 use chrono::Utc;
 
@@ -150,7 +151,7 @@ macro_rules! explain_all {
                 .await?;
             plans.push((name.into(), plan(rows)));
         }
-        let rows: Vec<$row> = sqlx::query_as(explain(BACKLOG_SUMMARY))
+        let rows: Vec<$row> = sqlx::query_as(explain(BACKLOG_BY_TOOL))
             .bind(now)
             .fetch_all(&mut *$conn)
             .await?;

@@ -4,7 +4,8 @@
 
 use super::params::{Params, format_cursor, parse_cursor, parse_limit};
 use super::{KeyRow, Layout};
-use crate::store::{BacklogSummary, Cursor};
+use crate::metrics::port::{BacklogGroup, BacklogSource};
+use crate::store::Cursor;
 use crate::web::filters::{self, When, when};
 use crate::web::links::link;
 use crate::web::{AppState, Error, Viewer};
@@ -14,6 +15,7 @@ use axum::extract::{Query, State};
 use axum::response::Html;
 use axum::routing::get;
 use chrono::{DateTime, Utc};
+use std::collections::BTreeMap;
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/backlog", get(backlog))
@@ -97,7 +99,7 @@ async fn backlog(
 ) -> Result<Html<String>, Error> {
     let q = BacklogQuery::parse(&Params(pairs))?;
     let now = state.clock.now();
-    let summary = state.store.backlog_summary(now).await?;
+    let summary = BacklogGroup::per_tool(&state.store.backlog_by_tool(now).await?);
     let (tool, status) = (q.tool.as_deref(), q.status.as_deref());
     let page = state
         .store
@@ -110,7 +112,7 @@ async fn backlog(
 impl BacklogPageView {
     fn new(
         q: BacklogQuery,
-        summary: &[BacklogSummary],
+        summary: &BTreeMap<String, BacklogGroup>,
         page: &crate::store::BacklogPage,
         viewer: &Viewer,
         now: DateTime<Utc>,
@@ -123,7 +125,7 @@ impl BacklogPageView {
             ..
         } = q;
         let in_scope = |t: &str| tool.as_deref().is_none_or(|want| want == t);
-        let scoped = summary.iter().filter(|s| in_scope(&s.tool));
+        let scoped = summary.values().filter(|s| in_scope(&s.tool));
         let (mut unknown, mut expired_leases, mut past_retention) = (0, 0, 0);
         for s in scoped {
             unknown += s.unknown;
@@ -144,7 +146,7 @@ impl BacklogPageView {
         Self {
             layout: Layout::new("Backlog", "backlog", viewer),
             tools: summary
-                .iter()
+                .values()
                 .map(|s| ToolLine {
                     link: link("/backlog", &[("tool", Some(&s.tool))]),
                     current: tool.as_deref() == Some(s.tool.as_str()),
@@ -152,7 +154,7 @@ impl BacklogPageView {
                     unknown: s.unknown,
                     expired_leases: s.expired_leases,
                     past_retention: s.past_retention,
-                    oldest: s.oldest.map(|t| when(t, now)),
+                    oldest: s.oldest_created_at.map(|t| when(t, now)),
                 })
                 .collect(),
             tool: tool.clone().unwrap_or_default(),

@@ -5,7 +5,8 @@
 use super::Layout;
 use super::chart::{Chart, Point, replay_chart, replay_spike};
 use crate::guard::AttemptKind;
-use crate::store::{AttemptBucket, BUCKET_SECONDS, BacklogSummary};
+use crate::metrics::port::{BacklogGroup, BacklogSource};
+use crate::store::{AttemptBucket, BUCKET_SECONDS};
 use crate::web::filters::{self, When, percent, when};
 use crate::web::links::link;
 use crate::web::{AppState, Error, Viewer};
@@ -158,7 +159,7 @@ pub struct OverviewCache(Arc<Mutex<Option<OverviewCounts>>>);
 pub struct OverviewCounts {
     at: DateTime<Utc>,
     rows: Vec<AttemptBucket>,
-    summary: Vec<BacklogSummary>,
+    backlog: Vec<BacklogGroup>,
 }
 
 impl OverviewCache {
@@ -175,11 +176,11 @@ impl OverviewCache {
             .store
             .attempt_buckets(now - TimeDelta::days(1), now - TimeDelta::hours(1))
             .await?;
-        let summary = state.store.backlog_summary(now).await?;
+        let backlog = state.store.backlog_by_tool(now).await?;
         let fresh = OverviewCounts {
             at: now,
             rows,
-            summary,
+            backlog,
         };
         *slot = Some(fresh.clone());
         Ok(fresh)
@@ -198,7 +199,7 @@ impl OverviewPage {
         let OverviewCounts {
             at: now,
             rows,
-            summary,
+            backlog,
         } = snapshot;
         let day_ago = now - TimeDelta::days(1);
 
@@ -234,8 +235,7 @@ impl OverviewPage {
             };
             point.add(kind, r.n);
         }
-        let mut backlog: BTreeMap<String, BacklogSummary> =
-            summary.into_iter().map(|s| (s.tool.clone(), s)).collect();
+        let mut backlog = BacklogGroup::per_tool(&backlog);
         let mut tools: Vec<String> = traffic.keys().chain(backlog.keys()).cloned().collect();
         tools.sort();
         tools.dedup();
@@ -261,14 +261,7 @@ impl OverviewPage {
                     vec![Point::default(); buckets],
                 )
             });
-            let b = backlog.remove(&tool).unwrap_or_else(|| BacklogSummary {
-                tool: tool.clone(),
-                unknown: 0,
-                expired_leases: 0,
-                past_retention: 0,
-                oldest_unknown: None,
-                oldest: None,
-            });
+            let b = backlog.remove(&tool).unwrap_or_default();
             page.hour.merge(&hour);
             page.day.merge(&day);
             page.unknown += b.unknown;
@@ -293,7 +286,7 @@ impl OverviewPage {
                 unknown: b.unknown,
                 expired_leases: b.expired_leases,
                 past_retention: b.past_retention,
-                oldest_unknown: b.oldest_unknown.map(|t| when(t, now)),
+                oldest_unknown: b.oldest_unknown_created_at.map(|t| when(t, now)),
                 keys_hour: link("/keys", &[("tool", Some(&tool)), ("from", Some("now-1h"))]),
                 keys_day: link("/keys", &[("tool", Some(&tool)), ("from", Some("now-1d"))]),
                 replay_keys,
