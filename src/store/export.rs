@@ -6,17 +6,18 @@
 //! One statement, so one snapshot on both backends: each row's record context and
 //! chain head are consistent with the attempts beside it.
 
-mod carry;
+mod reuse;
 mod row;
 
 use row::Checked;
 pub(crate) use row::RawExportRow;
 
 use super::{Store, StoreError, on_pool};
+use crate::export::port::RawRow;
 use crate::export::port::{ExportFilter, ExportStore, KeyRange, VerifyRow, VerifyRows};
-use carry::{DecodeInto, KeyContext, blank_row};
 use futures::FutureExt;
 use futures::stream::{BoxStream, StreamExt};
+use reuse::{blank_row, decode_into};
 
 /// The columns of the port's `ExportRow`, in its order (a test checks the names
 /// against its `COLUMNS`); the export and the pruner's archive read them.
@@ -325,7 +326,6 @@ impl Store {
         macro_rules! send_batches {
             ($rows:expr) => {{
                 let mut rows = $rows;
-                let mut key = KeyContext::default();
                 let mut batch = next_batch();
                 let mut filled = 0;
                 while let Some(row) = rows.next().await {
@@ -333,7 +333,7 @@ impl Store {
                     if filled == batch.len() {
                         batch.push(blank_row());
                     }
-                    row.decode_into(&mut key, &mut batch[filled])?;
+                    decode_into(&row.cells()?, &mut batch[filled])?;
                     filled += 1;
                     if filled == VERIFY_BATCH {
                         batch.truncate(filled);
@@ -366,9 +366,16 @@ impl Store {
             Store::Postgres(pool) => {
                 let mut t = pool.begin().await?;
                 sqlx::query(SERIAL_PLAN_POSTGRES).execute(&mut *t).await?;
-                send_batches!(query!().fetch(&mut *t))
+                let mut checked = Checked::Yes;
+                send_batches!(query!().fetch(&mut *t).map(|r| {
+                    let row = RawExportRow::postgres(r?, checked);
+                    checked = Checked::AsTheFirstRow;
+                    Ok::<_, StoreError>(row)
+                }))
             }
-            Store::Sqlite(pools) => send_batches!(query!().fetch(pools)),
+            Store::Sqlite(pools) => {
+                send_batches!(query!().fetch(pools).map(|r| r.map(RawExportRow::from)))
+            }
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::guard::{AttemptKind, Intent, Status, StoreError};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// The CSV header, in order. NDJSON objects carry the same members in the same
 /// order, after `"type": "attempt"`.
@@ -91,10 +92,20 @@ pub struct JsonText<'r> {
     pub text: &'r str,
 }
 
-impl JsonText<'_> {
-    /// The text as a value, failing as decoding the column as `Json<Value>` would
-    /// (sqlx's words for a column it cannot decode).
+impl<'r> JsonText<'r> {
+    /// The text as a value.
     pub fn value(&self) -> Result<Value, StoreError> {
+        self.parse()
+    }
+
+    /// The text, checked to be JSON without building a value.
+    pub fn checked(&self) -> Result<&'r str, StoreError> {
+        self.parse().map(RawValue::get)
+    }
+
+    /// Text that is not JSON fails as decoding the column as `Json<T>` would (in
+    /// sqlx's words for a column it cannot decode).
+    fn parse<T: Deserialize<'r>>(&self) -> Result<T, StoreError> {
         serde_json::from_str(self.text).map_err(|e| {
             let column = self.column;
             StoreError::Corrupt(format!(
