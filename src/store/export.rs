@@ -17,7 +17,7 @@ use crate::export::port::RawRow;
 use crate::export::port::{ExportFilter, ExportStore, KeyRange, VerifyRow, VerifyRows};
 use futures::FutureExt;
 use futures::stream::{BoxStream, StreamExt};
-use reuse::{blank_row, decode_into};
+use reuse::decode_into;
 
 /// The columns of the port's `ExportRow`, in its order (a test checks the names
 /// against its `COLUMNS`); the export and the pruner's archive read them.
@@ -330,10 +330,14 @@ impl Store {
                 let mut filled = 0;
                 while let Some(row) = rows.next().await {
                     let row = row?;
+                    let cells = row.cells()?;
                     if filled == batch.len() {
-                        batch.push(blank_row());
+                        // None has come back yet: a row of its own, overwritten as any.
+                        let row = cells.to_row()?;
+                        let detail = String::new();
+                        batch.push(VerifyRow { row, detail });
                     }
-                    decode_into(&row.cells()?, &mut batch[filled])?;
+                    decode_into(&cells, &mut batch[filled])?;
                     filled += 1;
                     if filled == VERIFY_BATCH {
                         batch.truncate(filled);

@@ -9,45 +9,8 @@
 //! row needs it as a value (its bound state), parsed then by the check.
 
 use crate::export::port::{ExportCells, ExportRow, VerifyRow};
-use crate::guard::{AttemptKind, Intent, Status, StoreError};
+use crate::guard::{Intent, StoreError};
 use serde_json::Value;
-
-/// A row to decode into when no checked one has come back yet; every field is
-/// overwritten by [`decode_into`].
-pub(super) fn blank_row() -> VerifyRow {
-    let row = ExportRow {
-        attempt_id: 0,
-        key: String::new(),
-        seq: 0,
-        occurred_at: chrono::DateTime::UNIX_EPOCH,
-        intent: Intent {
-            tenant: String::new(),
-            tool: String::new(),
-            workflow_id: String::new(),
-            step_id: String::new(),
-            intent_id: String::new(),
-        },
-        business_ref: None,
-        current_status: Status::Done,
-        kind: AttemptKind::Claimed,
-        actor: String::new(),
-        fencing_token: 0,
-        duration_ms: None,
-        detail: Value::Null,
-        prev_hash: String::new(),
-        hash: String::new(),
-        fingerprint: String::new(),
-        business_args: Value::Null,
-        result: None,
-        error: None,
-        log_seq: 0,
-        log_hash: String::new(),
-    };
-    VerifyRow {
-        row,
-        detail: String::new(),
-    }
-}
 
 fn set(to: &mut String, from: &str) {
     to.clear();
