@@ -10,13 +10,16 @@ use crate::demo::{
     CLIENT_DEADLINE, Demo, DemoConfig, IncidentSchedule, LatencyModel, PROVIDER_RETENTION,
     PROVIDER_TIMEOUT, clock,
 };
+use crate::guard::ToolPolicies;
 use anyhow::Context;
 use clap::Args;
 use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
+use tokio::sync::watch;
 
 #[derive(Clone, Args)]
 pub struct DemoArgs {
@@ -109,66 +112,14 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
     // with it), so the evidence path can be tried: the public key URL, checkpoints,
     // signed exports that `idemwatch verify --require-signed` accepts.
     let evidence = tempfile::tempdir().context("cannot make the demo's key directory")?;
-    let signing_key = evidence.path().join("signing.pem");
-    super::checkpoint::write_new_signing_key(&signing_key)?;
-    // What `serve` would have been given: the demo runs the same service.
-    let serve = ServeArgs {
-        database: DatabaseArgs {
-            database_url: url.clone(),
-            db_max_connections: 16,
-            no_migrate: false,
-        },
-        listen: args.listen,
-        retention: args.retention.clone(),
-        metrics: args.metrics.clone(),
-        auth: args.auth.clone(),
-        guard: args.guard.clone(),
-        checkpoints: super::CheckpointArgs {
-            signing_key: Some(signing_key),
-            checkpoint_dir: Some(evidence.path().join("checkpoints")),
-            checkpoint_interval: DEMO_CHECKPOINT_INTERVAL
-                .parse()
-                .map_err(|e: String| anyhow::anyhow!(e))?,
-        },
-        timeouts: args.timeouts.clone(),
-    };
+    let serve = serve_args(&args, url.clone(), evidence.path())?;
     // The same refusal as `serve`: a public address needs authentication.
     let auth = args.auth.authenticator(args.listen)?;
-    let tools = match &args.guard.tools_file {
-        Some(_) => args.guard.tools()?,
-        None => crate::guard::ToolPolicies::parse(DEMO_TOOLS)
-            .map_err(|e| anyhow::anyhow!("examples/tools.toml: {e}"))?,
-    };
+    let mut config = demo_config(&args);
+    let tools = demo_tools(&args, &config)?;
     let store = open_store(&serve.database).await?;
     let listener = bind(args.listen).await?;
     let base = format!("http://{}", listener.local_addr()?);
-
-    let mut config = DemoConfig::new(args.rate, args.speed);
-    config.incident = IncidentSchedule {
-        start_now: args.incident,
-        // After `--incident`, the schedule resumes one period later.
-        first_at: match (args.incident, args.incident_every.0) {
-            (true, Some(every)) => every,
-            _ => FIRST_INCIDENT,
-        },
-        every: args.incident_every.0,
-        length: args.incident_length,
-    };
-    let mut tools = tools;
-    if args.guard.tools_file.is_none() {
-        // The built-in tools file is written for real providers (keys kept for hours);
-        // the simulated one forgets after `provider_retention`, and the guard must know.
-        let retention = chrono::TimeDelta::from_std(config.provider_retention)
-            .unwrap_or(chrono::TimeDelta::MAX);
-        for policy in tools.tools.values_mut().chain(tools.default.iter_mut()) {
-            // A provider that does not deduplicate keeps no key at all.
-            if policy.provider_dedupes() {
-                policy.key_retention = retention;
-            }
-            // The duplicate window is the story's 24 h too (src/demo/provider.rs).
-            policy.duplicate_window = retention;
-        }
-    }
     if args.auth.auth_file.is_none() {
         // A quarter of the plain traffic goes through this server's guard API, as a
         // local harness would call it (no auth file: no token, no CSRF).
@@ -181,29 +132,11 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
     let demo = Demo::new(store.clone(), config);
     print_banner(&base, &url, temp_dir.is_some(), &args);
 
-    // Ctrl-C, SIGTERM, --duration, or the service failing stop everything.
-    let (halt, mut halted) = tokio::sync::watch::channel(false);
-    let duration = args.duration;
-    let stop = async move {
-        let timer = async {
-            match duration {
-                Some(d) => tokio::time::sleep(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            () = shutdown_signal() => {},
-            () = timer => {},
-            _ = halted.wait_for(|h| *h) => {},
-        }
-    }
-    .boxed()
-    .shared();
-
+    let (stop, halt) = stop_signal(args.duration);
     let tty = std::io::stdout().is_terminal();
     // The server stops after the traffic has drained: a quarter of the calls settle
     // through its guard API, so closing the listener first failed their settles.
-    let (drained, mut is_drained) = tokio::sync::watch::channel(false);
+    let (drained, mut is_drained) = watch::channel(false);
     let server_stop = {
         let stop = stop.clone();
         async move {
@@ -234,7 +167,8 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
         halt.send_replace(true);
         served
     };
-    let (served, (), ()) = tokio::join!(server, traffic, print_status(&demo, stop.clone(), tty));
+    let status = print_status(&demo, stop.clone(), tty);
+    let (served, (), ()) = tokio::join!(server, traffic, status);
     let summary = demo.snapshot().await;
     store.close().await;
     drop(evidence);
@@ -242,8 +176,102 @@ pub async fn demo_command(args: DemoArgs) -> anyhow::Result<()> {
         let _ = std::fs::remove_dir_all(dir);
     }
     served?;
+    report(summary.ok().as_ref(), &demo)
+}
+
+/// What `serve` would have been given: the demo runs the same service, signing with a
+/// key made in `evidence` for this run.
+fn serve_args(args: &DemoArgs, url: String, evidence: &Path) -> anyhow::Result<ServeArgs> {
+    let signing_key = evidence.join("signing.pem");
+    super::checkpoint::write_new_signing_key(&signing_key)?;
+    Ok(ServeArgs {
+        database: DatabaseArgs {
+            database_url: url,
+            db_max_connections: 16,
+            no_migrate: false,
+        },
+        listen: args.listen,
+        retention: args.retention.clone(),
+        metrics: args.metrics.clone(),
+        auth: args.auth.clone(),
+        guard: args.guard.clone(),
+        checkpoints: super::CheckpointArgs {
+            signing_key: Some(signing_key),
+            checkpoint_dir: Some(evidence.join("checkpoints")),
+            checkpoint_interval: DEMO_CHECKPOINT_INTERVAL
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!(e))?,
+        },
+        timeouts: args.timeouts.clone(),
+    })
+}
+
+/// The traffic's settings from the flags.
+fn demo_config(args: &DemoArgs) -> DemoConfig {
+    let mut config = DemoConfig::new(args.rate, args.speed);
+    config.incident = IncidentSchedule {
+        start_now: args.incident,
+        // After `--incident`, the schedule resumes one period later.
+        first_at: match (args.incident, args.incident_every.0) {
+            (true, Some(every)) => every,
+            _ => FIRST_INCIDENT,
+        },
+        every: args.incident_every.0,
+        length: args.incident_length,
+    };
+    config
+}
+
+/// The tools file given, or the built-in one fitted to the simulated provider.
+fn demo_tools(args: &DemoArgs, config: &DemoConfig) -> anyhow::Result<ToolPolicies> {
+    if args.guard.tools_file.is_some() {
+        return args.guard.tools();
+    }
+    let mut tools =
+        ToolPolicies::parse(DEMO_TOOLS).map_err(|e| anyhow::anyhow!("examples/tools.toml: {e}"))?;
+    // The built-in tools file is written for real providers (keys kept for hours); the
+    // simulated one forgets after `provider_retention`, and the guard must know.
+    let retention =
+        chrono::TimeDelta::from_std(config.provider_retention).unwrap_or(chrono::TimeDelta::MAX);
+    for policy in tools.tools.values_mut().chain(tools.default.iter_mut()) {
+        // A provider that does not deduplicate keeps no key at all.
+        if policy.provider_dedupes() {
+            policy.key_retention = retention;
+        }
+        // The duplicate window is the story's 24 h too (src/demo/provider.rs).
+        policy.duplicate_window = retention;
+    }
+    Ok(tools)
+}
+
+/// When the demo stops: Ctrl-C, SIGTERM, `--duration`, or the sender turning true (the
+/// service failing).
+fn stop_signal(
+    duration: Option<Duration>,
+) -> (Shared<BoxFuture<'static, ()>>, watch::Sender<bool>) {
+    let (halt, mut halted) = watch::channel(false);
+    let stop = async move {
+        let timer = async {
+            match duration {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = shutdown_signal() => {},
+            () = timer => {},
+            _ = halted.wait_for(|h| *h) => {},
+        }
+    }
+    .boxed()
+    .shared();
+    (stop, halt)
+}
+
+/// The run's figures; an error if the provider ever performed an effect twice.
+fn report(summary: Option<&crate::demo::DemoStats>, demo: &Demo) -> anyhow::Result<()> {
     let provider = demo.provider();
-    if let Ok(s) = &summary {
+    if let Some(s) = summary {
         let ratio = s
             .replay_ratio
             .map_or("-".into(), |r| format!("{:.2}%", r * 100.0));

@@ -168,7 +168,7 @@ pub async fn run_server(
         })?;
 
     let (stop, stopped) = watch::channel(false);
-    let mut tasks: JoinSet<(&'static str, anyhow::Result<()>)> = JoinSet::new();
+    let mut tasks = Tasks::new();
     let tailer = Tailer::new(metrics.clone(), args.metrics.tail_settings());
     tasks.spawn(
         tailer
@@ -211,8 +211,22 @@ pub async fn run_server(
         ("server", served)
     });
 
-    // Runs until `shutdown`, or until a task ends on its own (it should not: that is
-    // reported, and the process exits non-zero so that its supervisor restarts it).
+    let failure = supervise(tasks, stop, shutdown).await;
+    tail_store.close().await;
+    failure.map_or(Ok(()), Err)
+}
+
+/// The service's tasks, each answering its name and how it ended.
+type Tasks = JoinSet<(&'static str, anyhow::Result<()>)>;
+
+/// Runs until `shutdown`, or until a task ends on its own (it should not: that is
+/// reported, and the process exits non-zero so that its supervisor restarts it); then
+/// tells every task to stop and waits for them. The error of the task that ended, if any.
+async fn supervise(
+    mut tasks: Tasks,
+    stop: watch::Sender<bool>,
+    shutdown: impl Future<Output = ()>,
+) -> Option<anyhow::Error> {
     let mut failure = None;
     tokio::select! {
         () = shutdown => {}
@@ -233,8 +247,7 @@ pub async fn run_server(
             Err(e) => tracing::error!(error = %e, "a task panicked while stopping"),
         }
     }
-    tail_store.close().await;
-    failure.map_or(Ok(()), Err)
+    failure
 }
 
 /// The background pruner, unless its interval is 0.
