@@ -60,6 +60,8 @@ LAYERS = [
     ("tail/port.rs", 25),
     ("metrics/port.rs", 25),
     ("evidence/port.rs", 25),
+    ("export/port.rs", 25),
+    ("export/port/", 25),
     ("guard/", 20),
     ("time_input.rs", 15),
     ("duration.rs", 15),

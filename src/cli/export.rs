@@ -165,7 +165,7 @@ async fn export_file(
     filter: &ExportFilter,
     format: Format,
     cells: CsvCells,
-    signing: &Signing,
+    signing: &Signing<Store>,
     path: &Path,
 ) -> anyhow::Result<()> {
     let partial = sidecar(path, "partial");

@@ -2,11 +2,11 @@
 //! and the copies kept outside, then every key's chain against its record and
 //! against where the checkpoints last saw it ([`ChainCheck`], as for files).
 
+use super::port::ExportStore;
 use super::ranges::{Split, check_ranges};
 use super::verify::{Finding, Report};
-use crate::evidence::port::EvidenceStore;
 use crate::evidence::{Authenticity, Checkpoint, LeafLog, TrustedKeys, check_sequence};
-use crate::store::{Store, StoreError};
+use crate::guard::StoreError;
 use futures::StreamExt;
 
 /// What the database verification is given beyond the database.
@@ -23,18 +23,21 @@ pub struct Outside {
 /// record's state, the signed checkpoints (signatures, order, their Merkle roots
 /// over the stored leaves, the copies kept outside), and every key against where the
 /// checkpoints last saw it, streaming the attempt rows.
-pub async fn verify_database(store: &Store) -> Result<Report, StoreError> {
+pub async fn verify_database(store: &impl ExportStore) -> Result<Report, StoreError> {
     verify_database_with(store, &Outside::default()).await
 }
 
-pub async fn verify_database_with(store: &Store, outside: &Outside) -> Result<Report, StoreError> {
+pub async fn verify_database_with(
+    store: &impl ExportStore,
+    outside: &Outside,
+) -> Result<Report, StoreError> {
     verify_database_split(store, outside, Split::for_store(store)).await
 }
 
 /// [`verify_database_with`], reading and checking the log in the parts `split` says.
 /// The report is the same however the log is split.
 pub async fn verify_database_split(
-    store: &Store,
+    store: &impl ExportStore,
     outside: &Outside,
     split: Split,
 ) -> Result<Report, StoreError> {

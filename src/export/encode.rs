@@ -3,11 +3,12 @@
 //! file, stdout or an HTTP body as it likes: nothing here holds more than one row.
 
 use super::manifest::{CsvCells, Format, HASH_CHAIN, MANIFEST_VERSION, Manifest, ORDER, Source};
-use super::row::{COLUMNS, ExportRow, write_canonical_cell};
+use super::port::{COLUMNS, ExportCells, ExportFilter, ExportRow, JsonText, RawRow};
+use super::row::write_canonical_cell;
 use super::spool::{Fields, Spool};
 use crate::base::time::rfc3339;
 use crate::evidence::ExportEvidence;
-use crate::store::{ExportCells, ExportFilter, JsonText, RawExportRow, StoreError};
+use crate::guard::StoreError;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -27,7 +28,7 @@ impl EncodeRow for ExportRow {
     }
 }
 
-impl EncodeRow for RawExportRow {
+impl<R: RawRow> EncodeRow for R {
     fn encode(&self, encoder: &mut Encoder, out: &mut Vec<u8>) -> Result<(), StoreError> {
         encoder.cells(&self.cells()?, out)
     }

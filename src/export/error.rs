@@ -1,6 +1,6 @@
 //! The export's one error type, below the pipeline and the evidence it reads.
 
-use crate::store::StoreError;
+use crate::guard::StoreError;
 use std::io;
 
 #[derive(Debug, thiserror::Error)]

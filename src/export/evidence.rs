@@ -19,7 +19,7 @@ use crate::evidence::port::EvidenceStore;
 use crate::evidence::{
     Checkpoint, ExportEvidence, KeyProof, Leaf, ProofPath, ProofSource, Proofs, leaf_in_order,
 };
-use crate::store::{Store, StoreError};
+use crate::guard::StoreError;
 use futures::StreamExt;
 use std::collections::HashMap;
 use std::fs::File;
@@ -38,14 +38,14 @@ pub const LISTED_UP_TO: u64 = 4_096;
 const DENSE: u64 = 16;
 
 /// The checkpoint an export is proved under, and where its leaves are read.
-pub struct EvidenceSource {
-    store: Store,
+pub struct EvidenceSource<S> {
+    store: S,
     checkpoint: Checkpoint,
 }
 
-impl EvidenceSource {
+impl<S: EvidenceStore + Clone> EvidenceSource<S> {
     /// The newest checkpoint; `None` before the first.
-    pub async fn newest(store: &Store) -> Result<Option<EvidenceSource>, StoreError> {
+    pub async fn newest(store: &S) -> Result<Option<Self>, StoreError> {
         Ok(store
             .latest_checkpoint()
             .await?

@@ -1,11 +1,11 @@
 //! The manifest an auditor checks a file against: what was asked for (filters), what
 //! came out (rows, keys, time range) and the SHA-256 of the content.
 
+use super::port::ExportFilter;
 use crate::base::canonical::canonical_json;
 use crate::base::time::micros;
 use crate::evidence::keys::key_id;
 use crate::evidence::{ExportEvidence, Proofs, TrustedKeys};
-use crate::store::ExportFilter;
 use chrono::{DateTime, Utc};
 use ed25519_dalek::{Signer, SigningKey};
 use serde::{Deserialize, Serialize};

@@ -8,8 +8,10 @@ use super::encode::{EncodeRow, Encoder, write_ndjson_manifest};
 use super::error::ExportError;
 use super::evidence::EvidenceSource;
 use super::manifest::{CsvCells, Format, Manifest, Source};
+use super::port::{ExportFilter, ExportStore};
+use crate::evidence::port::EvidenceStore;
 use crate::evidence::{Checkpointer, Proofs};
-use crate::store::{ExportFilter, Store, StoreError};
+use crate::guard::StoreError;
 use ed25519_dalek::SigningKey;
 use futures::{Stream, StreamExt};
 use std::future::Future;
@@ -46,34 +48,35 @@ impl ChunkSink for Discard {
 }
 
 /// What one file is: its format, why it exists, the filter its manifest names, and
-/// the checkpoint evidence it carries.
-pub struct Job {
+/// the checkpoint evidence it carries (read from an `S`).
+pub struct Job<S> {
     pub format: Format,
     pub source: Source,
     pub filter: ExportFilter,
     pub cells: CsvCells,
-    pub evidence: Option<EvidenceSource>,
+    pub evidence: Option<EvidenceSource<S>>,
     /// Signs the manifest (docs/EXPORT.md, "Signed manifests"); none: unsigned.
     pub signer: Option<Arc<SigningKey>>,
 }
 
 /// How an export is signed: its manifest with the checkpoint signing key, and, when
 /// asked, after a checkpoint taken for it, so that no row in it is left unsigned.
-#[derive(Clone, Default)]
-pub struct Signing {
+#[derive(Clone)]
+pub struct Signing<S> {
     /// The server's checkpointer, whose key signs; none: the export is unsigned.
-    pub checkpointer: Option<Checkpointer<Store>>,
+    pub checkpointer: Option<Checkpointer<S>>,
     /// Take a checkpoint before the rows are read (`--checkpoint`, `?checkpoint=true`).
     pub checkpoint_now: bool,
 }
 
 /// Encodes `rows` into `sink` and returns the manifest (for NDJSON also written as
 /// the file's last line). Stops at the first error of either side.
-pub async fn encode<R, T, S>(job: Job, rows: R, sink: &mut S) -> Result<Manifest, ExportError>
+pub async fn encode<R, T, S, K>(job: Job<S>, rows: R, sink: &mut K) -> Result<Manifest, ExportError>
 where
     R: Stream<Item = Result<T, StoreError>>,
     T: EncodeRow,
-    S: ChunkSink,
+    S: EvidenceStore + Clone,
+    K: ChunkSink,
 {
     let mut rows = std::pin::pin!(rows);
     let mut buf = Vec::with_capacity(CHUNK * 2);
@@ -181,27 +184,17 @@ impl io::Write for ChunkWriter {
     }
 }
 
-/// The export `filter` selects, with the proofs of the newest checkpoint, unsigned.
-pub async fn export_into<S: ChunkSink>(
-    store: &Store,
+/// The export `filter` selects, with the proofs of the newest checkpoint, signed as
+/// `signing` says: with a checkpoint first when asked (a row committed between that
+/// checkpoint and the read stays unsigned, and verify counts it), and the manifest
+/// signed with the checkpoint key.
+pub async fn export_signed<S: ExportStore, K: ChunkSink>(
+    store: &S,
     filter: &ExportFilter,
     format: Format,
     cells: CsvCells,
-    sink: &mut S,
-) -> Result<Manifest, ExportError> {
-    export_signed(store, filter, format, cells, &Signing::default(), sink).await
-}
-
-/// [`export_into`], signed as `signing` says: with a checkpoint first when asked
-/// (a row committed between that checkpoint and the read stays unsigned, and verify
-/// counts it), and the manifest signed with the checkpoint key.
-pub async fn export_signed<S: ChunkSink>(
-    store: &Store,
-    filter: &ExportFilter,
-    format: Format,
-    cells: CsvCells,
-    signing: &Signing,
-    sink: &mut S,
+    signing: &Signing<S>,
+    sink: &mut K,
 ) -> Result<Manifest, ExportError> {
     if signing.checkpoint_now {
         let checkpointer = signing.checkpointer.as_ref().ok_or_else(|| {

@@ -5,10 +5,10 @@
 //! client's work (docs/PERFORMANCE.md, "Making verify faster"); one range at a time
 //! leaves it on one core while the others wait.
 
+use super::port::{ExportStore, KeyRange};
 use super::verify::ChainCheck;
 use crate::evidence::Anchor;
-use crate::guard::Detail;
-use crate::store::{KeyRange, Store, StoreError};
+use crate::guard::{Detail, StoreError};
 use futures::{StreamExt, TryStreamExt};
 use std::collections::HashMap;
 
@@ -30,7 +30,7 @@ impl Split {
     /// A range at a time per core, as many as the store's pool lets read at once.
     /// Four ranges per reader, so that one range richer in rows than the others does
     /// not leave the other cores idle at the end.
-    pub fn for_store(store: &Store) -> Split {
+    pub fn for_store(store: &impl ExportStore) -> Split {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         let at_once = cores.min(store.read_connections()).max(1);
         if at_once == 1 {
@@ -47,7 +47,7 @@ impl Split {
 /// each record's head; returns the joined check, ready for the findings outside the
 /// rows (records without attempts, keys gone).
 pub(crate) async fn check_ranges(
-    store: &Store,
+    store: &impl ExportStore,
     anchors: HashMap<String, Anchor>,
     split: Split,
 ) -> Result<ChainCheck, StoreError> {
@@ -82,7 +82,7 @@ pub(crate) async fn check_ranges(
 /// One range: read by the store's reader task, checked on a blocking thread so that
 /// hashing never holds up the runtime's workers (which run the other ranges' reads).
 async fn check_range(
-    store: &Store,
+    store: &impl ExportStore,
     range: KeyRange,
     anchors: HashMap<String, Anchor>,
 ) -> Result<ChainCheck, StoreError> {

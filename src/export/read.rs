@@ -3,7 +3,8 @@
 //! constant memory.
 
 use super::manifest::{CsvCells, Format, Manifest};
-use super::row::ExportRow;
+use super::port::{COLUMNS, ExportRow};
+use super::row::LEGACY_COLUMNS;
 use super::verify::{ChainCheck, Finding, Report};
 use crate::evidence::{Anchor, Authenticity, TrustedKeys};
 use serde::Deserialize;
@@ -234,9 +235,8 @@ pub fn verify_csv_with<R: Read>(
             }
             line += 1;
             if line == 1 {
-                let legacy = &super::row::COLUMNS[..super::row::LEGACY_COLUMNS];
-                if record.iter().ne(super::row::COLUMNS) && record.iter().ne(legacy.iter().copied())
-                {
+                let legacy = &COLUMNS[..LEGACY_COLUMNS];
+                if record.iter().ne(COLUMNS) && record.iter().ne(legacy.iter().copied()) {
                     check.file_problem(
                         Some(1),
                         Finding::Unreadable("the header row is not idemwatch's".into()),
@@ -343,8 +343,8 @@ mod tests {
     use super::*;
     use crate::export::encode::Encoder;
     use crate::export::manifest::Source;
+    use crate::export::port::ExportFilter;
     use crate::export::tests::sample;
-    use crate::store::ExportFilter;
 
     fn file(format: Format) -> (Vec<u8>, Manifest) {
         let mut out = Vec::new();

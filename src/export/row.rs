@@ -1,11 +1,12 @@
-//! An exported row as CSV fields and back. The row itself ([`ExportRow`]) and its
-//! column order ([`COLUMNS`], the CSV header and the NDJSON member order) are the
-//! store's, which yields it; NDJSON is its serde form.
+//! An exported row as CSV fields and back, and what its columns mean to `verify`.
+//! The row itself ([`ExportRow`]) and its column order ([`COLUMNS`], the CSV header
+//! and the NDJSON member order) are the export port's, in which the store yields it;
+//! NDJSON is its serde form.
 
+use super::port::{COLUMNS, ExportRow, JsonText};
 use crate::base::canonical::{canonical_json, write_canonical_text};
-use crate::guard::{Intent, rfc3339};
-pub use crate::store::{COLUMNS, ExportRow};
-use crate::store::{JsonText, StoreError};
+use crate::guard::binding::RecordState;
+use crate::guard::{ChainFields, Detail, Intent, StoreError, rfc3339};
 use chrono::DateTime;
 use serde_json::Value;
 use std::borrow::Cow;
@@ -14,6 +15,51 @@ use std::borrow::Cow;
 pub(crate) const LEGACY_COLUMNS: usize = 18;
 
 impl ExportRow {
+    pub fn chain_fields(&self) -> ChainFields<'_> {
+        ChainFields {
+            key: &self.key,
+            tenant: &self.intent.tenant,
+            tool: &self.intent.tool,
+            seq: self.seq,
+            kind: self.kind.as_str(),
+            fencing_token: self.fencing_token,
+            actor: &self.actor,
+            detail: Detail::Value(&self.detail),
+            duration_ms: self.duration_ms,
+            occurred_at: self.occurred_at,
+        }
+    }
+
+    /// The key the guard derives from this row's intent; an empty or over-long field
+    /// derives nothing (and so never matches).
+    pub(crate) fn derived_key(&self) -> String {
+        self.intent.key().map(|k| k.to_string()).unwrap_or_default()
+    }
+
+    /// The record's state as exported beside this row.
+    pub(crate) fn record_state(&self) -> RecordState<'_> {
+        RecordState {
+            status: self.current_status,
+            fingerprint: &self.fingerprint,
+            business_args: &self.business_args,
+            business_ref: self.business_ref.as_deref(),
+            result: self.result.as_ref(),
+            error: self.error.as_deref(),
+        }
+    }
+
+    /// Whether this row is its record's head (the newest row when exported).
+    pub(crate) fn is_head(&self) -> bool {
+        self.seq == self.log_seq && self.hash == self.log_hash
+    }
+
+    /// The hash this row's content and `prev_hash` must have (tests' fixtures seal
+    /// edited rows with it).
+    #[cfg(test)]
+    pub(crate) fn computed_hash(&self) -> String {
+        crate::guard::chain_hash(&self.prev_hash, self.chain_fields())
+    }
+
     /// The row as CSV fields, in [`COLUMNS`] order. `None` becomes an empty field;
     /// `detail` is its canonical (JCS) JSON text, the form the hash covers.
     pub fn csv_fields(&self) -> [Cow<'_, str>; 24] {

@@ -9,8 +9,8 @@
 //! An export filtered with `since` may start a key's chain after seq 1; that alone
 //! is not a break (the manifest says the export was filtered).
 
+use super::port::ExportRow;
 pub use super::problem::{Break, Finding};
-use super::row::ExportRow;
 pub use crate::evidence::{Anchor, Authenticity};
 use crate::guard::binding::{StateBinding, fingerprint_matches, value_sha256};
 use crate::guard::{ChainFields, Detail, GENESIS_HASH, chain_hash, chain_hash_is};

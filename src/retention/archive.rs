@@ -3,8 +3,10 @@
 //! written as `.NAME.partial` and renamed when complete, so a visible archive file
 //! is always whole; `idemwatch verify --file` checks it like any export.
 
-use crate::export::{self, CsvCells, ExportError, Format, Job, Manifest, Source, Writer};
-use crate::store::{ExportFilter, ExportRow, StoreError};
+use crate::export::{
+    self, CsvCells, ExportError, ExportFilter, ExportRow, Format, Job, Manifest, Source, Writer,
+};
+use crate::store::{Store, StoreError};
 use chrono::Utc;
 use futures::Stream;
 use std::io;
@@ -31,7 +33,7 @@ where
         .open(&partial)
         .await?;
     let mut file = BufWriter::new(file);
-    let job = Job {
+    let job: Job<Store> = Job {
         format: Format::Ndjson,
         source: Source::Archive,
         filter: ExportFilter::default(),

@@ -1,28 +1,26 @@
-//! The export query: attempts joined with their record, sorted by (key, seq), as a
-//! stream of [`RawExportRow`]s (`fetch`, never `fetch_all`): memory stays flat however
-//! many rows. The export, the database verification and the pruner's archive all
-//! read it; the row type and its filter live here, below them, so the store never
-//! imports the layers that use it.
+//! The export's port ([`ExportStore`], `export/port.rs`) for [`Store`]: attempts
+//! joined with their record, sorted by (key, seq), as a stream of [`RawExportRow`]s
+//! (`fetch`, never `fetch_all`): memory stays flat however many rows. The export,
+//! the database verification and the pruner's archive all read it.
 //!
 //! One statement, so one snapshot on both backends: each row's record context and
 //! chain head are consistent with the attempts beside it.
 
-mod carry;
-mod filter;
-mod range;
+mod reuse;
 mod row;
 
-pub use filter::{ExportFilter, FilterError, parse_time};
-pub use range::KeyRange;
-pub use row::{COLUMNS, Checked, ExportCells, ExportRow, JsonText, RawExportRow};
+use row::Checked;
+pub(crate) use row::RawExportRow;
 
 use super::{Store, StoreError, on_pool};
-use carry::{DecodeInto, KeyContext, VerifyRow, blank_row};
+use crate::export::port::RawRow;
+use crate::export::port::{ExportFilter, ExportStore, KeyRange, VerifyRow, VerifyRows};
 use futures::FutureExt;
 use futures::stream::{BoxStream, StreamExt};
+use reuse::decode_into;
 
-/// The columns of [`ExportRow`], in its order (a test checks the names against
-/// [`COLUMNS`]); the export and the pruner's archive read them.
+/// The columns of the port's `ExportRow`, in its order (a test checks the names
+/// against its `COLUMNS`); the export and the pruner's archive read them.
 macro_rules! export_select {
     () => {
         concat!(
@@ -75,7 +73,7 @@ pub const EXPORT: &str = concat!(
 
 /// The log for `verify`, one [`KeyRange`] of it: the export's rows, except that the
 /// record's state is sent only with the row at the record's `log_seq`, the one row
-/// the check compares it with (a head row has `seq = log_seq`, [`ExportRow::is_head`]);
+/// the check compares it with (a head row has `seq = log_seq`, `ExportRow::is_head`);
 /// other rows carry `''` and JSON `null`. The state is the bulk of a row (two JSON
 /// documents turned into text by the server and parsed again by us, ten times a key),
 /// so this is most of what the database and the verifier do per row, for nothing.
@@ -108,7 +106,7 @@ pub(crate) const VERIFY: &str =
 /// [`verify_select!`] for keys from `$1` on.
 pub(crate) const VERIFY_TO_END: &str = verify_select!("WHERE a.key >= $1 AND r.key >= $1");
 
-/// Rows a batch of [`Store::verify_rows`] holds.
+/// Rows a batch of [`ExportStore::verify_rows`] holds.
 pub(crate) const VERIFY_BATCH: usize = 512;
 
 /// For [`VERIFY`] and an unfiltered [`EXPORT`], in its own transaction: the plan that streams both primary-key
@@ -167,7 +165,7 @@ pub(crate) const FILTERED_EXPORT_POSTGRES: &str = "SELECT \
 
 /// The plan settings of an export that `filter` selects: see
 /// [`FILTERED_EXPORT_POSTGRES`].
-pub fn export_plan(filter: &ExportFilter) -> &'static str {
+fn export_plan(filter: &ExportFilter) -> &'static str {
     if *filter == ExportFilter::default() {
         SERIAL_PLAN_POSTGRES
     } else {
@@ -188,7 +186,7 @@ macro_rules! bind_filter {
     }};
 }
 
-/// Rows a batch of [`Store::export_rows`] holds on PostgreSQL.
+/// Rows a batch of [`ExportStore::export_rows`] holds on PostgreSQL.
 pub(crate) const EXPORT_BATCH: usize = 64;
 
 /// Records whose attempt rows are all gone (the verifier reports them).
@@ -196,13 +194,12 @@ pub(crate) const RECORDS_WITHOUT_ATTEMPTS: &str = "SELECT r.key FROM idempotency
     WHERE NOT EXISTS (SELECT 1 FROM idempotency_attempts a WHERE a.key = r.key) \
     ORDER BY r.key LIMIT 100";
 
-impl Store {
-    /// Every attempt `filter` selects, with its record's context and chain head, in
-    /// (key, seq) order, streamed from the database as it sent them, decoded where
-    /// they are used ([`RawExportRow::cells`]). On PostgreSQL the rows are read in a transaction of
-    /// their own with [`export_plan`]'s settings, and handed over in batches of
-    /// [`EXPORT_BATCH`]; dropping the stream stops it.
-    pub(crate) fn export_rows(
+impl ExportStore for Store {
+    type Row = RawExportRow;
+
+    /// On PostgreSQL the rows are read in a transaction of their own with
+    /// [`export_plan`]'s settings, and handed over in batches of [`EXPORT_BATCH`].
+    fn export_rows(
         &self,
         filter: &ExportFilter,
     ) -> BoxStream<'_, Result<RawExportRow, StoreError>> {
@@ -255,11 +252,43 @@ impl Store {
             }
             Store::Sqlite(pools) => bind_filter!(sqlx::query(EXPORT), filter.clone())
                 .fetch(pools)
-                .map(|r| r.map(RawExportRow::sqlite).map_err(StoreError::from))
+                .map(|r| r.map(RawExportRow::from).map_err(StoreError::from))
                 .boxed(),
         }
     }
 
+    /// [`VERIFY`], in batches of [`VERIFY_BATCH`] rows. A task of its own reads and
+    /// decodes them on one connection, so the caller checks one batch while the next
+    /// is decoded, and decodes into the batches the caller gives back.
+    fn verify_rows(&self, range: KeyRange) -> VerifyRows {
+        let (tx, batches) = tokio::sync::mpsc::channel(4);
+        let (spent, mut spent_rx) = tokio::sync::mpsc::unbounded_channel();
+        let store = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = store.send_verify_rows(&range, &tx, &mut spent_rx).await {
+                let _ = tx.send(Err(e)).await;
+            }
+        });
+        VerifyRows { batches, spent }
+    }
+
+    /// One waiting for a connection longer than the pool's acquire timeout would fail.
+    fn read_connections(&self) -> usize {
+        let max = match self {
+            Store::Postgres(pool) => pool.options().get_max_connections(),
+            Store::Sqlite(pools) => pools.reader().options().get_max_connections(),
+        };
+        max as usize
+    }
+
+    async fn records_without_attempts(&self) -> Result<Vec<String>, StoreError> {
+        Ok(
+            on_pool!(self, pool => sqlx::query_scalar(RECORDS_WITHOUT_ATTEMPTS).fetch_all(pool).await)?,
+        )
+    }
+}
+
+impl Store {
     /// PostgreSQL's plan for the export `filter` selects, under [`export_plan`]'s
     /// settings, as `EXPLAIN (SETTINGS)` prints it (the last line names the settings
     /// that differ from the server's defaults); `None` on SQLite. For tests that pin
@@ -281,35 +310,6 @@ impl Store {
         Ok(Some(lines.join("\n")))
     }
 
-    /// The attempts of the keys in `range` with their records, as
-    /// [`Store::export_rows`] without a filter, but with the record's state only on
-    /// the row at its `log_seq` ([`VERIFY`]), in batches of [`VERIFY_BATCH`] rows. A
-    /// task of its own reads and decodes them on one connection, so the caller checks
-    /// one batch while the next is decoded, and decodes into the batches the caller
-    /// gives back (`VerifyRows::give_back`). Dropping the receiver stops the reader.
-    pub(crate) fn verify_rows(&self, range: KeyRange) -> carry::VerifyRows {
-        let (tx, batches) = tokio::sync::mpsc::channel(4);
-        let (spent, mut spent_rx) = tokio::sync::mpsc::unbounded_channel();
-        let store = self.clone();
-        tokio::spawn(async move {
-            if let Err(e) = store.send_verify_rows(&range, &tx, &mut spent_rx).await {
-                let _ = tx.send(Err(e)).await;
-            }
-        });
-        carry::VerifyRows { batches, spent }
-    }
-
-    /// How many [`Store::verify_rows`] streams can read at once: each holds one
-    /// connection until its range is read, and one waiting longer than the pool's
-    /// acquire timeout would fail.
-    pub(crate) fn read_connections(&self) -> usize {
-        let max = match self {
-            Store::Postgres(pool) => pool.options().get_max_connections(),
-            Store::Sqlite(pools) => pools.reader().options().get_max_connections(),
-        };
-        max as usize
-    }
-
     async fn send_verify_rows(
         &self,
         range: &KeyRange,
@@ -326,15 +326,18 @@ impl Store {
         macro_rules! send_batches {
             ($rows:expr) => {{
                 let mut rows = $rows;
-                let mut key = KeyContext::default();
                 let mut batch = next_batch();
                 let mut filled = 0;
                 while let Some(row) = rows.next().await {
                     let row = row?;
+                    let cells = row.cells()?;
                     if filled == batch.len() {
-                        batch.push(blank_row());
+                        // None has come back yet: a row of its own, overwritten as any.
+                        let row = cells.to_row()?;
+                        let detail = String::new();
+                        batch.push(VerifyRow { row, detail });
                     }
-                    row.decode_into(&mut key, &mut batch[filled])?;
+                    decode_into(&cells, &mut batch[filled])?;
                     filled += 1;
                     if filled == VERIFY_BATCH {
                         batch.truncate(filled);
@@ -367,17 +370,17 @@ impl Store {
             Store::Postgres(pool) => {
                 let mut t = pool.begin().await?;
                 sqlx::query(SERIAL_PLAN_POSTGRES).execute(&mut *t).await?;
-                send_batches!(query!().fetch(&mut *t))
+                let mut checked = Checked::Yes;
+                send_batches!(query!().fetch(&mut *t).map(|r| {
+                    let row = RawExportRow::postgres(r?, checked);
+                    checked = Checked::AsTheFirstRow;
+                    Ok::<_, StoreError>(row)
+                }))
             }
-            Store::Sqlite(pools) => send_batches!(query!().fetch(pools)),
+            Store::Sqlite(pools) => {
+                send_batches!(query!().fetch(pools).map(|r| r.map(RawExportRow::from)))
+            }
         }
-    }
-
-    /// Up to 100 keys whose record has no attempt rows left.
-    pub(crate) async fn records_without_attempts(&self) -> Result<Vec<String>, StoreError> {
-        Ok(
-            on_pool!(self, pool => sqlx::query_scalar(RECORDS_WITHOUT_ATTEMPTS).fetch_all(pool).await)?,
-        )
     }
 }
 
@@ -399,7 +402,7 @@ mod tests {
                     name.rsplit('.').next().unwrap()
                 })
                 .collect();
-            assert_eq!(names, COLUMNS, "{select}");
+            assert_eq!(names, crate::export::COLUMNS, "{select}");
         }
     }
 

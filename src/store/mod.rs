@@ -33,8 +33,6 @@ pub(crate) use browse::{
 pub use browse::{Cursor, KeyFilter};
 pub(crate) use duplicates::SuspectedPair;
 pub use error::StoreError;
-pub use export::{COLUMNS, ExportFilter, ExportRow, FilterError, parse_time};
-pub(crate) use export::{ExportCells, JsonText, KeyRange, RawExportRow};
 pub use history::HistoryRead;
 pub(crate) use history::{KeyHistory, Shown};
 pub use pools::{Loan, SqlitePools, WritePool};

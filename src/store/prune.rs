@@ -8,8 +8,9 @@
 //! lock, so batches of different processes run one after the other. Either way the
 //! locks last one small batch.
 
-use super::export::{ExportRow, export_select};
+use super::export::{RawExportRow, export_select};
 use super::{Backend, SqlitePools, Store, StoreError, WritePool, on_pool};
+use crate::export::port::{ExportRow, RawRow};
 use chrono::{DateTime, Utc};
 use futures::stream::{BoxStream, StreamExt};
 use sqlx::postgres::PgPool;
@@ -191,12 +192,12 @@ impl PruneBatch {
     /// archive receives.
     pub fn rows(&mut self) -> BoxStream<'_, Result<ExportRow, StoreError>> {
         let sql = self.backend.pick(ROWS_POSTGRES, ROWS_SQLITE);
-        let rows = on_batch!(&mut self.tx, self.keys.clone(), |tx, keys| {
-            sqlx::query_as::<_, ExportRow>(sql)
-                .bind(keys)
-                .fetch(&mut **tx)
-        });
-        rows.map(|r| r.map_err(StoreError::from)).boxed()
+        // Decoded as the export's cells, every row's types checked.
+        on_batch!(&mut self.tx, self.keys.clone(), |tx, keys| {
+            let rows = sqlx::query(sql).bind(keys).fetch(&mut **tx);
+            rows.map(|r| RawExportRow::from(r?).cells()?.to_row())
+                .boxed()
+        })
     }
 
     /// Deletes the batch's attempts and records and commits. If any record is not

@@ -107,7 +107,7 @@ impl ExportQuery {
 
     /// `checkpoint=true`: a checkpoint before the rows are read, so none is unsigned;
     /// a server without a signing key refuses it rather than export unsigned rows.
-    fn signing(&self, state: &AppState) -> Result<export::Signing, DownloadError> {
+    fn signing(&self, state: &AppState) -> Result<export::Signing<Store>, DownloadError> {
         let bad = |message: &str| {
             DownloadError::from(FilterError {
                 field: "checkpoint",
@@ -308,7 +308,7 @@ async fn produce(
     filter: ExportFilter,
     format: Format,
     cells: CsvCells,
-    signing: export::Signing,
+    signing: export::Signing<Store>,
     tx: mpsc::Sender<Result<Bytes, StoreError>>,
 ) {
     let mut sink = BodySender(tx);

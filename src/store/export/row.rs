@@ -1,142 +1,16 @@
-//! One exported row: an attempt with its record's context, as the store yields it and
-//! both export formats write it. The column order here is the public contract of the
-//! CSV header and of the NDJSON member order (docs/EXPORT.md); the export query
-//! selects the columns in this order and is decoded by position ([`ExportCells`]).
+//! The export's raw row ([`RawExportRow`]) and how its cells are decoded from a
+//! PostgreSQL or SQLite row, by position, in the order of the port's
+//! [`COLUMNS`](crate::export::port::COLUMNS) (the export's contract, `export/port/row.rs`).
 
-use crate::base::time::micros;
-use crate::guard::binding::RecordState;
-use crate::guard::{AttemptKind, ChainFields, Detail, Intent, Status};
-use crate::store::StoreError;
-use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use crate::export::port::{ExportCells, JsonText, RawRow};
+use crate::guard::StoreError;
 use sqlx::error::BoxDynError;
 use sqlx::postgres::{PgRow, PgTypeInfo, PgValueFormat, PgValueRef, Postgres};
 use sqlx::sqlite::{Sqlite, SqliteRow, SqliteTypeInfo, SqliteValueRef};
 use sqlx::types::Json;
 use sqlx::{Decode, Type, ValueRef};
 
-/// The CSV header, in order. NDJSON objects carry the same members in the same
-/// order, after `"type": "attempt"`.
-pub const COLUMNS: [&str; 24] = [
-    "attempt_id",
-    "key",
-    "seq",
-    "occurred_at",
-    "tenant",
-    "tool",
-    "workflow_id",
-    "step_id",
-    "intent_id",
-    "business_ref",
-    "current_status",
-    "kind",
-    "actor",
-    "fencing_token",
-    "duration_ms",
-    "detail",
-    "prev_hash",
-    "hash",
-    "fingerprint",
-    "business_args",
-    "result",
-    "error",
-    "log_seq",
-    "log_hash",
-];
-
-/// An attempt row and the context of its key. `tenant` and `tool` are the attempt's
-/// own (hash-covered) columns; `workflow_id` … `current_status` come from the record,
-/// and `current_status` is the key's status at export time, not at `occurred_at`.
-/// So do the last six (`fingerprint` … `log_hash`): the record's state and chain head
-/// at export time, which the head row's `detail.state` binds (docs/EXPORT.md).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ExportRow {
-    pub attempt_id: i64,
-    pub key: String,
-    pub seq: i64,
-    #[serde(with = "micros")]
-    pub occurred_at: DateTime<Utc>,
-    /// The attempt's `tenant` and `tool` and the record's other three intent fields;
-    /// flattened, so the members stay in [`COLUMNS`] order at the top level.
-    #[serde(flatten)]
-    pub intent: Intent,
-    pub business_ref: Option<String>,
-    pub current_status: Status,
-    pub kind: AttemptKind,
-    pub actor: String,
-    pub fencing_token: i64,
-    pub duration_ms: Option<i64>,
-    pub detail: Value,
-    pub prev_hash: String,
-    pub hash: String,
-    // The record's state and head: absent from files of earlier versions, which
-    // then read as "not the head" (nothing to compare the state with).
-    #[serde(default)]
-    pub fingerprint: String,
-    #[serde(default)]
-    pub business_args: Value,
-    #[serde(default)]
-    pub result: Option<Value>,
-    #[serde(default)]
-    pub error: Option<String>,
-    #[serde(default)]
-    pub log_seq: i64,
-    #[serde(default)]
-    pub log_hash: String,
-}
-
-impl ExportRow {
-    pub fn chain_fields(&self) -> ChainFields<'_> {
-        ChainFields {
-            key: &self.key,
-            tenant: &self.intent.tenant,
-            tool: &self.intent.tool,
-            seq: self.seq,
-            kind: self.kind.as_str(),
-            fencing_token: self.fencing_token,
-            actor: &self.actor,
-            detail: Detail::Value(&self.detail),
-            duration_ms: self.duration_ms,
-            occurred_at: self.occurred_at,
-        }
-    }
-
-    /// The key the guard derives from this row's intent; an empty or over-long field
-    /// derives nothing (and so never matches).
-    pub(crate) fn derived_key(&self) -> String {
-        self.intent.key().map(|k| k.to_string()).unwrap_or_default()
-    }
-
-    /// The record's state as exported beside this row.
-    pub(crate) fn record_state(&self) -> RecordState<'_> {
-        RecordState {
-            status: self.current_status,
-            fingerprint: &self.fingerprint,
-            business_args: &self.business_args,
-            business_ref: self.business_ref.as_deref(),
-            result: self.result.as_ref(),
-            error: self.error.as_deref(),
-        }
-    }
-
-    /// Whether this row is its record's head (the newest row when exported).
-    pub(crate) fn is_head(&self) -> bool {
-        self.seq == self.log_seq && self.hash == self.log_hash
-    }
-
-    /// The hash this row's content and `prev_hash` must have (tests' fixtures seal
-    /// edited rows with it).
-    #[cfg(test)]
-    pub(crate) fn computed_hash(&self) -> String {
-        crate::guard::chain_hash(&self.prev_hash, self.chain_fields())
-    }
-}
-
-/// An export row as the database sent it, not yet decoded. The CSV export reads
-/// its cells in place ([`RawExportRow::cells`]): a row's text is borrowed, not
-/// copied into the `String`s and JSON trees of an [`ExportRow`], which were most of
-/// the exporter's allocations (docs/PERFORMANCE.md, "Export").
+/// An export row as the database sent it, not yet decoded ([`RawRow`]).
 pub struct RawExportRow(Raw);
 
 enum Raw {
@@ -161,114 +35,31 @@ pub enum Checked {
 
 impl RawExportRow {
     /// A PostgreSQL row; `checked`: see [`Checked`].
-    pub(super) fn postgres(row: PgRow, checked: Checked) -> Self {
+    pub(crate) fn postgres(row: PgRow, checked: Checked) -> Self {
         RawExportRow(Raw::Postgres(row, checked))
     }
+}
 
-    /// A SQLite row: its types are checked on every row (a SQLite column's values
-    /// may each have their own type).
-    pub(super) fn sqlite(row: SqliteRow) -> Self {
+/// A PostgreSQL row, its types checked.
+impl From<PgRow> for RawExportRow {
+    fn from(row: PgRow) -> Self {
+        RawExportRow::postgres(row, Checked::Yes)
+    }
+}
+
+/// A SQLite row: its types are checked on every row (a SQLite column's values may
+/// each have their own type).
+impl From<SqliteRow> for RawExportRow {
+    fn from(row: SqliteRow) -> Self {
         RawExportRow(Raw::Sqlite(row))
     }
+}
 
-    /// The row's cells, borrowed from it. A name that is no status or kind is
-    /// corrupt data, as is a JSON column that is not JSON.
-    pub fn cells(&self) -> Result<ExportCells<'_>, StoreError> {
+impl RawRow for RawExportRow {
+    fn cells(&self) -> Result<ExportCells<'_>, StoreError> {
         Ok(match &self.0 {
             Raw::Postgres(r, checked) => r.decode_cells(*checked)?,
             Raw::Sqlite(r) => r.decode_cells(Checked::Yes)?,
-        })
-    }
-}
-
-/// A JSON column's text, as the database sent it: a `jsonb`'s text form on
-/// PostgreSQL, the stored text on SQLite. Not parsed yet: its reader (the
-/// canonicaliser, or [`JsonText::value`]) finds text that is not JSON.
-#[derive(Debug, Clone, Copy)]
-pub struct JsonText<'r> {
-    /// The column's position, for the error of [`JsonText::value`].
-    pub column: usize,
-    pub text: &'r str,
-}
-
-impl JsonText<'_> {
-    /// The text as a value, failing as decoding the column as `Json<Value>` would.
-    pub fn value(&self) -> Result<Value, StoreError> {
-        Ok(self.decode()?)
-    }
-
-    fn decode(&self) -> Result<Value, sqlx::Error> {
-        serde_json::from_str(self.text).map_err(|e| sqlx::Error::ColumnDecode {
-            index: format!("{:?}", self.column),
-            source: e.into(),
-        })
-    }
-}
-
-/// One export row borrowed from the database's row, in [`COLUMNS`] order: numbers,
-/// times and names decoded, text and JSON as sent.
-#[derive(Debug, Clone, Copy)]
-pub struct ExportCells<'r> {
-    pub attempt_id: i64,
-    pub key: &'r str,
-    pub seq: i64,
-    pub occurred_at: DateTime<Utc>,
-    pub tenant: &'r str,
-    pub tool: &'r str,
-    pub workflow_id: &'r str,
-    pub step_id: &'r str,
-    pub intent_id: &'r str,
-    pub business_ref: Option<&'r str>,
-    pub current_status: Status,
-    pub kind: AttemptKind,
-    pub actor: &'r str,
-    pub fencing_token: i64,
-    pub duration_ms: Option<i64>,
-    pub detail: JsonText<'r>,
-    pub prev_hash: &'r str,
-    pub hash: &'r str,
-    pub fingerprint: &'r str,
-    pub business_args: JsonText<'r>,
-    pub result: Option<JsonText<'r>>,
-    pub error: Option<&'r str>,
-    pub log_seq: i64,
-    pub log_hash: &'r str,
-}
-
-impl ExportCells<'_> {
-    /// The row with its own strings and JSON values (NDJSON, the archive).
-    pub(crate) fn to_row(self) -> Result<ExportRow, StoreError> {
-        Ok(self.decode_row()?)
-    }
-
-    fn decode_row(&self) -> Result<ExportRow, sqlx::Error> {
-        Ok(ExportRow {
-            attempt_id: self.attempt_id,
-            key: self.key.into(),
-            seq: self.seq,
-            occurred_at: self.occurred_at,
-            intent: Intent {
-                tenant: self.tenant.into(),
-                tool: self.tool.into(),
-                workflow_id: self.workflow_id.into(),
-                step_id: self.step_id.into(),
-                intent_id: self.intent_id.into(),
-            },
-            business_ref: self.business_ref.map(String::from),
-            current_status: self.current_status,
-            kind: self.kind,
-            actor: self.actor.into(),
-            fencing_token: self.fencing_token,
-            duration_ms: self.duration_ms,
-            detail: self.detail.decode()?,
-            prev_hash: self.prev_hash.into(),
-            hash: self.hash.into(),
-            fingerprint: self.fingerprint.into(),
-            business_args: self.business_args.decode()?,
-            result: self.result.map(|j| j.decode()).transpose()?,
-            error: self.error.map(String::from),
-            log_seq: self.log_seq,
-            log_hash: self.log_hash.into(),
         })
     }
 }
@@ -416,13 +207,6 @@ macro_rules! decode_cells {
                     log_seq: get!(22),
                     log_hash: get!(23),
                 })
-            }
-        }
-
-        /// The pruner's archive reads whole rows; decoded as the export's cells.
-        impl<'r> sqlx::FromRow<'r, $row> for ExportRow {
-            fn from_row(r: &'r $row) -> Result<Self, sqlx::Error> {
-                r.decode_cells(Checked::Yes)?.decode_row()
             }
         }
     };

@@ -87,7 +87,7 @@ fn parse_key(text: &str) -> Result<IdempotencyKey, FilterError> {
 }
 
 /// A filter time in [`time_input`]'s grammar, naming the field when it cannot be used.
-pub fn parse_time(
+fn parse_time(
     field: &'static str,
     text: &str,
     now: DateTime<Utc>,
