@@ -501,7 +501,7 @@ impl EvidenceStore for Store {
             Store::Sqlite(pools) if pools.reads_beside_writer() => {
                 for _ in 0..SQLITE_CHECKPOINT_TRIES {
                     let changes = {
-                        let mut tx = pools.reader().begin().await?;
+                        let mut tx = crate::store::pools::begin(pools.reader(), None).await?;
                         let changes = read_changes!(tx, NEW_HEADS_SQLITE);
                         tx.rollback().await?;
                         changes

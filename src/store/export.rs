@@ -214,7 +214,7 @@ impl ExportStore for Store {
                 // more than the overlap gained on a busy machine (docs/PERFORMANCE.md).
                 let read = async move {
                     let read = async {
-                        let mut t = pool.begin().await?;
+                        let mut t = crate::store::pools::begin(&pool, None).await?;
                         sqlx::query(plan).execute(&mut *t).await?;
                         let mut rows = bind_filter!(sqlx::query(EXPORT), f).fetch(&mut *t);
                         let mut batch = Vec::with_capacity(EXPORT_BATCH);
@@ -300,7 +300,7 @@ impl Store {
         let Store::Postgres(pool) = self else {
             return Ok(None);
         };
-        let mut t = pool.begin().await?;
+        let mut t = crate::store::pools::begin(pool, None).await?;
         sqlx::query(export_plan(filter)).execute(&mut *t).await?;
         let explain = sqlx::AssertSqlSafe(format!("EXPLAIN (SETTINGS) {EXPORT}"));
         let lines: Vec<String> = bind_filter!(sqlx::query_scalar(explain), filter.clone())
@@ -368,7 +368,7 @@ impl Store {
         }
         match self {
             Store::Postgres(pool) => {
-                let mut t = pool.begin().await?;
+                let mut t = crate::store::pools::begin(pool, None).await?;
                 sqlx::query(SERIAL_PLAN_POSTGRES).execute(&mut *t).await?;
                 let mut checked = Checked::Yes;
                 send_batches!(query!().fetch(&mut *t).map(|r| {

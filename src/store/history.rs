@@ -69,7 +69,7 @@ impl Store {
     ) -> Result<Option<KeyHistory>, StoreError> {
         let begin = self.backend().pick(BEGIN_POSTGRES, BEGIN_SQLITE);
         on_pool!(self, pool => {
-            let mut tx = pool.begin_with(begin).await?;
+            let mut tx = crate::store::pools::begin(pool, Some(begin)).await?;
             let k = key.as_str();
             let record: Option<Record> = sqlx::query_as(sql::GET_RECORD)
                 .bind(k)

@@ -42,28 +42,44 @@ pub trait WritePool {
     fn begin_write(&self) -> impl Future<Output = Result<Self::Tx, StoreError>> + Send;
 }
 
-/// PostgreSQL: a plain READ COMMITTED transaction. A statement that must hold what it
-/// read takes its own row lock (`FOR UPDATE`, `FOR UPDATE SKIP LOCKED`).
+/// Begins a transaction on `pool` with `statement` (`None`: the backend's plain
+/// `BEGIN`): every transaction of the store begins here.
 ///
 /// The BEGIN runs on a task of its own, which finishes it even if the caller is
-/// dropped meanwhile (an aborted worker, an HTTP client that went away, a timeout):
-/// sqlx 0.9's PostgreSQL `begin` is not cancellation-safe. Dropped after sending BEGIN
-/// and before reading the answer, it counts no transaction, so nothing rolls it back,
-/// and the connection goes back to the pool *inside* an open transaction. Every
-/// "autocommit" statement its next users send (the claim and the settle,
-/// records.rs) then reports success without committing: a claim or a DONE that
-/// other connections never see, held row locks, and all of it rolled back by the
-/// first ROLLBACK on that connection (found by `guard_random`, tests/it/guard_cancelled_begin.rs).
-/// Finished on its own task, the transaction exists as sqlx counts it, and dropping
-/// it rolls it back.
+/// dropped meanwhile (an aborted worker, an HTTP client that went away, a timeout, a
+/// cancelled export): sqlx 0.9's PostgreSQL `begin` is not cancellation-safe. Dropped
+/// after sending BEGIN and before reading the answer, it counts no transaction, so
+/// nothing rolls it back, and the connection goes back to the pool *inside* an open
+/// transaction. Every "autocommit" statement its next users send (the claim and the
+/// settle, records.rs) then reports success without committing: a claim or a DONE that
+/// other connections never see, held row locks, and all of it rolled back by the first
+/// ROLLBACK on that connection (found by `guard_random`;
+/// tests/it/guard_cancelled_begin.rs). Finished on its own task, the transaction
+/// exists as sqlx counts it, and dropping it rolls it back. SQLite's driver finishes
+/// its BEGIN on its own worker thread already; it goes the same way for one rule.
+pub(crate) async fn begin<DB: sqlx::Database>(
+    pool: &sqlx::Pool<DB>,
+    statement: Option<&'static str>,
+) -> Result<Transaction<'static, DB>, StoreError> {
+    let pool = pool.clone();
+    let begun = tokio::spawn(async move {
+        match statement {
+            Some(statement) => pool.begin_with(statement).await,
+            None => pool.begin().await,
+        }
+    });
+    match begun.await {
+        Ok(begun) => Ok(begun?),
+        Err(e) => Err(StoreError::Other(format!("BEGIN task failed: {e}"))),
+    }
+}
+
+/// PostgreSQL: a plain READ COMMITTED transaction. A statement that must hold what it
+/// read takes its own row lock (`FOR UPDATE`, `FOR UPDATE SKIP LOCKED`).
 impl WritePool for PgPool {
     type Tx = Transaction<'static, Postgres>;
     async fn begin_write(&self) -> Result<Self::Tx, StoreError> {
-        let pool = self.clone();
-        match tokio::spawn(async move { pool.begin().await }).await {
-            Ok(begun) => Ok(begun?),
-            Err(e) => Err(StoreError::Other(format!("BEGIN task failed: {e}"))),
-        }
+        begin(self, None).await
     }
 }
 
@@ -76,7 +92,7 @@ impl WritePool for PgPool {
 impl WritePool for SqlitePools {
     type Tx = Transaction<'static, Sqlite>;
     async fn begin_write(&self) -> Result<Self::Tx, StoreError> {
-        Ok(self.write.begin_with("BEGIN IMMEDIATE").await?)
+        begin(&self.write, Some("BEGIN IMMEDIATE")).await
     }
 }
 

@@ -157,7 +157,7 @@ impl Store {
         let Store::Postgres(pool) = self else {
             return Ok(None);
         };
-        let mut tx = pool.begin().await?;
+        let mut tx = crate::store::pools::begin(pool, None).await?;
         let explain = format!("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {PICK_POSTGRES}");
         let plan = sqlx::query_scalar(sqlx::AssertSqlSafe(explain))
             .bind(cutoffs.done_before)

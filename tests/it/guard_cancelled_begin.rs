@@ -6,14 +6,14 @@
 //! while no other connection ever sees the record, and the first ROLLBACK on that
 //! connection throws it away. `guard_random` met it under load: a worker's settle
 //! returned its result, and the key was later found IN_PROGRESS with only its
-//! `claimed` row (store/pools.rs, `WritePool for PgPool`).
+//! `claimed` row (store/pools.rs, `begin`).
 
 use crate::support::TestDb;
 use crate::support::fixture::refund;
 use crate::support::provider::{Client, Fault, Ledger};
 use chrono::{TimeDelta, Utc};
 use idemwatch::guard::{Guard, GuardSettings, ManualClock, Status, Storage};
-use idemwatch::store::Store;
+use idemwatch::store::{HistoryRead, Store};
 use sqlx::postgres::PgConnectOptions;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -113,8 +113,15 @@ async fn idle_in_transaction(observer: &sqlx::PgPool) -> i64 {
     .unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_guard_write_dropped_during_its_begin_leaves_no_transaction_open_on_the_pool() {
+/// Drops `begin_then_more` once its BEGIN has reached the server with the answer held
+/// back, then checks that the next guarded refund on the same one-connection pool is
+/// committed and that no pooled connection idles inside a transaction.
+async fn the_next_refund_commits_after_a_dropped_begin<F, T>(
+    begin_then_more: impl FnOnce(Store) -> F,
+) where
+    F: std::future::Future<Output = T>,
+    T: std::fmt::Debug,
+{
     let Some(db) = TestDb::postgres().await else {
         return;
     };
@@ -136,11 +143,11 @@ async fn a_guard_write_dropped_during_its_begin_leaves_no_transaction_open_on_th
 
     // The BEGIN reaches the server, its answer is held, and the caller is dropped.
     gate.hold.send_replace(true);
-    let mut locked = Box::pin(Storage::with_locked(&one.store, &key, |_| (Vec::new(), ())));
+    let mut begun = Box::pin(begin_then_more(one.store.clone()));
     let started = Instant::now();
     while !gate.begun.load(Ordering::SeqCst) {
-        if let std::task::Poll::Ready(r) = futures::poll!(locked.as_mut()) {
-            panic!("the locked write ended before its BEGIN was answered: {r:?}");
+        if let std::task::Poll::Ready(r) = futures::poll!(begun.as_mut()) {
+            panic!("the transaction ended before its BEGIN was answered: {r:?}");
         }
         assert!(
             started.elapsed() < Duration::from_secs(10),
@@ -148,7 +155,7 @@ async fn a_guard_write_dropped_during_its_begin_leaves_no_transaction_open_on_th
         );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    drop(locked);
+    drop(begun);
     gate.hold.send_replace(false);
 
     // The next guarded call on the pool: claimed, executed, settled DONE.
@@ -182,4 +189,31 @@ async fn a_guard_write_dropped_during_its_begin_leaves_no_transaction_open_on_th
         0,
         "a pooled connection was left inside a transaction"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guard_write_dropped_during_its_begin_leaves_no_transaction_open_on_the_pool() {
+    let key = refund("C-1", 500, "1").intent.key().unwrap();
+    the_next_refund_commits_after_a_dropped_begin(|store| async move {
+        Storage::with_locked(&store, &key, |_| (Vec::new(), ())).await
+    })
+    .await;
+}
+
+/// The key page's one read transaction (REPEATABLE READ, READ ONLY): left open on the
+/// pool, the next claim on that connection failed ("cannot execute INSERT in a
+/// read-only transaction") and its reads saw an old snapshot. Every transaction of the
+/// store begins through store/pools.rs's `begin`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_page_read_dropped_during_its_begin_leaves_no_transaction_open_on_the_pool() {
+    let key = refund("C-2", 700, "2").intent.key().unwrap();
+    let read = HistoryRead {
+        after: 0,
+        page: 50,
+        siblings: 20,
+    };
+    the_next_refund_commits_after_a_dropped_begin(|store| async move {
+        store.key_history(&key, read).await.map(|h| h.is_some())
+    })
+    .await;
 }

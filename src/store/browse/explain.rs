@@ -174,7 +174,7 @@ impl Store {
     pub async fn explain_page_queries(&self) -> Result<Vec<(String, String)>, StoreError> {
         match self {
             Store::Postgres(pool) => {
-                let mut tx = pool.begin().await?;
+                let mut tx = crate::store::pools::begin(pool, None).await?;
                 sqlx::query("SET LOCAL enable_seqscan = off")
                     .execute(&mut *tx)
                     .await?;
