@@ -281,6 +281,18 @@ pub(crate) fn write_string(out: &mut String, s: &str) {
     }
 }
 
+/// Whether any string or member name inside `v` contains U+0000, which PostgreSQL's
+/// text and jsonb cannot hold: refused on both backends alike, as a 400 naming the
+/// field rather than a 500 on one of them.
+pub(crate) fn holds_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(items) => items.iter().any(holds_nul),
+        Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
+        _ => false,
+    }
+}
+
 /// A JSON object written member by member in JCS form, for a fixed shape whose member
 /// names the caller gives in JCS order: the guard's key material (every call) and the
 /// chain's row content (every row `verify` reads), without building and sorting a

@@ -12,6 +12,7 @@ use super::port::Storage;
 use super::record::Record;
 use super::repeats::RefusalsNotLogged;
 use super::status::Status;
+use crate::base::canonical::holds_nul;
 use crate::base::clock::Clock;
 use crate::base::time::rfc3339;
 use chrono::{DateTime, TimeDelta, Utc};
@@ -433,6 +434,21 @@ fn validate_resolution(req: &ResolveRequest) -> Result<(), GuardError> {
     if let Some(result) = &req.result {
         crate::base::canonical::canonical_json(result)
             .map_err(|e| invalid("result", &e.to_string()))?;
+    }
+    let texts = [
+        ("reason", Some(req.reason.as_str())),
+        ("actor", Some(req.actor.as_str())),
+        ("evidence", req.evidence.as_deref()),
+    ];
+    let nul = "must not contain the NUL character (U+0000)";
+    if let Some((field, _)) = texts
+        .iter()
+        .find(|(_, t)| t.is_some_and(|t| t.contains('\0')))
+    {
+        return Err(invalid(field, nul));
+    }
+    if req.result.as_ref().is_some_and(holds_nul) {
+        return Err(invalid("result", nul));
     }
     Ok(())
 }

@@ -8,8 +8,8 @@
 //! tool the token may not touch (docs/AUTH.md). [`AdmitBody::args`] and
 //! [`raw_result`] read them afterwards.
 
-use super::context::holds_nul;
 use crate::base::canonical::canonical_json;
+use crate::base::canonical::holds_nul;
 use crate::guard::{CallOutcome, IdempotencyKey, Intent, Lookup};
 use crate::web::Error;
 use serde::Deserialize;

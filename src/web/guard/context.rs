@@ -7,6 +7,7 @@
 //! It is the caller's own words, never a decision's input: small and bounded, so a
 //! worker cannot grow every row of a key by sending a large one.
 
+use crate::base::canonical::holds_nul;
 use crate::web::Error;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -34,17 +35,6 @@ pub(crate) fn read(raw: Option<Box<RawValue>>) -> Result<Option<Value>, Error> {
         _ => Err(bad(
             "expected a JSON object (e.g. {\"session_id\": …, \"request_id\": …})".to_string(),
         )),
-    }
-}
-
-/// Whether any string or member name inside `v` contains U+0000 (here and in the
-/// bodies' `args` and `result`).
-pub(super) fn holds_nul(v: &Value) -> bool {
-    match v {
-        Value::String(s) => s.contains('\0'),
-        Value::Array(items) => items.iter().any(holds_nul),
-        Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || holds_nul(v)),
-        _ => false,
     }
 }
 

@@ -99,3 +99,44 @@ both_backends!(
         assert_eq!(a.status, StatusCode::OK, "{}", a.body);
     }
 );
+
+both_backends!(
+    /// PostgreSQL's text and jsonb cannot hold U+0000: a resolution carrying one in any
+    /// field it stores is a 400 naming that field on both backends, with nothing written
+    /// (Schemathesis's stateful run drew a NUL in `reason` and got a 500 on PostgreSQL).
+    async fn a_nul_in_a_resolution_is_a_400_naming_the_field_and_writes_nothing(db: TestDb) {
+        let (app, s) = TestApp::builtin(&db).await;
+        let uri = format!("/api/v1/keys/{}/resolve", s.unknown);
+        let before = kinds(&db.store, &s.unknown).await;
+        for (body, field) in [
+            (
+                json!({"resolution": "failed", "reason": "r\u{0}"}),
+                "reason",
+            ),
+            (
+                json!({"resolution": "done", "reason": "r", "evidence": "rf\u{0}"}),
+                "evidence",
+            ),
+            (
+                json!({"resolution": "done", "reason": "r", "evidence": "rf", "result": {"id\u{0}": 1}}),
+                "result",
+            ),
+            (
+                json!({"resolution": "done", "reason": "r", "evidence": "rf", "result": ["\u{0}"]}),
+                "result",
+            ),
+        ] {
+            let a = app
+                .as_(Who::Token("sam"))
+                .call(Method::POST, &uri, Some(body.to_string()))
+                .await;
+            assert_eq!(
+                (a.status, a.json()["field"].as_str()),
+                (StatusCode::BAD_REQUEST, Some(field)),
+                "{body}: {}",
+                a.body
+            );
+        }
+        assert_eq!(kinds(&db.store, &s.unknown).await, before);
+    }
+);
