@@ -5,11 +5,12 @@
 //! 48's envelope for SQLite, well below the one writer's ~770 calls/s on 2 cores, so
 //! the queue is empty in between; at 800 the calls queue for seconds and the figure
 //! measures the queue, not the checkpoint) on a store file. Every `BENCH_CKPT_SECS`
-//! seconds (default 30, ~9,000 new keys at the default rate) a checkpoint is written while the load goes on, `BENCH_CKPT_ROUNDS` times
-//! (default 4). For each checkpoint: its time, and the latency of the guard calls
-//! offered during it against those offered in a window as long ending a second before
-//! it (the baseline, same run, same load). A checkpoint that holds the writer shows as
-//! calls offered during it that wait for it.
+//! seconds (default 30, ~9,000 new keys at the default rate) a checkpoint is written
+//! while the load goes on, `BENCH_CKPT_ROUNDS` times (default 4). For each checkpoint:
+//! its time, and the latency of the guard calls offered during it against those
+//! offered in a window as long ending a second before it (the baseline, same run, same
+//! load). A checkpoint that holds the writer shows as calls offered during it that
+//! wait for it.
 
 use super::guard::{Instant0, call};
 use super::report::{Figure, Latencies};
